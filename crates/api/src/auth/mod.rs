@@ -1,0 +1,153 @@
+//! Bearer-token authentication. Tokens are JWTs whose algorithm is pinned by
+//! configuration; `exp` is always required, `iss` and `aud` whenever they are
+//! configured. The account comes from a configurable claim. A bad token is
+//! rejected with 401, never treated as anonymous.
+
+mod jwks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+use toolserver_domain::AccountId;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+pub use jwks::JwksKeys;
+
+/// Where verification keys come from.
+#[derive(Clone)]
+pub enum KeySource {
+    /// One key for every token (an HS256 secret or a PEM public key).
+    Static(Arc<DecodingKey>),
+    /// Keys published at a JWKS URL, chosen by the token's `kid`.
+    Jwks(Arc<JwksKeys>),
+}
+
+/// What a token must satisfy.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// The only accepted algorithm.
+    pub algorithm: Algorithm,
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// Required `aud`, when set.
+    pub audience: Option<String>,
+    /// The claim that names the account.
+    pub account_claim: String,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+/// Verifies bearer tokens and names their account.
+#[derive(Clone)]
+pub struct Authenticator {
+    keys: KeySource,
+    validation: Validation,
+    account_claim: String,
+}
+
+impl Authenticator {
+    /// An authenticator for `settings` with keys from `keys`.
+    pub fn new(settings: &AuthSettings, keys: KeySource) -> Self {
+        let mut validation = Validation::new(settings.algorithm);
+        let mut required = vec!["exp"];
+        validation.leeway = settings.leeway.as_secs();
+        validation.validate_nbf = true;
+        match &settings.issuer {
+            Some(issuer) => {
+                validation.set_issuer(&[issuer]);
+                required.push("iss");
+            }
+            None => validation.iss = None,
+        }
+        match &settings.audience {
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        validation.set_required_spec_claims(&required);
+        Self {
+            keys,
+            validation,
+            account_claim: settings.account_claim.clone(),
+        }
+    }
+
+    /// Verifies `token` and returns the account it speaks for.
+    pub async fn authenticate(&self, token: &str) -> Result<AccountId, ApiError> {
+        let reject = |why: &str| ApiError::Unauthorized(format!("invalid bearer token: {why}"));
+        let header = decode_header(token).map_err(|_| reject("malformed token"))?;
+        if !self.validation.algorithms.contains(&header.alg) {
+            return Err(reject("algorithm not accepted"));
+        }
+        let key = match &self.keys {
+            KeySource::Static(key) => key.clone(),
+            KeySource::Jwks(jwks) => jwks
+                .key_for(header.kid.as_deref(), header.alg)
+                .await
+                .ok_or_else(|| reject("no key for this token"))?,
+        };
+        let claims = decode::<Map<String, Value>>(token, &key, &self.validation)
+            .map_err(|err| reject(&describe(&err)))?
+            .claims;
+        let account = match claims.get(&self.account_claim) {
+            Some(Value::String(raw)) => raw.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => {
+                return Err(reject(&format!(
+                    "claim `{}` is missing",
+                    self.account_claim
+                )))
+            }
+        };
+        AccountId::parse(&account).map_err(|err| reject(&err.message))
+    }
+}
+
+fn describe(err: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    match err.kind() {
+        ErrorKind::ExpiredSignature => "token has expired".into(),
+        ErrorKind::ImmatureSignature => "token is not valid yet".into(),
+        ErrorKind::InvalidAudience => "wrong audience".into(),
+        ErrorKind::InvalidIssuer => "wrong issuer".into(),
+        ErrorKind::MissingRequiredClaim(claim) => format!("claim `{claim}` is required"),
+        ErrorKind::InvalidSignature => "signature does not verify".into(),
+        ErrorKind::InvalidAlgorithm => "algorithm not accepted".into(),
+        _ => "token is malformed".into(),
+    }
+}
+
+/// The account of an authenticated request.
+#[derive(Debug, Clone)]
+pub struct Account(pub AccountId);
+
+impl FromRequestParts<AppState> for Account {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let value = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or_else(|| ApiError::Unauthorized("missing Authorization header".into()))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| {
+                ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into())
+            })?;
+        let account = state.auth().authenticate(token).await?;
+        tracing::Span::current().record("account.id", account.as_str());
+        Ok(Self(account))
+    }
+}

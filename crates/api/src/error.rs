@@ -1,0 +1,180 @@
+//! The one error type of the HTTP API. Every variant documents its status;
+//! bodies are `{"error": {"code", "message", "field"?}}`. A 5xx body is fixed
+//! text: its cause rides on the response as [`ErrorCause`] and is logged once
+//! by the request-logging middleware, inside the request's span.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use toolserver_bundles::BundleError;
+use toolserver_domain::ValidationError;
+use toolserver_store::StoreError;
+use utoipa::ToSchema;
+
+/// An API failure, mapped to a status code and the JSON error body.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed (bad JSON, unknown or mistyped field, bad parameter).
+    #[error("{message}")]
+    BadRequest {
+        /// The offending field, when one can be named.
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// 401: the bearer token is missing or not acceptable.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 404: no such resource for this account.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// 409: the request conflicts with stored state.
+    #[error("{message}")]
+    Conflict {
+        /// Machine-readable reason.
+        code: &'static str,
+        /// What conflicts.
+        message: String,
+    },
+    /// 410: a signed link that has expired.
+    #[error("{0}")]
+    Gone(String),
+    /// 413: a body or bundle over its configured limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 415: a request body in a media type this route does not take.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 422: well-formed input that breaks a rule.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// 408: the request did not finish within the configured timeout.
+    #[error("request timed out")]
+    Timeout,
+    /// 503: a dependency (the database, the bundle store) is unreachable right now.
+    #[error("service unavailable")]
+    Unavailable(String),
+    /// 500: a bug. The cause is logged, never shown.
+    #[error("internal server error")]
+    Internal(String),
+}
+
+/// The JSON error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The error inside [`ErrorBody`].
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable code, e.g. `validation_failed`.
+    pub code: String,
+    /// Human-readable explanation naming what was wrong.
+    pub message: String,
+    /// The request field at fault, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// The internal cause of a 5xx, attached to the response for logging.
+#[derive(Debug, Clone)]
+pub struct ErrorCause(pub String);
+
+impl ApiError {
+    /// A 400 naming `field`.
+    pub fn bad_field(field: &str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            field: Some(field.to_owned()),
+            message: message.into(),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            Self::Gone(_) => (StatusCode::GONE, "expired"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            Self::Timeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let field = match &self {
+            Self::BadRequest { field, .. } => field.clone(),
+            Self::Validation(err) => Some(err.field.clone()),
+            _ => None,
+        };
+        let cause = match &self {
+            Self::Unavailable(cause) | Self::Internal(cause) => Some(cause.clone()),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: self.to_string(),
+                field,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(cause) = cause {
+            response.extensions_mut().insert(ErrorCause(cause));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound => Self::NotFound("resource"),
+            StoreError::Conflict { constraint } if constraint == "tools_account_name_key" => {
+                Self::Conflict {
+                    code: "tool_name_taken",
+                    message: "a tool with this name already exists in the account".into(),
+                }
+            }
+            StoreError::Conflict { constraint } => Self::Conflict {
+                code: "conflict",
+                message: format!("conflicts with an existing resource ({constraint})"),
+            },
+            StoreError::Unavailable(cause) => Self::Unavailable(cause.to_string()),
+            StoreError::Other(cause) => Self::Internal(cause.to_string()),
+        }
+    }
+}
+
+impl From<BundleError> for ApiError {
+    fn from(err: BundleError) -> Self {
+        match err {
+            BundleError::Empty => ValidationError::new("bundle", "must not be empty").into(),
+            BundleError::NotFound => Self::NotFound("bundle"),
+            BundleError::Expired => Self::Gone("download link expired".into()),
+            BundleError::BadSignature => Self::NotFound("bundle"),
+            BundleError::S3(cause) => Self::Unavailable(cause),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The result type of handlers.
+pub type ApiResult<T> = Result<T, ApiError>;

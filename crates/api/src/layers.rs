@@ -1,0 +1,67 @@
+//! Cross-cutting HTTP layers: request ids, the request span, error logging,
+//! the request timeout and the body size limit.
+
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderName;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::error::{ApiError, ErrorCause};
+
+/// The header carrying the request id, taken from the client or generated.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Wraps `router` in the standard layers (outermost first: request id, span, logging, limits).
+pub fn apply(router: Router, request_timeout: Duration, max_body_bytes: usize) -> Router {
+    router
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn(move |req, next| {
+            enforce_timeout(request_timeout, req, next)
+        }))
+        .layer(middleware::from_fn(log_outcome))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+fn request_span(req: &Request) -> tracing::Span {
+    let request_id = req
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!(
+        "request",
+        request_id,
+        method = %req.method(),
+        path = req.uri().path(),
+        account.id = tracing::field::Empty,
+    )
+}
+
+async fn enforce_timeout(limit: Duration, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout.into_response(),
+    }
+}
+
+/// Logs each response once: 5xx at error with its cause, others at debug.
+async fn log_outcome(req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    match response.extensions().get::<ErrorCause>() {
+        Some(ErrorCause(cause)) if response.status().is_server_error() => {
+            tracing::error!(status, duration_ms, cause = %cause, "request failed");
+        }
+        _ => tracing::info!(status, duration_ms, "request finished"),
+    }
+    response
+}

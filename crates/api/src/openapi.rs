@@ -1,0 +1,43 @@
+//! The OpenAPI document: paths come from the routers themselves (each handler
+//! carries its `#[utoipa::path]`), so a route cannot exist without its entry.
+//! `openapi.yaml` at the repository root is this document, checked for drift.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::{ErrorBody, ErrorDetail};
+
+/// Top-level metadata and shared components.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "toolserver",
+        description = "Multi-tenant tool execution server: upload tools, run them in isolated runners.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    components(schemas(ErrorBody, ErrorDetail)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "tools", description = "Account-owned uploaded tools"),
+        (name = "bundles", description = "Signed bundle downloads"),
+        (name = "health", description = "Probes"),
+    ),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}

@@ -1,0 +1,5 @@
+//! One module per resource, each exposing its routes; merged in [`crate::api_router`].
+
+pub mod bundles;
+pub mod health;
+pub mod tools;

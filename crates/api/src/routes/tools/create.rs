@@ -1,0 +1,116 @@
+//! `POST /accounts/me/tools`: upload a tool.
+//!
+//! Order: parse the body, validate the manifest, check the bundle, store the
+//! bundle (content-addressed, so a retry or a duplicate costs nothing), then
+//! insert the row. A failed insert leaves at most an unreferenced bundle.
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use toolserver_domain::{
+    InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName, ValidationError,
+};
+use toolserver_store::{tools, NewTool};
+
+use super::upload::{read_upload, WithBase64Bundle};
+use super::wire::{CreateToolForm, CreateToolJson, ToolManifest, ToolView};
+use crate::auth::Account;
+use crate::error::{ApiResult, ErrorBody};
+use crate::state::AppState;
+
+impl WithBase64Bundle for CreateToolJson {
+    type Manifest = ToolManifest;
+
+    fn split(self) -> (ToolManifest, Option<String>) {
+        let manifest = ToolManifest {
+            name: self.name,
+            description: self.description,
+            input_schema: self.input_schema,
+            default_config: self.default_config,
+        };
+        (manifest, Some(self.bundle))
+    }
+}
+
+/// A manifest whose every field passed validation.
+pub struct ValidManifest {
+    /// Model-facing name.
+    pub name: ToolName,
+    /// Model-facing description.
+    pub description: ToolDescription,
+    /// Input schema.
+    pub input_schema: InputSchema,
+    /// Default configuration.
+    pub default_config: ToolConfig,
+}
+
+/// Validates every manifest field, reporting the first that fails.
+pub fn validate_manifest(
+    m: ToolManifest,
+    limits: &ToolLimits,
+) -> Result<ValidManifest, ValidationError> {
+    Ok(ValidManifest {
+        name: ToolName::parse(&m.name)?,
+        description: ToolDescription::parse(&m.description, limits)?,
+        input_schema: InputSchema::parse(m.input_schema, limits)?,
+        default_config: match m.default_config {
+            Some(value) => ToolConfig::parse(value, limits)?,
+            None => ToolConfig::default(),
+        },
+    })
+}
+
+/// Uploads a tool: an already-bundled ESM module plus its manifest.
+#[utoipa::path(post, path = "/accounts/me/tools", tag = "tools",
+    security(("bearer" = [])),
+    request_body(content(
+        (CreateToolJson = "application/json"),
+        (CreateToolForm = "multipart/form-data"),
+    )),
+    responses(
+        (status = 201, description = "Tool created", body = ToolView,
+            headers(("location" = String, description = "URL of the new tool"))),
+        (status = 400, description = "Malformed body, unknown or missing field", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 409, description = "Name already used in this account", body = ErrorBody),
+        (status = 413, description = "Bundle or body over its limit", body = ErrorBody),
+        (status = 415, description = "Unsupported content type", body = ErrorBody),
+        (status = 422, description = "A field breaks a rule", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all)]
+pub async fn create_tool(
+    Account(account): Account,
+    State(state): State<AppState>,
+    req: Request,
+) -> ApiResult<impl IntoResponse> {
+    let upload = read_upload::<CreateToolJson>(req, &state).await?;
+    let manifest = upload.manifest.ok_or_else(|| {
+        crate::error::ApiError::bad_field("manifest", "the `manifest` part is required")
+    })?;
+    let bundle = upload.bundle.ok_or_else(|| {
+        crate::error::ApiError::bad_field("bundle", "the `bundle` part is required")
+    })?;
+    let manifest = validate_manifest(manifest, &state.settings().limits)?;
+    let stored = state.bundles().put(bundle).await?;
+    let record = tools::insert(
+        state.pool(),
+        &account,
+        NewTool {
+            name: manifest.name,
+            description: manifest.description,
+            input_schema: manifest.input_schema,
+            default_config: manifest.default_config,
+            bundle_sha256: stored.sha256,
+            bundle_size: stored.size as i64,
+        },
+    )
+    .await?;
+    tracing::info!(tool.id = %record.id, bundle.sha256 = %stored.sha256, bundle.newly_stored = stored.newly_stored, "tool uploaded");
+    let location = format!("/accounts/me/tools/{}", record.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(ToolView::from(record)),
+    ))
+}

@@ -1,0 +1,104 @@
+//! `PATCH /accounts/me/tools/{toolId}`: change manifest fields and/or the
+//! bundle. Every successful update adds one to the version; a new bundle gets
+//! a new hash, so runners load the new module.
+
+use axum::extract::{Path, Request, State};
+use axum::Json;
+use toolserver_domain::{
+    InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName, ValidationError,
+};
+use toolserver_store::{tools, ToolPatch};
+
+use super::upload::{read_upload, WithBase64Bundle};
+use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
+use super::{parse_tool_id, tool_not_found};
+use crate::auth::Account;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
+
+impl WithBase64Bundle for UpdateToolJson {
+    type Manifest = UpdateManifest;
+
+    fn split(self) -> (UpdateManifest, Option<String>) {
+        let manifest = UpdateManifest {
+            name: self.name,
+            description: self.description,
+            input_schema: self.input_schema,
+            default_config: self.default_config,
+        };
+        (manifest, self.bundle)
+    }
+}
+
+fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch, ValidationError> {
+    Ok(ToolPatch {
+        name: m.name.as_deref().map(ToolName::parse).transpose()?,
+        description: m
+            .description
+            .as_deref()
+            .map(|d| ToolDescription::parse(d, limits))
+            .transpose()?,
+        input_schema: m
+            .input_schema
+            .map(|s| InputSchema::parse(s, limits))
+            .transpose()?,
+        default_config: m
+            .default_config
+            .map(|c| ToolConfig::parse(c, limits))
+            .transpose()?,
+        bundle: None,
+    })
+}
+
+/// Changes one of the caller's tools.
+#[utoipa::path(patch, path = "/accounts/me/tools/{toolId}", tag = "tools",
+    security(("bearer" = [])),
+    params(("toolId" = String, Path, description = "Tool id")),
+    request_body(content(
+        (UpdateToolJson = "application/json"),
+        (UpdateToolForm = "multipart/form-data"),
+    )),
+    responses(
+        (status = 200, description = "The updated tool", body = ToolView),
+        (status = 400, description = "Malformed body, unknown field, or no change", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such tool in this account", body = ErrorBody),
+        (status = 409, description = "New name already used in this account", body = ErrorBody),
+        (status = 413, description = "Bundle or body over its limit", body = ErrorBody),
+        (status = 415, description = "Unsupported content type", body = ErrorBody),
+        (status = 422, description = "A field breaks a rule", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(tool.id = %tool_id))]
+pub async fn update_tool(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(tool_id): Path<String>,
+    req: Request,
+) -> ApiResult<Json<ToolView>> {
+    let id = parse_tool_id(&tool_id)?;
+    let upload = read_upload::<UpdateToolJson>(req, &state).await?;
+    let mut patch = validate_changes(
+        upload.manifest.unwrap_or_default(),
+        &state.settings().limits,
+    )?;
+    let nothing = patch.name.is_none()
+        && patch.description.is_none()
+        && patch.input_schema.is_none()
+        && patch.default_config.is_none()
+        && upload.bundle.is_none();
+    if nothing {
+        return Err(ApiError::bad_field("body", "the request changes nothing"));
+    }
+    // Check the tool is the caller's before storing any bytes for it.
+    tools::get(state.pool(), &account, id)
+        .await
+        .map_err(tool_not_found)?;
+    if let Some(bundle) = upload.bundle {
+        let stored = state.bundles().put(bundle).await?;
+        patch.bundle = Some((stored.sha256, stored.size as i64));
+    }
+    let record = tools::update(state.pool(), &account, id, patch)
+        .await
+        .map_err(tool_not_found)?;
+    Ok(Json(record.into()))
+}

@@ -1,0 +1,171 @@
+//! Request and response bodies of the tool routes, in their wire spelling.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use toolserver_store::ToolRecord;
+use utoipa::ToSchema;
+
+/// A tool as the API shows it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolView {
+    /// Stable id, `tool_` + 32 hex characters.
+    pub tool_id: String,
+    /// Model-facing name, unique in the account.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the input (an object schema).
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// Configuration that agent options merge over.
+    #[schema(value_type = Object)]
+    pub default_config: Value,
+    /// SHA-256 of the current bundle (hex).
+    pub bundle_sha256: String,
+    /// Size of the current bundle in bytes.
+    pub bundle_size: i64,
+    /// 1 on upload, plus one per update.
+    pub version: i32,
+    /// Upload time (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    /// Last change (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: OffsetDateTime,
+}
+
+impl From<ToolRecord> for ToolView {
+    fn from(tool: ToolRecord) -> Self {
+        Self {
+            tool_id: tool.id.to_string(),
+            name: tool.name,
+            description: tool.description,
+            input_schema: tool.input_schema.as_value().clone(),
+            default_config: tool.default_config.to_value(),
+            bundle_sha256: tool.bundle_sha256.to_hex(),
+            bundle_size: tool.bundle_size,
+            version: tool.version,
+            created_at: tool.created_at,
+            updated_at: tool.updated_at,
+        }
+    }
+}
+
+/// The manifest of a tool: everything but its code.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolManifest {
+    /// Model-facing name: 1-64 letters, digits, `_` or `-`.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the input; must compile and have `"type": "object"`.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// Default configuration object.
+    #[schema(value_type = Option<Object>)]
+    pub default_config: Option<Value>,
+}
+
+/// Upload as JSON: the manifest plus the bundle in base64.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateToolJson {
+    /// Model-facing name: 1-64 letters, digits, `_` or `-`.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the input; must compile and have `"type": "object"`.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// Default configuration object.
+    #[schema(value_type = Option<Object>)]
+    pub default_config: Option<Value>,
+    /// The bundled ESM module, base64 (standard alphabet, padded).
+    pub bundle: String,
+}
+
+/// Upload as `multipart/form-data`.
+#[derive(Debug, ToSchema)]
+pub struct CreateToolForm {
+    /// JSON text of a [`ToolManifest`].
+    #[schema(value_type = String, content_media_type = "application/json")]
+    pub manifest: String,
+    /// The bundled ESM module.
+    #[schema(value_type = String, format = Binary)]
+    pub bundle: Vec<u8>,
+}
+
+/// Changes as JSON; omitted fields stay as they are.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateToolJson {
+    /// New model-facing name.
+    pub name: Option<String>,
+    /// New description.
+    pub description: Option<String>,
+    /// New input schema.
+    #[schema(value_type = Option<Object>)]
+    pub input_schema: Option<Value>,
+    /// New default configuration (replaces the old one whole).
+    #[schema(value_type = Option<Object>)]
+    pub default_config: Option<Value>,
+    /// New bundle, base64.
+    pub bundle: Option<String>,
+}
+
+/// Changes as `multipart/form-data`: an optional `manifest` part holding
+/// [`UpdateToolJson`] fields (without `bundle`) and an optional `bundle` part.
+#[derive(Debug, ToSchema)]
+pub struct UpdateToolForm {
+    /// JSON text of the changed manifest fields.
+    #[schema(value_type = Option<String>, content_media_type = "application/json")]
+    pub manifest: Option<String>,
+    /// The new bundled ESM module.
+    #[schema(value_type = Option<String>, format = Binary)]
+    pub bundle: Option<Vec<u8>>,
+}
+
+/// One page of tools.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPage {
+    /// Tools in creation order.
+    pub tools: Vec<ToolView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A short-lived download link for a tool's bundle.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleUrlView {
+    /// GET this URL (no token needed) until it expires.
+    pub url: String,
+    /// When the link stops working (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+    /// SHA-256 of the bundle the link serves.
+    pub bundle_sha256: String,
+}
+
+/// The manifest fields of an update, as found in a multipart `manifest` part.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateManifest {
+    /// New model-facing name.
+    pub name: Option<String>,
+    /// New description.
+    pub description: Option<String>,
+    /// New input schema.
+    #[schema(value_type = Option<Object>)]
+    pub input_schema: Option<Value>,
+    /// New default configuration.
+    #[schema(value_type = Option<Object>)]
+    pub default_config: Option<Value>,
+}

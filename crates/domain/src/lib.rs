@@ -1,0 +1,12 @@
+//! Pure domain types for toolserver: identifiers, tool manifests and their
+//! validation rules. Nothing here performs I/O; values that exist are valid.
+
+pub mod account;
+pub mod digest;
+pub mod tool;
+pub mod validation;
+
+pub use account::AccountId;
+pub use digest::Sha256Digest;
+pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
+pub use validation::ValidationError;

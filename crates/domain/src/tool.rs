@@ -1,0 +1,313 @@
+//! Uploaded tool manifests: the model-facing name, description, input schema
+//! and default configuration, each parsed once and valid by construction.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::ValidationError;
+
+/// Limits applied to uploaded tools; every one is configurable by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// Largest accepted bundle, in bytes (inclusive).
+    pub max_bundle_bytes: usize,
+    /// Longest accepted description, in characters.
+    pub max_description_chars: usize,
+    /// Largest accepted `inputSchema`, in bytes of compact JSON.
+    pub max_schema_bytes: usize,
+    /// Largest accepted `defaultConfig`, in bytes of compact JSON.
+    pub max_config_bytes: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        Self {
+            max_bundle_bytes: 1_048_576,
+            max_description_chars: 4096,
+            max_schema_bytes: 65_536,
+            max_config_bytes: 65_536,
+        }
+    }
+}
+
+/// The prefix of every public tool id.
+const TOOL_ID_PREFIX: &str = "tool_";
+
+/// A stable tool identifier, shown as `tool_` followed by 32 hex characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolId(Uuid);
+
+impl ToolId {
+    /// A new, time-ordered id (UUIDv7), so listing by id follows creation order.
+    pub fn generate() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// Wraps a stored UUID.
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+
+    /// The UUID as stored in the database.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// Parses the public form; anything else is `None` (callers answer 404).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let hex = raw.strip_prefix(TOOL_ID_PREFIX)?;
+        if hex.len() != 32 {
+            return None;
+        }
+        Uuid::try_parse(hex).ok().map(Self)
+    }
+}
+
+impl fmt::Display for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{TOOL_ID_PREFIX}{}", self.0.simple())
+    }
+}
+
+/// The model-facing tool name: 1 to 64 letters, digits, `_` or `-`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ToolName(String);
+
+impl ToolName {
+    /// Parses a name under the rules model providers accept for function names.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let ok = (1..=64).contains(&raw.len())
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(ValidationError::new(
+                "name",
+                "must be 1-64 characters of letters, digits, '_' or '-'",
+            ))
+        }
+    }
+
+    /// The name as shown to models.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The model-facing description of a tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDescription(String);
+
+impl ToolDescription {
+    /// Parses a description: not blank, at most `limits.max_description_chars` characters.
+    pub fn parse(raw: &str, limits: &ToolLimits) -> Result<Self, ValidationError> {
+        if raw.trim().is_empty() {
+            return Err(ValidationError::new("description", "must not be empty"));
+        }
+        let chars = raw.chars().count();
+        if chars > limits.max_description_chars {
+            return Err(ValidationError::new(
+                "description",
+                format!(
+                    "is {chars} characters; the limit is {}",
+                    limits.max_description_chars
+                ),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The description text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A JSON Schema for tool input that compiles and describes an object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputSchema(Value);
+
+impl InputSchema {
+    /// Parses a schema: a JSON object with `"type": "object"` that compiles as JSON Schema.
+    pub fn parse(value: Value, limits: &ToolLimits) -> Result<Self, ValidationError> {
+        const FIELD: &str = "inputSchema";
+        check_size(FIELD, &value, limits.max_schema_bytes)?;
+        let Some(object) = value.as_object() else {
+            return Err(ValidationError::new(FIELD, "must be a JSON object"));
+        };
+        if object.get("type") != Some(&Value::String("object".into())) {
+            return Err(ValidationError::new(
+                FIELD,
+                "must have \"type\": \"object\" at the top level",
+            ));
+        }
+        jsonschema::validator_for(&value).map_err(|err| {
+            ValidationError::new(FIELD, format!("is not a valid JSON Schema: {err}"))
+        })?;
+        Ok(Self(value))
+    }
+
+    /// Wraps a schema that was validated before it was stored.
+    pub fn from_stored(value: Value) -> Self {
+        Self(value)
+    }
+
+    /// The schema document.
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    /// Validates `input` against the schema, returning every violation as text.
+    pub fn check(&self, input: &Value) -> Result<(), Vec<String>> {
+        let validator = jsonschema::validator_for(&self.0)
+            .map_err(|err| vec![format!("stored schema no longer compiles: {err}")])?;
+        let errors: Vec<String> = validator
+            .iter_errors(input)
+            .map(|err| {
+                let path = err.instance_path().to_string();
+                let at = if path.is_empty() { "/".into() } else { path };
+                format!("{at}: {err}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// A tool's configuration object (`defaultConfig`, or options merged over it).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolConfig(Map<String, Value>);
+
+impl ToolConfig {
+    /// Parses a configuration: it must be a JSON object within the size limit.
+    pub fn parse(value: Value, limits: &ToolLimits) -> Result<Self, ValidationError> {
+        const FIELD: &str = "defaultConfig";
+        check_size(FIELD, &value, limits.max_config_bytes)?;
+        match value {
+            Value::Object(map) => Ok(Self(map)),
+            _ => Err(ValidationError::new(FIELD, "must be a JSON object")),
+        }
+    }
+
+    /// Wraps a configuration that was validated before it was stored.
+    pub fn from_stored(map: Map<String, Value>) -> Self {
+        Self(map)
+    }
+
+    /// The configuration as a JSON value.
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.0.clone())
+    }
+
+    /// The configuration's keys and values.
+    pub fn as_map(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// This configuration with `overrides` applied key by key on top.
+    pub fn merged_with(&self, overrides: &Map<String, Value>) -> Self {
+        let mut merged = self.0.clone();
+        for (key, value) in overrides {
+            merged.insert(key.clone(), value.clone());
+        }
+        Self(merged)
+    }
+}
+
+fn check_size(field: &str, value: &Value, max: usize) -> Result<(), ValidationError> {
+    let size = serde_json::to_vec(value)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > max {
+        return Err(ValidationError::new(
+            field,
+            format!("is {size} bytes of JSON; the limit is {max}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tool_ids_round_trip_and_reject_foreign_forms() {
+        let id = ToolId::generate();
+        assert_eq!(ToolId::parse(&id.to_string()), Some(id));
+        let plain = id.as_uuid().to_string();
+        for bad in ["", "tool_", "tool_xyz", plain.as_str(), "agent_0123"] {
+            assert_eq!(ToolId::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_follow_function_name_rules() {
+        for ok in ["a", "my_tool", "Tool-2", &"x".repeat(64)] {
+            assert!(ToolName::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "has space", "dot.name", "ünï", &"x".repeat(65)] {
+            let err = ToolName::parse(bad).unwrap_err();
+            assert_eq!(err.field, "name");
+        }
+    }
+
+    #[test]
+    fn schemas_must_be_compilable_objects() {
+        let limits = ToolLimits::default();
+        let good = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        assert!(InputSchema::parse(good, &limits).is_ok());
+        let cases = [
+            json!([]),
+            json!({"type": "string"}),
+            json!({"properties": {}}),
+            json!({"type": "object", "properties": {"q": {"type": "nonsense"}}}),
+            json!({"type": "object", "minProperties": -1}),
+        ];
+        for bad in cases {
+            let err = InputSchema::parse(bad.clone(), &limits).unwrap_err();
+            assert_eq!(err.field, "inputSchema", "{bad}");
+        }
+    }
+
+    #[test]
+    fn schema_check_reports_each_violation() {
+        let schema = InputSchema::parse(
+            json!({"type": "object", "required": ["q"], "properties": {"n": {"type": "integer"}}}),
+            &ToolLimits::default(),
+        )
+        .unwrap();
+        assert!(schema.check(&json!({"q": "x", "n": 1})).is_ok());
+        let errors = schema.check(&json!({"n": "one"})).unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+
+    #[test]
+    fn config_merges_over_defaults() {
+        let base = ToolConfig::parse(json!({"a": 1, "b": 2}), &ToolLimits::default()).unwrap();
+        let over = json!({"b": 3, "c": 4});
+        let merged = base.merged_with(over.as_object().unwrap());
+        assert_eq!(merged.to_value(), json!({"a": 1, "b": 3, "c": 4}));
+        assert!(ToolConfig::parse(json!("x"), &ToolLimits::default()).is_err());
+    }
+
+    #[test]
+    fn descriptions_are_bounded() {
+        let limits = ToolLimits {
+            max_description_chars: 5,
+            ..ToolLimits::default()
+        };
+        assert!(ToolDescription::parse("hello", &limits).is_ok());
+        assert!(ToolDescription::parse("hello!", &limits).is_err());
+        assert!(ToolDescription::parse("   ", &limits).is_err());
+    }
+}

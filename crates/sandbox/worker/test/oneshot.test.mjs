@@ -1,0 +1,87 @@
+// oneshot.mjs: one request on stdin, NDJSON frames on stdout, exit 0.
+
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { invokeRequest, makeBundle, runOneshot, tempDir } from './helpers.mjs';
+
+const TEST = { timeout: 10_000 };
+
+test('a plain return is a final frame', TEST, async (t) => {
+  const cache = await tempDir(t);
+  const tool = makeBundle('export default { async execute(ctx, input) { return { sum: input.a + input.b } } };');
+  const result = await runOneshot(invokeRequest(tool, { input: { a: 2, b: 3 } }), cache);
+  assert.deepEqual(result.frames, [{ t: 'final', value: { sum: 5 } }]);
+  assert.equal(result.code, 0);
+  assert.deepEqual(await readFile(join(cache, tool.sha256, 'bundle.mjs')), tool.bytes);
+});
+
+test('a generator is drained to its last value, reported as one final frame', TEST, async (t) => {
+  const cache = await tempDir(t);
+  const tool = makeBundle(`
+export default {
+  async *execute(ctx, input) {
+    for (let i = 1; i <= input.n; i++) yield { i };
+  },
+};
+`);
+  for (const [n, value] of [[3, { i: 3 }], [0, null]]) {
+    const result = await runOneshot(invokeRequest(tool, { input: { n } }), cache);
+    assert.deepEqual(result.frames, [{ t: 'final', value }]);
+    assert.equal(result.code, 0);
+  }
+});
+
+test('a throw is an error frame', TEST, async (t) => {
+  const tool = makeBundle("export default { execute() { throw new TypeError('bad input'); } };");
+  const result = await runOneshot(invokeRequest(tool), await tempDir(t));
+  assert.deepEqual(result.frames, [{ t: 'error', name: 'TypeError', message: 'bad input' }]);
+  assert.equal(result.code, 0);
+});
+
+test('console output becomes log frames and never corrupts stdout', TEST, async (t) => {
+  const tool = makeBundle(`
+console.log('loading');
+export default {
+  execute(ctx) {
+    console.log('hello', { a: 1 });
+    console.dir({ b: 2 });
+    console.error('oops');
+    ctx.log('via ctx');
+    return 'ok';
+  },
+};
+`);
+  const result = await runOneshot(invokeRequest(tool), await tempDir(t));
+  assert.deepEqual(result.frames, [
+    { t: 'log', level: 'log', message: 'loading' },
+    { t: 'log', level: 'log', message: 'hello { a: 1 }' },
+    { t: 'log', level: 'log', message: '{ b: 2 }' },
+    { t: 'log', level: 'error', message: 'oops' },
+    { t: 'log', level: 'info', message: 'via ctx' },
+    { t: 'final', value: 'ok' },
+  ]);
+});
+
+test('the deadline ends a tool that keeps the process busy, and the process exits', TEST, async (t) => {
+  const tool = makeBundle(`
+export default {
+  async *execute() {
+    setInterval(() => {}, 1000);
+    yield 1;
+    await new Promise(() => {});
+  },
+};
+`);
+  const result = await runOneshot(invokeRequest(tool, { deadlineMs: 200 }), await tempDir(t));
+  assert.deepEqual(result.frames, [{ t: 'error', name: 'DeadlineExceeded', message: 'deadline of 200 ms exceeded' }]);
+  assert.equal(result.code, 0);
+});
+
+test('a malformed request is a BadRequest error frame', TEST, async (t) => {
+  const result = await runOneshot('{"callId":', await tempDir(t));
+  assert.equal(result.frames.length, 1);
+  assert.equal(result.frames[0].name, 'BadRequest');
+  assert.equal(result.code, 0);
+});

@@ -1,0 +1,36 @@
+//! Storage errors, classified so the HTTP boundary can map each to a status.
+
+/// What went wrong talking to Postgres.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The row does not exist for this account.
+    #[error("not found")]
+    NotFound,
+    /// A named unique constraint refused the write.
+    #[error("conflict on {constraint}")]
+    Conflict {
+        /// The constraint that was violated, e.g. `tools_account_name_key`.
+        constraint: String,
+    },
+    /// No connection could be had in time, or the database is unreachable.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// Any other database failure (a bug or an unexpected state).
+    #[error("database error: {0}")]
+    Other(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::RowNotFound => Self::NotFound,
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                Self::Unavailable(err)
+            }
+            sqlx::Error::Database(db) if db.is_unique_violation() => Self::Conflict {
+                constraint: db.constraint().unwrap_or("unknown").to_owned(),
+            },
+            _ => Self::Other(err),
+        }
+    }
+}

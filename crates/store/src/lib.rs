@@ -1,0 +1,12 @@
+//! Postgres persistence for toolserver. Every query that touches a tenant's
+//! data takes the [`AccountId`](toolserver_domain::AccountId) and filters by
+//! it, so another account's rows are indistinguishable from missing ones.
+
+pub mod accounts;
+pub mod error;
+pub mod pool;
+pub mod tools;
+
+pub use error::StoreError;
+pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
+pub use tools::{NewTool, ToolPatch, ToolRecord};

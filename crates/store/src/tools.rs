@@ -1,0 +1,235 @@
+//! The `tools` table: uploaded tool manifests and the bundle each points at.
+
+use serde_json::Value;
+use sqlx::{FromRow, PgPool};
+use time::OffsetDateTime;
+use toolserver_domain::{
+    AccountId, InputSchema, Sha256Digest, ToolConfig, ToolDescription, ToolId, ToolName,
+};
+use uuid::Uuid;
+
+use crate::{accounts, StoreError};
+
+/// A stored tool as read back from the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRecord {
+    /// The tool's public id.
+    pub id: ToolId,
+    /// Model-facing name, unique within the account.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the tool's input.
+    pub input_schema: InputSchema,
+    /// Configuration that per-agent options merge over.
+    pub default_config: ToolConfig,
+    /// Content address of the current bundle.
+    pub bundle_sha256: Sha256Digest,
+    /// Size of the current bundle in bytes.
+    pub bundle_size: i64,
+    /// Starts at 1; every update adds one.
+    pub version: i32,
+    /// When the tool was uploaded.
+    pub created_at: OffsetDateTime,
+    /// When the tool last changed.
+    pub updated_at: OffsetDateTime,
+}
+
+/// A validated tool to insert.
+#[derive(Debug, Clone)]
+pub struct NewTool {
+    /// Model-facing name.
+    pub name: ToolName,
+    /// Model-facing description.
+    pub description: ToolDescription,
+    /// JSON Schema of the input.
+    pub input_schema: InputSchema,
+    /// Default configuration.
+    pub default_config: ToolConfig,
+    /// Content address of the stored bundle.
+    pub bundle_sha256: Sha256Digest,
+    /// Size of the stored bundle in bytes.
+    pub bundle_size: i64,
+}
+
+/// Validated changes to a tool; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct ToolPatch {
+    /// New model-facing name.
+    pub name: Option<ToolName>,
+    /// New description.
+    pub description: Option<ToolDescription>,
+    /// New input schema.
+    pub input_schema: Option<InputSchema>,
+    /// New default configuration (replaces the old one whole).
+    pub default_config: Option<ToolConfig>,
+    /// New bundle: its content address and size.
+    pub bundle: Option<(Sha256Digest, i64)>,
+}
+
+#[derive(FromRow)]
+struct ToolRow {
+    id: Uuid,
+    name: String,
+    description: String,
+    input_schema: Value,
+    default_config: Value,
+    bundle_sha256: String,
+    bundle_size: i64,
+    version: i32,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+}
+
+const COLUMNS: &str = "id, name, description, input_schema, default_config, bundle_sha256, \
+                       bundle_size, version, created_at, updated_at";
+
+impl TryFrom<ToolRow> for ToolRecord {
+    type Error = StoreError;
+
+    fn try_from(row: ToolRow) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| {
+            StoreError::Other(sqlx::Error::Decode(
+                format!("tool {}: stored {what} is malformed", row.id).into(),
+            ))
+        };
+        let bundle_sha256 =
+            Sha256Digest::parse(&row.bundle_sha256).map_err(|_| corrupt("bundle_sha256"))?;
+        let default_config = match row.default_config {
+            Value::Object(map) => ToolConfig::from_stored(map),
+            _ => return Err(corrupt("default_config")),
+        };
+        Ok(Self {
+            id: ToolId::from_uuid(row.id),
+            name: row.name,
+            description: row.description,
+            input_schema: InputSchema::from_stored(row.input_schema),
+            default_config,
+            bundle_sha256,
+            bundle_size: row.bundle_size,
+            version: row.version,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// Inserts a tool for `account`, creating the account row on its first write.
+/// A name already used in the account fails with `Conflict { tools_account_name_key }`.
+#[tracing::instrument(skip(pool, tool), fields(account.id = %account, tool.name = tool.name.as_str()), err)]
+pub async fn insert(
+    pool: &PgPool,
+    account: &AccountId,
+    tool: NewTool,
+) -> Result<ToolRecord, StoreError> {
+    let mut tx = pool.begin().await?;
+    accounts::ensure(&mut *tx, account).await?;
+    let row: ToolRow = sqlx::query_as(&format!(
+        "INSERT INTO tools (id, account_id, name, description, input_schema, default_config, \
+                            bundle_sha256, bundle_size) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLUMNS}"
+    ))
+    .bind(ToolId::generate().as_uuid())
+    .bind(account.as_str())
+    .bind(tool.name.as_str())
+    .bind(tool.description.as_str())
+    .bind(tool.input_schema.as_value())
+    .bind(tool.default_config.to_value())
+    .bind(tool.bundle_sha256.to_hex())
+    .bind(tool.bundle_size)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    row.try_into()
+}
+
+/// Reads one of `account`'s tools.
+#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id), err)]
+pub async fn get(pool: &PgPool, account: &AccountId, id: ToolId) -> Result<ToolRecord, StoreError> {
+    let row: ToolRow = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM tools WHERE account_id = $1 AND id = $2"
+    ))
+    .bind(account.as_str())
+    .bind(id.as_uuid())
+    .fetch_one(pool)
+    .await?;
+    row.try_into()
+}
+
+/// One page of `account`'s tools in creation order, starting after `after`.
+/// Returns up to `limit` tools and whether more follow.
+#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+pub async fn list(
+    pool: &PgPool,
+    account: &AccountId,
+    after: Option<ToolId>,
+    limit: u32,
+) -> Result<(Vec<ToolRecord>, bool), StoreError> {
+    let rows: Vec<ToolRow> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM tools \
+         WHERE account_id = $1 AND ($2::uuid IS NULL OR id > $2) \
+         ORDER BY id LIMIT $3"
+    ))
+    .bind(account.as_str())
+    .bind(after.map(|id| id.as_uuid()))
+    .bind(i64::from(limit) + 1)
+    .fetch_all(pool)
+    .await?;
+    let has_more = rows.len() > limit as usize;
+    let tools = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(ToolRecord::try_from)
+        .collect::<Result<_, _>>()?;
+    Ok((tools, has_more))
+}
+
+/// Applies `patch` to one of `account`'s tools in a single statement and bumps its version.
+#[tracing::instrument(skip(pool, patch), fields(account.id = %account, tool.id = %id), err)]
+pub async fn update(
+    pool: &PgPool,
+    account: &AccountId,
+    id: ToolId,
+    patch: ToolPatch,
+) -> Result<ToolRecord, StoreError> {
+    let (sha, size) = patch
+        .bundle
+        .map_or((None, None), |(sha, size)| (Some(sha.to_hex()), Some(size)));
+    let row: ToolRow = sqlx::query_as(&format!(
+        "UPDATE tools SET \
+             name = COALESCE($3, name), \
+             description = COALESCE($4, description), \
+             input_schema = COALESCE($5, input_schema), \
+             default_config = COALESCE($6, default_config), \
+             bundle_sha256 = COALESCE($7, bundle_sha256), \
+             bundle_size = COALESCE($8, bundle_size), \
+             version = version + 1, \
+             updated_at = now() \
+         WHERE account_id = $1 AND id = $2 RETURNING {COLUMNS}"
+    ))
+    .bind(account.as_str())
+    .bind(id.as_uuid())
+    .bind(patch.name.as_ref().map(ToolName::as_str))
+    .bind(patch.description.as_ref().map(ToolDescription::as_str))
+    .bind(patch.input_schema.as_ref().map(InputSchema::as_value))
+    .bind(patch.default_config.as_ref().map(ToolConfig::to_value))
+    .bind(sha)
+    .bind(size)
+    .fetch_one(pool)
+    .await?;
+    row.try_into()
+}
+
+/// Deletes one of `account`'s tools.
+#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id), err)]
+pub async fn delete(pool: &PgPool, account: &AccountId, id: ToolId) -> Result<(), StoreError> {
+    let done = sqlx::query("DELETE FROM tools WHERE account_id = $1 AND id = $2")
+        .bind(account.as_str())
+        .bind(id.as_uuid())
+        .execute(pool)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}

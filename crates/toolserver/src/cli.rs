@@ -1,0 +1,74 @@
+//! Subcommands: `serve`, `migrate`, `openapi`, `token`.
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{AuthConfig, DatabaseConfig, ServeConfig};
+use crate::{keys, startup};
+
+/// Multi-tenant tool execution server.
+#[derive(Debug, Parser)]
+#[command(name = "toolserver", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server (migrating the database first).
+    Serve(Box<ServeConfig>),
+    /// Apply pending database migrations and exit.
+    Migrate(DatabaseConfig),
+    /// Print the OpenAPI document (YAML) of the HTTP API.
+    Openapi,
+    /// Mint an HS256 bearer token for an account, with the configured secret
+    /// (or the development secret in the data directory).
+    Token(Box<TokenArgs>),
+}
+
+/// Arguments of `toolserver token`.
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// The account the token speaks for.
+    #[arg(long)]
+    pub account: String,
+    /// Lifetime in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub ttl_secs: i64,
+    /// Token settings.
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    /// Only the data directory is used, to find the development secret.
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(config) => startup::serve(*config).await,
+        Command::Migrate(config) => startup::migrate_only(&config).await,
+        Command::Openapi => {
+            print!("{}", toolserver_api::openapi().to_yaml()?);
+            Ok(())
+        }
+        Command::Token(args) => {
+            let secret = match &args.auth.jwt_secret {
+                Some(secret) => secret.clone(),
+                None => keys::load_or_create_secret(&startup::dev_secret_path(&args.database))?,
+            };
+            let token = keys::mint_hs256(
+                &secret,
+                &args.auth.jwt_account_claim,
+                &args.account,
+                args.ttl_secs,
+                args.auth.jwt_issuer.as_deref(),
+                args.auth.jwt_audience.as_deref(),
+            )?;
+            println!("{token}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Typed configuration, read from environment variables (or the equivalent
+//! command-line flags). Every setting, its variable and its default are listed
+//! here and in the README; a bad value stops the server at start.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use url::Url;
+
+/// Settings of `toolserver serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address and port to listen on (`TOOLSERVER_BIND`).
+    #[arg(long, env = "TOOLSERVER_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Base URL clients and runners use to reach this server; signed bundle
+    /// links start with it (`TOOLSERVER_PUBLIC_URL`, default `http://<bind>`).
+    #[arg(long, env = "TOOLSERVER_PUBLIC_URL")]
+    pub public_url: Option<Url>,
+    /// Seconds in-flight requests get to finish after SIGTERM (`TOOLSERVER_SHUTDOWN_GRACE_SECS`).
+    #[arg(long, env = "TOOLSERVER_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    /// Bundle store settings.
+    #[command(flatten)]
+    pub bundles: BundleConfig,
+    /// Token verification settings.
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    /// Request and upload limits.
+    #[command(flatten)]
+    pub limits: LimitsConfig,
+    /// Logging settings.
+    #[command(flatten)]
+    pub log: LogConfig,
+}
+
+/// Where Postgres is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseConfig {
+    /// Postgres URL (`DATABASE_URL`). Unset: a private cluster is started
+    /// under the data directory with the machine's PostgreSQL binaries.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Directory for local state: the private cluster, the filesystem bundle
+    /// store, development keys (`TOOLSERVER_DATA_DIR`).
+    #[arg(long, env = "TOOLSERVER_DATA_DIR", default_value = ".toolserver")]
+    pub data_dir: PathBuf,
+    /// Directory with `initdb` and `pg_ctl` for the private cluster
+    /// (`TOOLSERVER_POSTGRES_BIN_DIR`; default: the newest
+    /// `/usr/lib/postgresql/<version>/bin`, then `PATH`).
+    #[arg(long, env = "TOOLSERVER_POSTGRES_BIN_DIR")]
+    pub postgres_bin_dir: Option<PathBuf>,
+    /// Largest number of pooled connections (`TOOLSERVER_DB_MAX_CONNECTIONS`).
+    #[arg(long, env = "TOOLSERVER_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+    /// Milliseconds a query waits for a pooled connection before answering 503
+    /// (`TOOLSERVER_DB_ACQUIRE_TIMEOUT_MS`).
+    #[arg(long, env = "TOOLSERVER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    pub db_acquire_timeout_ms: u64,
+}
+
+/// Which bundle store backend to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BundleBackend {
+    /// Files under `TOOLSERVER_BUNDLE_DIR`.
+    Fs,
+    /// An S3 bucket (AWS or S3-compatible).
+    S3,
+}
+
+/// Bundle store settings.
+#[derive(Debug, Clone, Args)]
+pub struct BundleConfig {
+    /// `fs` or `s3` (`TOOLSERVER_BUNDLE_STORE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_BUNDLE_STORE",
+        value_enum,
+        default_value = "fs"
+    )]
+    pub bundle_store: BundleBackend,
+    /// Directory of the filesystem store (`TOOLSERVER_BUNDLE_DIR`, default `<data dir>/bundles`).
+    #[arg(long, env = "TOOLSERVER_BUNDLE_DIR")]
+    pub bundle_dir: Option<PathBuf>,
+    /// Key for signing filesystem download links (`TOOLSERVER_BUNDLE_URL_SECRET`;
+    /// default: generated once and kept in `<data dir>/bundle-url.key`).
+    #[arg(long, env = "TOOLSERVER_BUNDLE_URL_SECRET", hide_env_values = true)]
+    pub bundle_url_secret: Option<String>,
+    /// Lifetime of signed bundle links in seconds (`TOOLSERVER_BUNDLE_URL_TTL_SECS`).
+    #[arg(long, env = "TOOLSERVER_BUNDLE_URL_TTL_SECS", default_value_t = 300)]
+    pub bundle_url_ttl_secs: u64,
+    /// S3 bucket (`TOOLSERVER_S3_BUCKET`; required with the s3 store).
+    #[arg(long, env = "TOOLSERVER_S3_BUCKET")]
+    pub s3_bucket: Option<String>,
+    /// Key prefix inside the bucket (`TOOLSERVER_S3_PREFIX`).
+    #[arg(long, env = "TOOLSERVER_S3_PREFIX", default_value = "bundles/")]
+    pub s3_prefix: String,
+    /// Region (`TOOLSERVER_S3_REGION`).
+    #[arg(long, env = "TOOLSERVER_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+    /// Endpoint of an S3-compatible store; unset for AWS (`TOOLSERVER_S3_ENDPOINT`).
+    #[arg(long, env = "TOOLSERVER_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// Path-style addressing, needed by most S3-compatible stores (`TOOLSERVER_S3_FORCE_PATH_STYLE`).
+    #[arg(long, env = "TOOLSERVER_S3_FORCE_PATH_STYLE", default_value_t = false)]
+    pub s3_force_path_style: bool,
+    /// Access key id; unset: the standard AWS credential chain (`TOOLSERVER_S3_ACCESS_KEY_ID`).
+    #[arg(long, env = "TOOLSERVER_S3_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+    /// Secret access key (`TOOLSERVER_S3_SECRET_ACCESS_KEY`).
+    #[arg(long, env = "TOOLSERVER_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+}
+
+/// The accepted token algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum JwtAlgorithm {
+    /// HMAC-SHA256 with a shared secret.
+    Hs256,
+    /// RSA PKCS#1 v1.5 with SHA-256.
+    Rs256,
+    /// ECDSA P-256 with SHA-256.
+    Es256,
+}
+
+/// Token verification settings.
+#[derive(Debug, Clone, Args)]
+pub struct AuthConfig {
+    /// The only accepted algorithm (`TOOLSERVER_JWT_ALGORITHM`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_JWT_ALGORITHM",
+        value_enum,
+        default_value = "HS256"
+    )]
+    pub jwt_algorithm: JwtAlgorithm,
+    /// HS256 shared secret (`TOOLSERVER_JWT_SECRET`).
+    #[arg(long, env = "TOOLSERVER_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// PEM file with the RS256/ES256 public key (`TOOLSERVER_JWT_PUBLIC_KEY_FILE`).
+    #[arg(long, env = "TOOLSERVER_JWT_PUBLIC_KEY_FILE")]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// JWKS URL publishing RS256/ES256 keys by `kid` (`TOOLSERVER_JWT_JWKS_URL`).
+    #[arg(long, env = "TOOLSERVER_JWT_JWKS_URL")]
+    pub jwt_jwks_url: Option<Url>,
+    /// Least seconds between JWKS refetches on an unknown `kid` (`TOOLSERVER_JWT_JWKS_REFRESH_SECS`).
+    #[arg(long, env = "TOOLSERVER_JWT_JWKS_REFRESH_SECS", default_value_t = 60)]
+    pub jwt_jwks_refresh_secs: u64,
+    /// Required `iss` claim (`TOOLSERVER_JWT_ISSUER`).
+    #[arg(long, env = "TOOLSERVER_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// Required `aud` claim (`TOOLSERVER_JWT_AUDIENCE`).
+    #[arg(long, env = "TOOLSERVER_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// Claim that names the account (`TOOLSERVER_JWT_ACCOUNT_CLAIM`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_JWT_ACCOUNT_CLAIM",
+        default_value = "account_id"
+    )]
+    pub jwt_account_claim: String,
+    /// Seconds of clock skew tolerated on `exp`/`nbf` (`TOOLSERVER_JWT_LEEWAY_SECS`).
+    #[arg(long, env = "TOOLSERVER_JWT_LEEWAY_SECS", default_value_t = 30)]
+    pub jwt_leeway_secs: u64,
+}
+
+/// Request and upload limits.
+#[derive(Debug, Clone, Args)]
+pub struct LimitsConfig {
+    /// Largest bundle in bytes, inclusive (`TOOLSERVER_MAX_BUNDLE_BYTES`).
+    #[arg(long, env = "TOOLSERVER_MAX_BUNDLE_BYTES", default_value_t = 1_048_576)]
+    pub max_bundle_bytes: usize,
+    /// Longest tool description in characters (`TOOLSERVER_MAX_DESCRIPTION_CHARS`).
+    #[arg(long, env = "TOOLSERVER_MAX_DESCRIPTION_CHARS", default_value_t = 4096)]
+    pub max_description_chars: usize,
+    /// Largest `inputSchema` in bytes of JSON (`TOOLSERVER_MAX_SCHEMA_BYTES`).
+    #[arg(long, env = "TOOLSERVER_MAX_SCHEMA_BYTES", default_value_t = 65_536)]
+    pub max_schema_bytes: usize,
+    /// Largest `defaultConfig` in bytes of JSON (`TOOLSERVER_MAX_CONFIG_BYTES`).
+    #[arg(long, env = "TOOLSERVER_MAX_CONFIG_BYTES", default_value_t = 65_536)]
+    pub max_config_bytes: usize,
+    /// Largest request body in bytes (`TOOLSERVER_MAX_REQUEST_BYTES`; default:
+    /// room for a base64 bundle of the largest size plus its manifest).
+    #[arg(long, env = "TOOLSERVER_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+    /// Seconds a request may take to produce its response (`TOOLSERVER_REQUEST_TIMEOUT_SECS`).
+    #[arg(long, env = "TOOLSERVER_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+    /// Page size of list routes when none is asked for (`TOOLSERVER_DEFAULT_PAGE_SIZE`).
+    #[arg(long, env = "TOOLSERVER_DEFAULT_PAGE_SIZE", default_value_t = 50)]
+    pub default_page_size: u32,
+    /// Largest page size of list routes (`TOOLSERVER_MAX_PAGE_SIZE`).
+    #[arg(long, env = "TOOLSERVER_MAX_PAGE_SIZE", default_value_t = 200)]
+    pub max_page_size: u32,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the request span's fields.
+    Json,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, Args)]
+pub struct LogConfig {
+    /// `text` or `json` (`TOOLSERVER_LOG_FORMAT`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// Filter directives, e.g. `info,toolserver_api=debug` (`RUST_LOG`).
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
+}

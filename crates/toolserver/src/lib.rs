@@ -1,0 +1,11 @@
+//! The toolserver program: configuration, startup and subcommands. `main.rs`
+//! only parses the command line and calls [`run`].
+
+pub mod cli;
+pub mod config;
+pub mod embedded_pg;
+pub mod keys;
+pub mod startup;
+pub mod telemetry;
+
+pub use cli::{run, Cli};

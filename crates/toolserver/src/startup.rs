@@ -1,0 +1,262 @@
+//! Building the running server from its configuration: database (external or
+//! embedded), migrations, bundle store, token verification, then the listener.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use sqlx::PgPool;
+use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
+use toolserver_api::{ApiSettings, AppState};
+use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
+use toolserver_domain::ToolLimits;
+use toolserver_store::PoolSettings;
+use url::Url;
+
+use crate::config::{
+    AuthConfig, BundleBackend, BundleConfig, DatabaseConfig, JwtAlgorithm, LimitsConfig,
+    ServeConfig,
+};
+use crate::embedded_pg::EmbeddedPostgres;
+use crate::{keys, telemetry};
+
+/// Lifetime of the development token printed at start.
+const DEV_TOKEN_TTL_SECS: i64 = 30 * 24 * 3600;
+
+/// Where the development JWT secret is kept.
+pub fn dev_secret_path(db: &DatabaseConfig) -> PathBuf {
+    db.data_dir.join("dev-jwt.key")
+}
+
+/// A connected, migrated database, and the private cluster behind it if any.
+struct Database {
+    pool: PgPool,
+    embedded: Option<EmbeddedPostgres>,
+}
+
+async fn open_database(config: &DatabaseConfig) -> anyhow::Result<Database> {
+    let (url, embedded) = match &config.database_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let (cluster, url) =
+                EmbeddedPostgres::start(&config.data_dir, config.postgres_bin_dir.as_deref())
+                    .await?;
+            (url, Some(cluster))
+        }
+    };
+    let settings = PoolSettings {
+        max_connections: config.db_max_connections,
+        acquire_timeout: Duration::from_millis(config.db_acquire_timeout_ms),
+    };
+    let pool = toolserver_store::connect(&url, settings)
+        .await
+        .context("connecting to Postgres")?;
+    toolserver_store::migrate(&pool)
+        .await
+        .context("applying migrations")?;
+    Ok(Database { pool, embedded })
+}
+
+/// `toolserver migrate`.
+pub async fn migrate_only(config: &DatabaseConfig) -> anyhow::Result<()> {
+    let db = open_database(config).await?;
+    println!("migrations applied");
+    if let Some(cluster) = db.embedded {
+        db.pool.close().await;
+        cluster.stop();
+    }
+    Ok(())
+}
+
+/// `toolserver serve`.
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    telemetry::init(&config.log)?;
+    let public_url = match &config.public_url {
+        Some(url) => url.clone(),
+        None => Url::parse(&format!("http://{}", config.bind))?,
+    };
+    let db = open_database(&config.database).await?;
+    let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
+    let dev_mode = config.database.database_url.is_none();
+    let auth = authenticator(&config.auth, &config.database, dev_mode)?;
+    let state = AppState::new(
+        db.pool.clone(),
+        bundles,
+        auth,
+        api_settings(&config.limits, &config.bundles),
+    );
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("binding {}", config.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, public_url = %public_url, "listening");
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    let result = toolserver_api::server::serve(
+        listener,
+        toolserver_api::app(state),
+        toolserver_api::server::termination_signal(),
+        grace,
+    )
+    .await;
+    db.pool.close().await;
+    if let Some(cluster) = db.embedded {
+        cluster.stop();
+    }
+    result.context("serving")
+}
+
+fn api_settings(limits: &LimitsConfig, bundles: &BundleConfig) -> ApiSettings {
+    let tool_limits = ToolLimits {
+        max_bundle_bytes: limits.max_bundle_bytes,
+        max_description_chars: limits.max_description_chars,
+        max_schema_bytes: limits.max_schema_bytes,
+        max_config_bytes: limits.max_config_bytes,
+    };
+    // Room for the largest bundle in base64 plus the largest manifest.
+    let default_body = limits.max_bundle_bytes.div_ceil(3) * 4
+        + limits.max_schema_bytes
+        + limits.max_config_bytes
+        + limits.max_description_chars * 4
+        + 64 * 1024;
+    ApiSettings {
+        limits: tool_limits,
+        signed_url_ttl: Duration::from_secs(bundles.bundle_url_ttl_secs),
+        default_page_size: limits.default_page_size,
+        max_page_size: limits.max_page_size,
+        max_request_bytes: limits.max_request_bytes.unwrap_or(default_body),
+        request_timeout: Duration::from_secs(limits.request_timeout_secs),
+    }
+}
+
+async fn bundle_store(
+    config: &BundleConfig,
+    db: &DatabaseConfig,
+    public_url: &Url,
+) -> anyhow::Result<Arc<dyn BundleStore>> {
+    match config.bundle_store {
+        BundleBackend::Fs => {
+            let key = match &config.bundle_url_secret {
+                Some(secret) => secret.clone(),
+                None => keys::load_or_create_secret(&db.data_dir.join("bundle-url.key"))?,
+            };
+            let signer = UrlSigner::new(key.into_bytes(), public_url.clone())
+                .context("TOOLSERVER_PUBLIC_URL cannot be a base URL")?;
+            let dir = config
+                .bundle_dir
+                .clone()
+                .unwrap_or_else(|| db.data_dir.join("bundles"));
+            Ok(Arc::new(FsBundleStore::open(dir, signer).await?))
+        }
+        BundleBackend::S3 => {
+            let bucket = config
+                .s3_bucket
+                .clone()
+                .context("TOOLSERVER_S3_BUCKET is required with TOOLSERVER_BUNDLE_STORE=s3")?;
+            let credentials = match (&config.s3_access_key_id, &config.s3_secret_access_key) {
+                (Some(key), Some(secret)) => Some((key.clone(), secret.clone())),
+                (None, None) => None,
+                _ => bail!("set both TOOLSERVER_S3_ACCESS_KEY_ID and TOOLSERVER_S3_SECRET_ACCESS_KEY, or neither"),
+            };
+            let store = S3BundleStore::connect(S3Settings {
+                bucket,
+                prefix: config.s3_prefix.clone(),
+                region: config.s3_region.clone(),
+                endpoint: config.s3_endpoint.clone(),
+                force_path_style: config.s3_force_path_style,
+                credentials,
+            })
+            .await;
+            store
+                .check_bucket()
+                .await
+                .context("the S3 bucket is not reachable")?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+fn authenticator(
+    config: &AuthConfig,
+    db: &DatabaseConfig,
+    dev_mode: bool,
+) -> anyhow::Result<Authenticator> {
+    let algorithm = match config.jwt_algorithm {
+        JwtAlgorithm::Hs256 => Algorithm::HS256,
+        JwtAlgorithm::Rs256 => Algorithm::RS256,
+        JwtAlgorithm::Es256 => Algorithm::ES256,
+    };
+    let settings = AuthSettings {
+        algorithm,
+        issuer: config.jwt_issuer.clone(),
+        audience: config.jwt_audience.clone(),
+        account_claim: config.jwt_account_claim.clone(),
+        leeway: Duration::from_secs(config.jwt_leeway_secs),
+    };
+    let keys = match (
+        algorithm,
+        &config.jwt_secret,
+        &config.jwt_public_key_file,
+        &config.jwt_jwks_url,
+    ) {
+        (Algorithm::HS256, Some(secret), None, None) => {
+            KeySource::Static(Arc::new(DecodingKey::from_secret(secret.as_bytes())))
+        }
+        (Algorithm::HS256, None, None, None) if dev_mode => {
+            KeySource::Static(Arc::new(DecodingKey::from_secret(
+                dev_secret(config, db)?.as_bytes(),
+            )))
+        }
+        (Algorithm::HS256, _, _, _) => {
+            bail!("HS256 needs TOOLSERVER_JWT_SECRET (and no public key or JWKS URL)")
+        }
+        (_, None, Some(path), None) => {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let key = match algorithm {
+                Algorithm::RS256 => DecodingKey::from_rsa_pem(&pem),
+                _ => DecodingKey::from_ec_pem(&pem),
+            }
+            .with_context(|| format!("{} is not a PEM public key for {algorithm:?}", path.display()))?;
+            KeySource::Static(Arc::new(key))
+        }
+        (_, None, None, Some(url)) => KeySource::Jwks(Arc::new(JwksKeys::new(
+            url.clone(),
+            reqwest_client()?,
+            Duration::from_secs(config.jwt_jwks_refresh_secs),
+        ))),
+        _ => bail!(
+            "{algorithm:?} needs exactly one of TOOLSERVER_JWT_PUBLIC_KEY_FILE or TOOLSERVER_JWT_JWKS_URL"
+        ),
+    };
+    Ok(Authenticator::new(&settings, keys))
+}
+
+/// Generates (once) the development secret and prints a ready-to-use token.
+fn dev_secret(config: &AuthConfig, db: &DatabaseConfig) -> anyhow::Result<String> {
+    let secret = keys::load_or_create_secret(&dev_secret_path(db))?;
+    let token = keys::mint_hs256(
+        &secret,
+        &config.jwt_account_claim,
+        "dev",
+        DEV_TOKEN_TTL_SECS,
+        config.jwt_issuer.as_deref(),
+        config.jwt_audience.as_deref(),
+    )?;
+    let token_path = db.data_dir.join("dev-token");
+    std::fs::write(&token_path, &token)?;
+    tracing::warn!(
+        token_file = %token_path.display(),
+        "DEVELOPMENT ONLY: no TOOLSERVER_JWT_SECRET is set, so a local secret was generated. \
+         A token for account `dev` is in the token file: export TOKEN=$(cat {})",
+        token_path.display()
+    );
+    Ok(secret)
+}
+
+fn reqwest_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?)
+}
