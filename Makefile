@@ -1,0 +1,38 @@
+# toolserver: `make run` starts the server on its embedded defaults;
+# `make test` installs what the tests need and runs every check and test.
+
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/toolserver/target
+export S3S_FS_BIN ?= $(HOME)/.cache/toolserver/bin/s3s-fs
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+
+.PHONY: run build test test-deps lint test-rust test-worker openapi clean
+
+## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
+run:
+	cargo run -p toolserver -- serve
+
+build:
+	cargo build --release -p toolserver
+
+## Everything CI checks: formatting, lints, Rust tests, worker tests.
+test: test-deps lint test-rust test-worker
+
+test-deps:
+	bash scripts/test-services.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets --locked -- -D warnings
+
+test-rust:
+	DATABASE_URL=$(TEST_DATABASE_URL) cargo test --workspace --locked
+
+test-worker:
+	cd crates/sandbox/worker && node --test test/
+
+## Regenerate openapi.yaml from the routes.
+openapi:
+	cargo run -q -p toolserver -- openapi > openapi.yaml
+
+clean:
+	rm -rf .toolserver

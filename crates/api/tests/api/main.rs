@@ -1,0 +1,13 @@
+//! Integration tests of the HTTP API against real Postgres (one database per
+//! test, created by `sqlx::test`), a real bundle store (filesystem, or S3 on
+//! a real `s3s-fs`), and real token verification.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod auth;
+mod bundles;
+mod openapi;
+mod shutdown;
+mod support;
+mod tenancy;
+mod tools;
+mod validation;

@@ -1,0 +1,44 @@
+//! `openapi.yaml` must be exactly the document the routers generate; change
+//! a route or a schema without regenerating it (`make openapi`) and this fails.
+
+#[test]
+fn openapi_yaml_matches_the_routes() {
+    let generated = toolserver_api::openapi().to_yaml().unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    if generated != committed {
+        let first_difference = generated
+            .lines()
+            .zip(committed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(generated.lines().count().min(committed.lines().count()));
+        panic!(
+            "openapi.yaml is out of date (first difference at line {}); run `make openapi`",
+            first_difference + 1
+        );
+    }
+}
+
+#[test]
+fn every_tool_route_requires_the_bearer_scheme() {
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&toolserver_api::openapi().to_yaml().unwrap()).unwrap();
+    let paths = doc["paths"].as_mapping().unwrap();
+    let mut checked = 0;
+    for (path, item) in paths {
+        let path = path.as_str().unwrap();
+        if !path.starts_with("/accounts/") {
+            continue;
+        }
+        for (method, operation) in item.as_mapping().unwrap() {
+            let security = &operation["security"];
+            assert!(
+                security.as_sequence().is_some_and(|s| !s.is_empty()),
+                "{method:?} {path} has no security requirement"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "expected the tool routes, saw {checked}");
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_mapping());
+}

@@ -1,0 +1,211 @@
+//! A typed test app: builds the real router over a test database and makes
+//! requests in-process, returning status and parsed JSON.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use base64::Engine;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
+use toolserver_api::{ApiSettings, AppState};
+use toolserver_bundles::{BundleStore, FsBundleStore, UrlSigner};
+use tower::ServiceExt;
+
+pub const SECRET: &str = "test-secret";
+pub const ACCOUNT_A: &str = "acct_a";
+pub const ACCOUNT_B: &str = "acct_b";
+
+pub struct TestApp {
+    pub router: Router,
+    pub bundles: Arc<dyn BundleStore>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `error.code` of an error body.
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"].as_str().unwrap().to_owned()
+    }
+
+    /// The `error.message` of an error body.
+    pub fn message(&self) -> String {
+        self.json()["error"]["message"].as_str().unwrap().to_owned()
+    }
+}
+
+pub fn hs256_settings() -> AuthSettings {
+    AuthSettings {
+        algorithm: Algorithm::HS256,
+        issuer: None,
+        audience: None,
+        account_claim: "account_id".into(),
+        leeway: std::time::Duration::from_secs(0),
+    }
+}
+
+pub async fn fs_store(dir: &std::path::Path) -> Arc<dyn BundleStore> {
+    let signer = UrlSigner::new(
+        b"signing-key".to_vec(),
+        url::Url::parse("http://toolserver.test/").unwrap(),
+    )
+    .unwrap();
+    Arc::new(FsBundleStore::open(dir, signer).await.unwrap())
+}
+
+impl TestApp {
+    /// The app over `pool` with a filesystem store and HS256 tokens.
+    pub async fn new(pool: PgPool) -> Self {
+        Self::with(pool, ApiSettings::default()).await
+    }
+
+    pub async fn with(pool: PgPool, settings: ApiSettings) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let bundles = fs_store(dir.path()).await;
+        let keys = KeySource::Static(Arc::new(DecodingKey::from_secret(SECRET.as_bytes())));
+        let auth = Authenticator::new(&hs256_settings(), keys);
+        Self::assemble(pool, bundles, auth, settings, Some(dir))
+    }
+
+    pub fn assemble(
+        pool: PgPool,
+        bundles: Arc<dyn BundleStore>,
+        auth: Authenticator,
+        settings: ApiSettings,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
+        let state = AppState::new(pool, bundles.clone(), auth, settings);
+        Self {
+            router: toolserver_api::app(state),
+            bundles,
+            _dir: dir,
+        }
+    }
+
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        account: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("Bearer {}", token(account)));
+        let body = match body {
+            Some(value) => {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+                Body::from(serde_json::to_vec(&value).unwrap())
+            }
+            None => Body::empty(),
+        };
+        self.send(builder.body(body).unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str, account: &str) -> Reply {
+        self.call(Method::GET, path, account, None).await
+    }
+
+    /// Uploads a tool as JSON and asserts it was created.
+    pub async fn create(&self, account: &str, name: &str, bundle: &[u8]) -> Value {
+        let reply = self
+            .call(
+                Method::POST,
+                "/accounts/me/tools",
+                account,
+                Some(manifest(name, bundle)),
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        reply.json()
+    }
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub const BUNDLE: &[u8] =
+    b"export default { async execute(ctx, input) { return { echo: input }; } };";
+
+/// A valid JSON upload body.
+pub fn manifest(name: &str, bundle: &[u8]) -> Value {
+    json!({
+        "name": name,
+        "description": "Echoes its input.",
+        "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        "defaultConfig": {"greeting": "hi"},
+        "bundle": b64(bundle),
+    })
+}
+
+pub fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// An HS256 token for `account` valid for an hour.
+pub fn token(account: &str) -> String {
+    sign(
+        Algorithm::HS256,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+        json!({"account_id": account, "exp": now() + 3600}),
+        None,
+    )
+}
+
+pub fn sign(alg: Algorithm, key: &EncodingKey, claims: Value, kid: Option<&str>) -> String {
+    let mut header = Header::new(alg);
+    header.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&header, &claims, key).unwrap()
+}
+
+/// A multipart body with the given parts; returns (content type, body).
+pub fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "toolserver-test-boundary";
+    let mut body = Vec::new();
+    for (name, bytes) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        body.extend_from_slice(
+            format!("Content-Disposition: form-data; name=\"{name}\"; filename=\"{name}\"\r\n\r\n")
+                .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Makes sure what the tests need is present and running: PostgreSQL on
+# 127.0.0.1:5432, the s3s-fs S3-compatible server binary, and Node.js.
+# Installs missing pieces from Debian's packages and crates.io when run as root.
+set -euo pipefail
+
+TOOLS_ROOT="${TOOLSERVER_TOOLS_ROOT:-$HOME/.cache/toolserver}"
+S3S_FS_VERSION="0.14.1"
+
+as_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "test-services: need root to install $1; install it by hand" >&2
+    exit 1
+  fi
+}
+
+apt_install() {
+  as_root "$*"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+ensure_postgres() {
+  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    return
+  fi
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    apt_install postgresql
+  fi
+  local version
+  version=$(ls /etc/postgresql | sort -n | tail -n 1)
+  if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$version main$"; then
+    as_root "a PostgreSQL cluster"
+    pg_createcluster "$version" main
+  fi
+  # Local trust auth over TCP, as the tests connect without a password.
+  local hba="/etc/postgresql/$version/main/pg_hba.conf"
+  if [ -w "$hba" ] && ! grep -q "toolserver-tests" "$hba"; then
+    sed -i '1i host all all 127.0.0.1/32 trust # toolserver-tests' "$hba"
+  fi
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  for _ in $(seq 1 60); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && return
+    sleep 0.5
+  done
+  echo "test-services: PostgreSQL did not come up on 127.0.0.1:5432" >&2
+  exit 1
+}
+
+ensure_s3s_fs() {
+  local bin="$TOOLS_ROOT/bin/s3s-fs"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$S3S_FS_VERSION"; then
+    return
+  fi
+  echo "test-services: installing s3s-fs $S3S_FS_VERSION into $TOOLS_ROOT" >&2
+  cargo install s3s-fs --version "$S3S_FS_VERSION" --features binary --locked --root "$TOOLS_ROOT"
+}
+
+ensure_node() {
+  if command -v node >/dev/null 2>&1; then
+    return
+  fi
+  apt_install nodejs
+}
+
+ensure_postgres
+ensure_s3s_fs
+ensure_node
+echo "test-services: postgres, s3s-fs and node are ready"
