@@ -63,7 +63,16 @@ ensure_node() {
   apt_install nodejs
 }
 
+# Optional: runners use bubblewrap when it works; install it so tests cover it.
+ensure_bubblewrap() {
+  if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
+    return
+  fi
+  apt_install bubblewrap || echo "test-services: bubblewrap unavailable; runners use plain processes" >&2
+}
+
 ensure_postgres
 ensure_s3s_fs
 ensure_node
-echo "test-services: postgres, s3s-fs and node are ready"
+ensure_bubblewrap
+echo "test-services: postgres, s3s-fs, node and bubblewrap are ready"

@@ -1,0 +1,18 @@
+//! Errors of the runner layer.
+
+/// A runner could not be reached, started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The runner process could not be started or did not become healthy.
+    #[error("runner failed to start: {0}")]
+    Start(String),
+    /// Talking to the runner failed.
+    #[error("runner transport error: {0}")]
+    Transport(String),
+    /// The runner answered something that is not the protocol.
+    #[error("runner protocol error: {0}")]
+    Protocol(String),
+    /// Local filesystem work for the runner failed.
+    #[error("runner I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}

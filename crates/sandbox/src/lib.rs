@@ -1,0 +1,20 @@
+//! Where uploaded tool code runs. A runner is a long-lived Node worker
+//! (`worker/worker.mjs`) serving HTTP on a unix socket; one runner serves one
+//! (account, tool) reservation key. The [`Executor`] trait is what callers
+//! use; [`LocalExecutor`] runs workers as local child processes (the default).
+
+mod assets;
+mod client;
+mod error;
+mod executor;
+mod local;
+mod protocol;
+mod reservation;
+
+pub use assets::WorkerAssets;
+pub use client::WorkerClient;
+pub use error::SandboxError;
+pub use executor::{Executor, FrameStream, RunnerInfo};
+pub use local::{IsolationMode, LocalExecutor, LocalSettings};
+pub use protocol::{BundleRef, Frame, InvokeRequest};
+pub use reservation::ReservationKey;

@@ -1,0 +1,143 @@
+//! The worker protocol. `POST /invoke` takes an [`InvokeRequest`] and answers
+//! NDJSON [`Frame`]s: `log` frames at any time, then exactly one terminal
+//! frame — `end` after a generator's `chunk`s, `final` for a plain return, or
+//! `error`. `GET /health` answers counters; `POST /cancel {callId}` aborts.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// How the worker gets the bundle: inline bytes (small bundles) or a signed URL.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BundleRef {
+    /// Hex SHA-256 the bytes must hash to.
+    pub sha256: String,
+    /// Base64 bundle bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// Short-lived download URL, used on a cache miss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// One tool call, as sent to a worker.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvokeRequest {
+    /// Unique id of this call.
+    pub call_id: String,
+    /// Stable across retries of the same logical call.
+    pub idempotency_key: String,
+    /// The validated tool input.
+    pub input: Value,
+    /// `defaultConfig` with the caller's options merged over it.
+    pub config: Map<String, Value>,
+    /// Where the code is.
+    pub bundle: BundleRef,
+    /// Milliseconds the call may run.
+    pub deadline_ms: u64,
+    /// Cap on the serialized size of the call's output.
+    pub max_output_bytes: u64,
+    /// Async lifecycle metadata, when the call is detached.
+    #[serde(rename = "async", skip_serializing_if = "Option::is_none")]
+    pub async_meta: Option<Value>,
+}
+
+/// One NDJSON line from a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "lowercase")]
+pub enum Frame {
+    /// Console output or `ctx.log` from the tool.
+    Log {
+        /// `log`, `info`, `warn`, `error` or `debug`.
+        level: String,
+        /// The text.
+        message: String,
+    },
+    /// One `yield` of a generator `execute`.
+    Chunk {
+        /// The yielded value.
+        value: Value,
+    },
+    /// A generator finished; its last chunk is the result.
+    End,
+    /// A plain return.
+    Final {
+        /// The returned value.
+        value: Value,
+    },
+    /// The call failed.
+    Error {
+        /// Error class, e.g. `TypeError`, `DeadlineExceeded`, `BundleIntegrityError`.
+        name: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl Frame {
+    /// Whether this frame ends the call.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::End | Self::Final { .. } | Self::Error { .. })
+    }
+
+    /// An error frame.
+    pub fn error(name: &str, message: impl Into<String>) -> Self {
+        Self::Error {
+            name: name.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Splits a byte stream into lines and parses each as a frame.
+#[derive(Debug, Default)]
+pub(crate) struct FrameDecoder {
+    buffer: Vec<u8>,
+}
+
+impl FrameDecoder {
+    /// Feeds bytes; returns every complete frame they finish.
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<Frame>, String> {
+        self.buffer.extend_from_slice(bytes);
+        let mut frames = Vec::new();
+        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            let line = &line[..line.len() - 1];
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let frame = serde_json::from_slice(line)
+                .map_err(|err| format!("bad frame {:?}: {err}", String::from_utf8_lossy(line)))?;
+            frames.push(frame);
+        }
+        Ok(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn decodes_frames_split_across_reads() {
+        let mut decoder = FrameDecoder::default();
+        assert!(decoder.push(br#"{"t":"chunk","val"#).unwrap().is_empty());
+        let frames = decoder
+            .push(b"ue\":1}\n{\"t\":\"end\"}\n\n{\"t\":\"log\",\"level\":\"info\",\"message\":\"m\"}\n")
+            .unwrap();
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Chunk { value: json!(1) },
+                Frame::End,
+                Frame::Log {
+                    level: "info".into(),
+                    message: "m".into()
+                },
+            ]
+        );
+        assert!(decoder.push(b"not json\n").is_err());
+    }
+}

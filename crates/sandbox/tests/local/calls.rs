@@ -1,0 +1,310 @@
+//! What a call does: results, streaming, errors, caching, limits, environment.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use toolserver_domain::Sha256Digest;
+use toolserver_sandbox::{BundleRef, Executor, Frame};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn plain_return_is_one_final_frame_with_merged_config() {
+    let h = Harness::new();
+    let key = key("acct");
+    let mut req = request(inline(ECHO), json!({"q": "hello"}));
+    req.config.insert("greeting".into(), json!("hi"));
+    let frame = run(&h.executor, &key, req).await;
+    assert_eq!(
+        final_value(&frame),
+        json!({"echo": {"q": "hello"}, "config": {"greeting": "hi"}})
+    );
+}
+
+#[tokio::test]
+async fn generator_chunks_stream_before_the_generator_finishes() {
+    let h = Harness::new();
+    let key = key("acct");
+    let tool = r#"
+import { existsSync } from 'node:fs';
+export default {
+  async *execute(ctx, input) {
+    yield { step: 1 };
+    while (!existsSync(process.cwd() + '/release')) await new Promise(r => setTimeout(r, 10));
+    yield { step: 2 };
+  },
+};"#;
+    let mut frames = h
+        .executor
+        .invoke(&key, request(inline(tool), json!({})))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), frames.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first,
+        Frame::Chunk {
+            value: json!({"step": 1})
+        },
+        "first chunk arrives while the tool waits"
+    );
+    let release = h
+        .executor
+        .socket_path(&key)
+        .parent()
+        .unwrap()
+        .join("work/release");
+    std::fs::write(&release, b"go").unwrap();
+    let rest = collect(frames).await;
+    assert_eq!(
+        rest,
+        vec![
+            Frame::Chunk {
+                value: json!({"step": 2})
+            },
+            Frame::End
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_throwing_tool_is_an_error_frame_and_logs_are_captured() {
+    let h = Harness::new();
+    let key = key("acct");
+    let tool = "export default { execute(ctx) { console.log('about to fail'); ctx.log('via ctx'); throw new TypeError('bad input shape'); } };";
+    let frames = collect(
+        h.executor
+            .invoke(&key, request(inline(tool), json!({})))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        frames.last().unwrap(),
+        &Frame::Error {
+            name: "TypeError".into(),
+            message: "bad input shape".into()
+        }
+    );
+    let logs: Vec<_> = frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Log { message, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs, vec!["about to fail", "via ctx"]);
+}
+
+#[tokio::test]
+async fn tampered_bundle_is_refused() {
+    let h = Harness::new();
+    let key = key("acct");
+    let mut bundle = inline(ECHO);
+    bundle.sha256 = Sha256Digest::of(b"something else").to_hex();
+    let frame = run(&h.executor, &key, request(bundle, json!({}))).await;
+    assert!(
+        matches!(&frame, Frame::Error { name, .. } if name == "BundleIntegrityError"),
+        "{frame:?}"
+    );
+}
+
+/// Serves `body` on loopback and counts requests.
+async fn serve_bundle(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    (format!("http://{addr}/bundle"), hits)
+}
+
+#[tokio::test]
+async fn downloaded_bundle_is_cached_on_disk_across_restarts() {
+    let h = Harness::new();
+    let key = key("acct");
+    let mut source = ECHO.to_owned();
+    source.push_str(&format!("\n//{}", "x".repeat(200 * 1024)));
+    let (url, hits) = serve_bundle(source.clone().into_bytes()).await;
+    let bundle = BundleRef {
+        sha256: Sha256Digest::of(source.as_bytes()).to_hex(),
+        inline: None,
+        url: Some(url),
+    };
+    for i in 0..3 {
+        let frame = run(&h.executor, &key, request(bundle.clone(), json!({"i": i}))).await;
+        assert_eq!(echo_of(&frame), json!({"i": i}));
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "downloaded once, then served from cache"
+    );
+    h.executor.stop(&key).await.unwrap();
+    let frame = run(
+        &h.executor,
+        &key,
+        request(bundle, json!({"i": "after restart"})),
+    )
+    .await;
+    assert_eq!(echo_of(&frame), json!({"i": "after restart"}));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the on-disk cache survives a restart"
+    );
+}
+
+#[tokio::test]
+async fn an_updated_bundle_runs_the_new_code() {
+    let h = Harness::new();
+    let key = key("acct");
+    let v1 = "export default { execute() { return 'v1'; } };";
+    let v2 = "export default { execute() { return 'v2'; } };";
+    assert_eq!(
+        final_value(&run(&h.executor, &key, request(inline(v1), json!({}))).await),
+        json!("v1")
+    );
+    assert_eq!(
+        final_value(&run(&h.executor, &key, request(inline(v2), json!({}))).await),
+        json!("v2")
+    );
+    assert_eq!(
+        final_value(&run(&h.executor, &key, request(inline(v1), json!({}))).await),
+        json!("v1")
+    );
+}
+
+#[tokio::test]
+async fn oversized_output_is_refused_and_the_runner_keeps_serving() {
+    let h = Harness::new();
+    let key = key("acct");
+    let big = "export default { execute() { return 'x'.repeat(4096); } };";
+    let mut req = request(inline(big), json!({}));
+    req.max_output_bytes = 1024;
+    let frame = run(&h.executor, &key, req).await;
+    assert!(
+        matches!(&frame, Frame::Error { name, .. } if name == "OutputTooLarge"),
+        "{frame:?}"
+    );
+    let pid = h.executor.worker_pid(&key).await;
+    let frame = run(
+        &h.executor,
+        &key,
+        request(inline(ECHO), json!({"ok": true})),
+    )
+    .await;
+    assert_eq!(echo_of(&frame), json!({"ok": true}));
+    assert_eq!(h.executor.worker_pid(&key).await, pid, "same worker");
+}
+
+#[tokio::test]
+async fn twenty_concurrent_calls_on_one_runner() {
+    let h = Harness::new();
+    let key = key("acct");
+    let tool = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 20)); return input.n * 2; } };";
+    let calls = (0..20).map(|n| {
+        let executor = h.executor.clone();
+        let key = key.clone();
+        tokio::spawn(
+            async move { run(&executor, &key, request(inline(tool), json!({"n": n}))).await },
+        )
+    });
+    let results = futures_results(calls).await;
+    for (n, frame) in results.iter().enumerate() {
+        assert_eq!(final_value(frame), json!(n * 2));
+    }
+}
+
+async fn futures_results(
+    handles: impl Iterator<Item = tokio::task::JoinHandle<Frame>>,
+) -> Vec<Frame> {
+    let mut out = Vec::new();
+    for handle in handles.collect::<Vec<_>>() {
+        out.push(handle.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_worker_sees_no_server_secrets() {
+    let h = Harness::new();
+    let key = key("acct");
+    let tool =
+        "export default { execute() { return { env: process.env, uid: process.getuid() }; } };";
+    let frame = run(&h.executor, &key, request(inline(tool), json!({}))).await;
+    let value = final_value(&frame);
+    let names: HashSet<&str> = value["env"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let allowed: HashSet<&str> = [
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "NODE_ENV",
+        "TOOLSERVER_CACHE_ROOTS",
+        "PWD",
+    ]
+    .into();
+    assert!(
+        names.is_subset(&allowed),
+        "unexpected variables: {:?}",
+        names.difference(&allowed).collect::<Vec<_>>()
+    );
+    for (name, value) in std::env::vars() {
+        if value.len() >= 8 {
+            assert!(
+                !frame_text(&frame).contains(&value),
+                "the value of {name} leaked into the worker"
+            );
+        }
+    }
+    assert_ne!(value["uid"], json!(0), "workers never run as root");
+}
+
+fn frame_text(frame: &Frame) -> String {
+    serde_json::to_string(frame).unwrap()
+}
+
+#[tokio::test]
+async fn hidden_server_data_is_out_of_reach() {
+    let data = tempfile::tempdir().unwrap();
+    let secret = data.path().join("dev-jwt.key");
+    std::fs::write(&secret, "server-secret-material").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let hidden = data.path().to_owned();
+    let h = Harness::with(move |s| s.hidden = vec![hidden]);
+    let key = key("acct");
+    let tool = format!(
+        "import {{ readFileSync }} from 'node:fs'; export default {{ execute() {{ try {{ return readFileSync({:?}, 'utf8'); }} catch (e) {{ return 'refused: ' + e.code; }} }} }};",
+        secret.display().to_string()
+    );
+    let frame = run(&h.executor, &key, request(inline(&tool), json!({}))).await;
+    let text = final_value(&frame).as_str().unwrap().to_owned();
+    assert!(text.starts_with("refused: "), "the worker read {text:?}");
+}

@@ -1,0 +1,6 @@
+//! The local-process executor with real Node workers.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod calls;
+mod lifecycle;
+mod support;
