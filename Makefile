@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/toolserver/target
 export S3S_FS_BIN ?= $(HOME)/.cache/toolserver/bin/s3s-fs
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
-.PHONY: run build test test-deps lint test-rust test-worker openapi clean
+.PHONY: run build test test-deps lint test-rust test-worker bench openapi clean
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
 run:
@@ -29,6 +29,10 @@ test-rust:
 
 test-worker:
 	cd crates/sandbox/worker && node --test test/
+
+## Invocation latency: API vs worker socket (the floor), and runner cold start.
+bench: test-deps
+	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
 
 ## Regenerate openapi.yaml from the routes.
 openapi:

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use toolserver_bundles::BundleStore;
 use toolserver_domain::ToolLimits;
+use toolserver_sandbox::Executor;
 
 use crate::auth::Authenticator;
 
@@ -24,6 +25,14 @@ pub struct ApiSettings {
     pub max_request_bytes: usize,
     /// Longest time a request may take to produce its response head.
     pub request_timeout: Duration,
+    /// Tool call deadline when the caller names none.
+    pub default_tool_timeout: Duration,
+    /// Longest deadline a caller may ask for.
+    pub max_tool_timeout: Duration,
+    /// Largest serialized output of one tool call, in bytes.
+    pub max_output_bytes: u64,
+    /// Bundles up to this size travel inline to the runner; larger ones by signed URL.
+    pub inline_bundle_max_bytes: u64,
 }
 
 impl Default for ApiSettings {
@@ -35,6 +44,10 @@ impl Default for ApiSettings {
             max_page_size: 200,
             max_request_bytes: 2 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            default_tool_timeout: Duration::from_secs(25),
+            max_tool_timeout: Duration::from_secs(600),
+            max_output_bytes: 4 * 1024 * 1024,
+            inline_bundle_max_bytes: 64 * 1024,
         }
     }
 }
@@ -46,6 +59,7 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     pool: PgPool,
     bundles: Arc<dyn BundleStore>,
+    executor: Arc<dyn Executor>,
     auth: Authenticator,
     settings: ApiSettings,
 }
@@ -55,12 +69,14 @@ impl AppState {
     pub fn new(
         pool: PgPool,
         bundles: Arc<dyn BundleStore>,
+        executor: Arc<dyn Executor>,
         auth: Authenticator,
         settings: ApiSettings,
     ) -> Self {
         Self(Arc::new(Inner {
             pool,
             bundles,
+            executor,
             auth,
             settings,
         }))
@@ -74,6 +90,11 @@ impl AppState {
     /// The bundle store.
     pub fn bundles(&self) -> &dyn BundleStore {
         self.0.bundles.as_ref()
+    }
+
+    /// Where uploaded tools run.
+    pub fn executor(&self) -> &Arc<dyn Executor> {
+        &self.0.executor
     }
 
     /// The token verifier.

@@ -30,6 +30,9 @@ pub struct ServeConfig {
     /// Token verification settings.
     #[command(flatten)]
     pub auth: AuthConfig,
+    /// Runner settings.
+    #[command(flatten)]
+    pub runners: RunnerConfig,
     /// Request and upload limits.
     #[command(flatten)]
     pub limits: LimitsConfig,
@@ -222,4 +225,67 @@ pub struct LogConfig {
     /// Filter directives, e.g. `info,toolserver_api=debug` (`RUST_LOG`).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
+}
+
+/// Isolation of local runners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunnerIsolation {
+    /// bubblewrap when it works here, else plain processes.
+    Auto,
+    /// Require bubblewrap.
+    Bwrap,
+    /// Plain processes (environment and user isolation only).
+    None,
+}
+
+/// Where and how uploaded tools run.
+#[derive(Debug, Clone, Args)]
+pub struct RunnerConfig {
+    /// The `node` executable that runs bundles (`TOOLSERVER_NODE_BINARY`).
+    #[arg(long, env = "TOOLSERVER_NODE_BINARY", default_value = "node")]
+    pub node_binary: PathBuf,
+    /// Directory of local runners (`TOOLSERVER_RUNNER_DIR`, default `<data dir>/runners`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_DIR")]
+    pub runner_dir: Option<PathBuf>,
+    /// `auto`, `bwrap` or `none` (`TOOLSERVER_RUNNER_ISOLATION`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_ISOLATION",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub runner_isolation: RunnerIsolation,
+    /// Seconds without calls before a runner is stopped (`TOOLSERVER_RUNNER_IDLE_SECS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_IDLE_SECS", default_value_t = 300)]
+    pub runner_idle_secs: u64,
+    /// Milliseconds a starting runner may take to listen (`TOOLSERVER_RUNNER_START_TIMEOUT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_START_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub runner_start_timeout_ms: u64,
+    /// Milliseconds past a call's deadline before a silent runner is killed (`TOOLSERVER_RUNNER_KILL_GRACE_MS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_KILL_GRACE_MS", default_value_t = 2_000)]
+    pub runner_kill_grace_ms: u64,
+    /// Default tool call deadline in milliseconds (`TOOLSERVER_TOOL_TIMEOUT_MS`).
+    #[arg(long, env = "TOOLSERVER_TOOL_TIMEOUT_MS", default_value_t = 25_000)]
+    pub tool_timeout_ms: u64,
+    /// Longest deadline a caller may ask for, in milliseconds (`TOOLSERVER_MAX_TOOL_TIMEOUT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_TOOL_TIMEOUT_MS",
+        default_value_t = 600_000
+    )]
+    pub max_tool_timeout_ms: u64,
+    /// Largest serialized output of one call in bytes (`TOOLSERVER_MAX_OUTPUT_BYTES`).
+    #[arg(long, env = "TOOLSERVER_MAX_OUTPUT_BYTES", default_value_t = 4_194_304)]
+    pub max_output_bytes: u64,
+    /// Bundles up to this size are sent inline; larger ones by signed URL (`TOOLSERVER_INLINE_BUNDLE_MAX_BYTES`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_INLINE_BUNDLE_MAX_BYTES",
+        default_value_t = 65_536
+    )]
+    pub inline_bundle_max_bytes: u64,
 }

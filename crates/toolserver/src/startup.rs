@@ -12,12 +12,13 @@ use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
 use toolserver_domain::ToolLimits;
+use toolserver_sandbox::{IsolationMode, LocalExecutor, LocalSettings};
 use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
     AuthConfig, BundleBackend, BundleConfig, DatabaseConfig, JwtAlgorithm, LimitsConfig,
-    ServeConfig,
+    RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::{keys, telemetry};
@@ -81,11 +82,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
+    let executor = local_executor(&config.runners, &config.database)?;
+    let _reaper = executor.spawn_reaper();
     let state = AppState::new(
         db.pool.clone(),
         bundles,
+        Arc::new(executor),
         auth,
-        api_settings(&config.limits, &config.bundles),
+        api_settings(&config.limits, &config.bundles, &config.runners),
     );
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
@@ -106,7 +110,37 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     result.context("serving")
 }
 
-fn api_settings(limits: &LimitsConfig, bundles: &BundleConfig) -> ApiSettings {
+fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<LocalExecutor> {
+    let root = config
+        .runner_dir
+        .clone()
+        .unwrap_or_else(|| db.data_dir.join("runners"));
+    let data_dir = if db.data_dir.is_absolute() {
+        db.data_dir.clone()
+    } else {
+        std::env::current_dir()?.join(&db.data_dir)
+    };
+    let settings = LocalSettings {
+        node_binary: config.node_binary.clone(),
+        root,
+        idle_timeout: Duration::from_secs(config.runner_idle_secs),
+        start_timeout: Duration::from_millis(config.runner_start_timeout_ms),
+        kill_grace: Duration::from_millis(config.runner_kill_grace_ms),
+        isolation: match config.runner_isolation {
+            RunnerIsolation::Auto => IsolationMode::Auto,
+            RunnerIsolation::Bwrap => IsolationMode::Bwrap,
+            RunnerIsolation::None => IsolationMode::None,
+        },
+        hidden: vec![data_dir],
+    };
+    Ok(LocalExecutor::new(settings)?)
+}
+
+fn api_settings(
+    limits: &LimitsConfig,
+    bundles: &BundleConfig,
+    runners: &RunnerConfig,
+) -> ApiSettings {
     let tool_limits = ToolLimits {
         max_bundle_bytes: limits.max_bundle_bytes,
         max_description_chars: limits.max_description_chars,
@@ -126,6 +160,10 @@ fn api_settings(limits: &LimitsConfig, bundles: &BundleConfig) -> ApiSettings {
         max_page_size: limits.max_page_size,
         max_request_bytes: limits.max_request_bytes.unwrap_or(default_body),
         request_timeout: Duration::from_secs(limits.request_timeout_secs),
+        default_tool_timeout: Duration::from_millis(runners.tool_timeout_ms),
+        max_tool_timeout: Duration::from_millis(runners.max_tool_timeout_ms),
+        max_output_bytes: runners.max_output_bytes,
+        inline_bundle_max_bytes: runners.inline_bundle_max_bytes,
     }
 }
 

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use jsonwebtoken::DecodingKey;
 use sqlx::PgPool;
-use toolserver_api::auth::{Authenticator, KeySource};
 use toolserver_api::ApiSettings;
 use toolserver_bundles::{S3BundleStore, S3Settings};
 use toolserver_testsupport::S3Server;
@@ -97,9 +95,7 @@ async fn s3_backed_api_uploads_downloads_and_presigns(pool: PgPool) {
         )),
     })
     .await;
-    let keys = KeySource::Static(Arc::new(DecodingKey::from_secret(SECRET.as_bytes())));
-    let auth = Authenticator::new(&hs256_settings(), keys);
-    let app = TestApp::assemble(pool, Arc::new(store), auth, short_links(), None);
+    let app = TestApp::assemble(pool, Arc::new(store), hs256_auth(), short_links(), None);
 
     let tool = app.create(ACCOUNT_A, "s3_tool", BUNDLE).await;
     let id = tool["toolId"].as_str().unwrap();

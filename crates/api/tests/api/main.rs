@@ -5,6 +5,7 @@
 
 mod auth;
 mod bundles;
+mod invoke;
 mod openapi;
 mod shutdown;
 mod support;

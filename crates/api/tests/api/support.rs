@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, UrlSigner};
+use toolserver_sandbox::{IsolationMode, LocalExecutor, LocalSettings};
 use tower::ServiceExt;
 
 pub const SECRET: &str = "test-secret";
@@ -22,7 +23,29 @@ pub const ACCOUNT_B: &str = "acct_b";
 pub struct TestApp {
     pub router: Router,
     pub bundles: Arc<dyn BundleStore>,
-    _dir: Option<tempfile::TempDir>,
+    _dirs: (Option<tempfile::TempDir>, tempfile::TempDir),
+}
+
+/// HS256 verification with [`SECRET`].
+pub fn hs256_auth() -> Authenticator {
+    let keys = KeySource::Static(Arc::new(DecodingKey::from_secret(SECRET.as_bytes())));
+    Authenticator::new(&hs256_settings(), keys)
+}
+
+/// A local runner backend under `dir` (made reachable for a `nobody` worker).
+pub fn local_executor(dir: &std::path::Path) -> LocalExecutor {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    LocalExecutor::new(LocalSettings {
+        node_binary: "node".into(),
+        root: dir.join("runners"),
+        idle_timeout: std::time::Duration::from_secs(300),
+        start_timeout: std::time::Duration::from_secs(10),
+        kill_grace: std::time::Duration::from_millis(500),
+        isolation: IsolationMode::Auto,
+        hidden: vec![],
+    })
+    .unwrap()
 }
 
 pub struct Reply {
@@ -76,9 +99,7 @@ impl TestApp {
     pub async fn with(pool: PgPool, settings: ApiSettings) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let bundles = fs_store(dir.path()).await;
-        let keys = KeySource::Static(Arc::new(DecodingKey::from_secret(SECRET.as_bytes())));
-        let auth = Authenticator::new(&hs256_settings(), keys);
-        Self::assemble(pool, bundles, auth, settings, Some(dir))
+        Self::assemble(pool, bundles, hs256_auth(), settings, Some(dir))
     }
 
     pub fn assemble(
@@ -88,11 +109,13 @@ impl TestApp {
         settings: ApiSettings,
         dir: Option<tempfile::TempDir>,
     ) -> Self {
-        let state = AppState::new(pool, bundles.clone(), auth, settings);
+        let runners = tempfile::tempdir().unwrap();
+        let executor = local_executor(runners.path());
+        let state = AppState::new(pool, bundles.clone(), Arc::new(executor), auth, settings);
         Self {
             router: toolserver_api::app(state),
             bundles,
-            _dir: dir,
+            _dirs: (dir, runners),
         }
     }
 

@@ -5,6 +5,7 @@
 mod create;
 mod delete;
 mod download;
+mod invoke;
 mod list;
 mod read;
 mod update;
@@ -18,6 +19,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub use invoke::{InvokeBody, InvokeResult, ToolError};
 pub use wire::{
     BundleUrlView, CreateToolForm, CreateToolJson, ToolManifest, ToolPage, ToolView,
     UpdateManifest, UpdateToolForm, UpdateToolJson,
@@ -34,6 +36,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(download::download_bundle))
         .routes(routes!(download::bundle_url))
+        .routes(routes!(invoke::invoke_tool))
 }
 
 /// Parses a tool id from a path; a malformed id is simply not found.

@@ -1,0 +1,234 @@
+//! Load generator for tool invocation (`make bench`). For a tool that returns
+//! immediately it measures, in one process against the same runner:
+//!   - warm invoke latency through the HTTP API (real loopback HTTP, keep-alive),
+//!   - the same call made straight to the worker's unix socket (the floor),
+//!   - their ratio and difference,
+//!   - the cold-start time of a new runner (spawn → ready → healthy).
+//!
+//! Needs `DATABASE_URL` (a server where it may create a scratch database).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use jsonwebtoken::{DecodingKey, EncodingKey, Header};
+use serde_json::{json, Map, Value};
+use sqlx::{Connection, PgConnection};
+use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
+use toolserver_api::{ApiSettings, AppState};
+use toolserver_bundles::{FsBundleStore, UrlSigner};
+use toolserver_domain::{AccountId, Sha256Digest, ToolId};
+use toolserver_sandbox::{
+    BundleRef, Executor, Frame, InvokeRequest, IsolationMode, LocalExecutor, LocalSettings,
+    ReservationKey, WorkerClient,
+};
+
+const WARMUP: usize = 200;
+const SAMPLES: usize = 2000;
+const COLD_STARTS: usize = 20;
+const TOOL: &str = "export default { execute(ctx, input) { return input; } };";
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let (p50, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    println!(
+        "{name:<34} n={:<5} p50={:>7.3} ms  p90={:>7.3} ms  p99={:>7.3} ms",
+        samples.len(),
+        ms(p50),
+        ms(percentile(&samples, 0.9)),
+        ms(p99)
+    );
+    (p50, p99)
+}
+
+async fn scratch_database() -> (String, String) {
+    let admin =
+        std::env::var("DATABASE_URL").expect("DATABASE_URL must point at a Postgres server");
+    let name = format!("toolserver_bench_{}", std::process::id());
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&admin).unwrap();
+    url.set_path(&name);
+    (admin, url.to_string())
+}
+
+#[tokio::main]
+async fn main() {
+    let (admin_url, db_url) = scratch_database().await;
+    let pool = sqlx::PgPool::connect(&db_url).await.unwrap();
+    toolserver_store::migrate(&pool).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let signer = UrlSigner::new(b"bench".to_vec(), url::Url::parse(&base).unwrap()).unwrap();
+    let bundles = FsBundleStore::open(dir.path().join("bundles"), signer)
+        .await
+        .unwrap();
+    let executor = LocalExecutor::new(LocalSettings {
+        node_binary: "node".into(),
+        root: dir.path().join("runners"),
+        idle_timeout: Duration::from_secs(3600),
+        start_timeout: Duration::from_secs(10),
+        kill_grace: Duration::from_secs(2),
+        isolation: IsolationMode::Auto,
+        hidden: vec![],
+    })
+    .unwrap();
+    let auth = Authenticator::new(
+        &AuthSettings {
+            algorithm: jsonwebtoken::Algorithm::HS256,
+            issuer: None,
+            audience: None,
+            account_claim: "account_id".into(),
+            leeway: Duration::from_secs(30),
+        },
+        KeySource::Static(Arc::new(DecodingKey::from_secret(b"bench"))),
+    );
+    let state = AppState::new(
+        pool.clone(),
+        Arc::new(bundles),
+        Arc::new(executor.clone()),
+        auth,
+        ApiSettings::default(),
+    );
+    tokio::spawn(async move { axum::serve(listener, toolserver_api::app(state)).await });
+
+    let exp = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    let token = jsonwebtoken::encode(
+        &Header::default(),
+        &json!({"account_id": "bench", "exp": exp}),
+        &EncodingKey::from_secret(b"bench"),
+    )
+    .unwrap();
+    let client = reqwest::Client::new();
+    let engine = base64::engine::general_purpose::STANDARD;
+    let created: Value = client
+        .post(format!("{base}/accounts/me/tools"))
+        .bearer_auth(&token)
+        .json(&json!({"name": "bench", "description": "returns its input", "inputSchema": {"type": "object"}, "bundle": engine.encode(TOOL)}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tool_id = created["toolId"].as_str().unwrap().to_owned();
+    let invoke_url = format!("{base}/accounts/me/tools/{tool_id}/invoke");
+    let body = json!({"input": {"n": 1}});
+
+    let api_call = || async {
+        let started = Instant::now();
+        let reply: Value = client
+            .post(&invoke_url)
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(reply["output"], json!({"n": 1}), "{reply}");
+        started.elapsed()
+    };
+    let key = ReservationKey::new(
+        AccountId::parse("bench").unwrap(),
+        ToolId::parse(&tool_id).unwrap(),
+    );
+    let worker = WorkerClient::new(executor.socket_path(&key));
+    let direct = InvokeRequest {
+        call_id: String::new(),
+        idempotency_key: "bench".into(),
+        input: json!({"n": 1}),
+        config: Map::new(),
+        bundle: BundleRef {
+            sha256: Sha256Digest::of(TOOL.as_bytes()).to_hex(),
+            inline: Some(engine.encode(TOOL)),
+            url: None,
+        },
+        deadline_ms: 10_000,
+        max_output_bytes: 1 << 20,
+        async_meta: None,
+    };
+    let socket_call = |i: usize| {
+        let mut request = direct.clone();
+        request.call_id = format!("direct-{i}");
+        let worker = worker.clone();
+        async move {
+            let started = Instant::now();
+            let mut frames = worker.invoke(&request).await.unwrap();
+            let frame = frames.recv().await.unwrap();
+            assert_eq!(
+                frame,
+                Frame::Final {
+                    value: json!({"n": 1})
+                }
+            );
+            started.elapsed()
+        }
+    };
+
+    for i in 0..WARMUP {
+        api_call().await;
+        socket_call(i).await;
+    }
+    // Interleave the two so both see the same machine state.
+    let (mut api, mut floor) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
+    for i in 0..SAMPLES {
+        api.push(api_call().await);
+        floor.push(socket_call(WARMUP + i).await);
+    }
+
+    let mut cold = Vec::with_capacity(COLD_STARTS);
+    for _ in 0..COLD_STARTS {
+        let fresh = ReservationKey::new(AccountId::parse("bench").unwrap(), ToolId::generate());
+        let started = Instant::now();
+        let info = executor.ensure(&fresh).await.unwrap();
+        cold.push(started.elapsed());
+        assert!(info.started);
+        executor.stop(&fresh).await.unwrap();
+    }
+
+    println!(
+        "tool invocation benchmark (bubblewrap: {})",
+        executor.uses_bwrap()
+    );
+    let (api_p50, api_p99) = summary("warm invoke via HTTP API", api);
+    let (floor_p50, floor_p99) = summary("same call on worker socket (floor)", floor);
+    summary("cold start of a new runner", cold);
+    println!(
+        "API / floor: p50 ratio {:.2}x (+{:.3} ms), p99 ratio {:.2}x (+{:.3} ms)",
+        api_p50.as_secs_f64() / floor_p50.as_secs_f64(),
+        ms(api_p50.saturating_sub(floor_p50)),
+        api_p99.as_secs_f64() / floor_p99.as_secs_f64(),
+        ms(api_p99.saturating_sub(floor_p99)),
+    );
+
+    executor.stop(&key).await.unwrap();
+    pool.close().await;
+    let mut conn = PgConnection::connect(&admin_url).await.unwrap();
+    let name = format!("toolserver_bench_{}", std::process::id());
+    sqlx::query(&format!("DROP DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}

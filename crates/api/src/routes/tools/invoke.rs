@@ -1,0 +1,310 @@
+//! `POST /accounts/me/tools/{toolId}/invoke`: run an uploaded tool directly.
+//!
+//! Sequence: load the tool (404 if not the caller's) → validate the input
+//! against its `inputSchema` (422) → merge `config` over `defaultConfig` →
+//! hand the bundle to the runner (inline up to the configured size, otherwise
+//! a signed URL) → answer with the result as JSON, or, with `Accept:
+//! text/event-stream`, stream `log` and `chunk` events as they happen and end
+//! with a `result` or `error` event. A failing tool is a result (`error`),
+//! not an HTTP failure. A client that goes away cancels its call.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, State};
+use axum::http::header::ACCEPT;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use futures::stream::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolserver_domain::ValidationError;
+use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
+use toolserver_store::{tools, ToolRecord};
+use utoipa::ToSchema;
+
+use super::{parse_tool_id, tool_not_found};
+use crate::auth::Account;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::ApiJson;
+use crate::state::AppState;
+
+/// A direct call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvokeBody {
+    /// Tool input; validated against the tool's `inputSchema`.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// Options merged over the tool's `defaultConfig` (reach the tool as `ctx.config`).
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<Map<String, Value>>,
+    /// Deadline in milliseconds (default and maximum are server settings).
+    pub timeout_ms: Option<u64>,
+}
+
+/// A failed tool call, as the tool (or the runner) reported it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ToolError {
+    /// Error class, e.g. `TypeError`, `DeadlineExceeded`, `OutputTooLarge`.
+    pub name: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// The outcome of a call: `output` on success, `error` when the tool failed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InvokeResult {
+    /// Id of this call.
+    pub call_id: String,
+    /// The returned value (a generator's last yield).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// Present when the tool failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+    /// Console output of the call, in order.
+    pub logs: Vec<LogLine>,
+}
+
+/// One line of a tool's console output.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LogLine {
+    /// `log`, `info`, `warn`, `error` or `debug`.
+    pub level: String,
+    /// The text.
+    pub message: String,
+}
+
+/// Runs one of the caller's tools.
+#[utoipa::path(post, path = "/accounts/me/tools/{toolId}/invoke", tag = "tools",
+    security(("bearer" = [])),
+    params(
+        ("toolId" = String, Path, description = "Tool id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Passed to the tool as ctx.idempotencyKey"),
+    ),
+    request_body = InvokeBody,
+    responses(
+        (status = 200, description = "The call's result (JSON), or with Accept: text/event-stream an SSE stream of `log`, `chunk`, then `result` or `error` events",
+            content(
+                (InvokeResult = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 400, description = "Malformed body or unknown field", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such tool in this account", body = ErrorBody),
+        (status = 422, description = "Input does not match the tool's inputSchema", body = ErrorBody),
+        (status = 503, description = "No runner could be reached", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(tool.id = %tool_id, call.id = tracing::field::Empty))]
+pub async fn invoke_tool(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(tool_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<InvokeBody>,
+) -> ApiResult<Response> {
+    let id = parse_tool_id(&tool_id)?;
+    let tool = tools::get(state.pool(), &account, id)
+        .await
+        .map_err(tool_not_found)?;
+    if let Err(problems) = tool.input_schema.check(&body.input) {
+        let message = format!("input does not match inputSchema: {}", problems.join("; "));
+        return Err(ValidationError::new("input", message).into());
+    }
+    let call_id = uuid::Uuid::new_v4().to_string();
+    tracing::Span::current().record("call.id", call_id.as_str());
+    let idempotency_key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| call_id.clone(), str::to_owned);
+    let request = build_request(&state, &tool, body, call_id.clone(), idempotency_key).await?;
+    let key = ReservationKey::new(account, tool.id);
+    let frames = state
+        .executor()
+        .invoke(&key, request)
+        .await
+        .map_err(|err| ApiError::Unavailable(format!("runner: {err}")))?;
+    let call = Call {
+        frames,
+        executor: state.executor().clone(),
+        key,
+        call_id,
+        finished: false,
+    };
+    if wants_event_stream(&headers) {
+        Ok(Sse::new(sse_events(call))
+            .keep_alive(KeepAlive::default())
+            .into_response())
+    } else {
+        Ok(Json(call.into_result().await).into_response())
+    }
+}
+
+async fn build_request(
+    state: &AppState,
+    tool: &ToolRecord,
+    body: InvokeBody,
+    call_id: String,
+    idempotency_key: String,
+) -> ApiResult<InvokeRequest> {
+    let settings = state.settings();
+    let timeout = body.timeout_ms.map_or(
+        settings.default_tool_timeout,
+        std::time::Duration::from_millis,
+    );
+    if timeout.is_zero() || timeout > settings.max_tool_timeout {
+        return Err(ApiError::bad_field(
+            "timeoutMs",
+            format!(
+                "timeoutMs must be between 1 and {}",
+                settings.max_tool_timeout.as_millis()
+            ),
+        ));
+    }
+    let sha256 = tool.bundle_sha256;
+    let bundle = if (tool.bundle_size as u64) <= settings.inline_bundle_max_bytes {
+        let bytes = state.bundles().get(&sha256).await?;
+        BundleRef {
+            sha256: sha256.to_hex(),
+            inline: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            url: None,
+        }
+    } else {
+        let signed = state
+            .bundles()
+            .signed_url(&sha256, settings.signed_url_ttl)
+            .await?;
+        BundleRef {
+            sha256: sha256.to_hex(),
+            inline: None,
+            url: Some(signed.url.to_string()),
+        }
+    };
+    let config = tool
+        .default_config
+        .merged_with(&body.config.unwrap_or_default())
+        .as_map()
+        .clone();
+    Ok(InvokeRequest {
+        call_id,
+        idempotency_key,
+        input: body.input,
+        config,
+        bundle,
+        deadline_ms: timeout.as_millis() as u64,
+        max_output_bytes: settings.max_output_bytes,
+        async_meta: None,
+    })
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"))
+}
+
+/// A call in progress; cancelled on the runner if dropped before its end.
+struct Call {
+    frames: FrameStream,
+    executor: std::sync::Arc<dyn Executor>,
+    key: ReservationKey,
+    call_id: String,
+    finished: bool,
+}
+
+impl Call {
+    async fn next(&mut self) -> Option<Frame> {
+        if self.finished {
+            return None;
+        }
+        let frame = self.frames.recv().await;
+        match &frame {
+            Some(frame) if frame.is_terminal() => self.finished = true,
+            None => self.finished = true,
+            Some(_) => {}
+        }
+        frame
+    }
+
+    async fn into_result(mut self) -> InvokeResult {
+        let mut result = InvokeResult {
+            call_id: self.call_id.clone(),
+            output: None,
+            error: None,
+            logs: Vec::new(),
+        };
+        let mut last_chunk = None;
+        while let Some(frame) = self.next().await {
+            match frame {
+                Frame::Log { level, message } => result.logs.push(LogLine { level, message }),
+                Frame::Chunk { value } => last_chunk = Some(value),
+                Frame::End => result.output = Some(last_chunk.take().unwrap_or(Value::Null)),
+                Frame::Final { value } => result.output = Some(value),
+                Frame::Error { name, message } => result.error = Some(ToolError { name, message }),
+            }
+        }
+        if result.output.is_none() && result.error.is_none() {
+            result.error = Some(ToolError {
+                name: "RunnerError".into(),
+                message: "the runner ended the call without a result".into(),
+            });
+        }
+        result
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (executor, key, call_id) = (
+            self.executor.clone(),
+            self.key.clone(),
+            self.call_id.clone(),
+        );
+        tokio::spawn(async move {
+            tracing::info!(call.id = %call_id, "client went away; cancelling the call");
+            let _ = executor.cancel(&key, &call_id).await;
+        });
+    }
+}
+
+fn sse_events(call: Call) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures::stream::unfold(
+        (call, None::<Value>),
+        |(mut call, mut last_chunk)| async move {
+            let frame = call.next().await?;
+            let event = match frame {
+                Frame::Log { level, message } => json_event("log", &LogLine { level, message }),
+                Frame::Chunk { value } => {
+                    let event = json_event("chunk", &value);
+                    last_chunk = Some(value);
+                    event
+                }
+                Frame::End => json_event(
+                    "result",
+                    &serde_json::json!({ "output": last_chunk.take() }),
+                ),
+                Frame::Final { value } => {
+                    json_event("result", &serde_json::json!({ "output": value }))
+                }
+                Frame::Error { name, message } => json_event("error", &ToolError { name, message }),
+            };
+            Some((Ok(event), (call, last_chunk)))
+        },
+    )
+}
+
+fn json_event(name: &str, data: &impl Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .json_data(data)
+        .unwrap_or_else(|_| Event::default().event(name).data("null"))
+}

@@ -1,0 +1,262 @@
+//! Direct invocation over real HTTP: a server on a loopback port, real Node
+//! runners, and a filesystem store whose signed links point at that server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_api::{ApiSettings, AppState};
+
+use crate::support::*;
+
+struct LiveServer {
+    base: String,
+    client: reqwest::Client,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl LiveServer {
+    async fn start(pool: PgPool) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let bundles_dir = tempfile::tempdir().unwrap();
+        let signer =
+            toolserver_bundles::UrlSigner::new(b"k".to_vec(), url::Url::parse(&base).unwrap())
+                .unwrap();
+        let bundles = toolserver_bundles::FsBundleStore::open(bundles_dir.path(), signer)
+            .await
+            .unwrap();
+        let runners = tempfile::tempdir().unwrap();
+        let executor = local_executor(runners.path());
+        let state = AppState::new(
+            pool,
+            Arc::new(bundles),
+            Arc::new(executor),
+            hs256_auth(),
+            ApiSettings::default(),
+        );
+        let app = toolserver_api::app(state);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            _dirs: (bundles_dir, runners),
+        }
+    }
+
+    /// The working directory of the runner for `account`'s `tool`.
+    fn work_dir(&self, account: &str, tool: &str) -> std::path::PathBuf {
+        let key = toolserver_sandbox::ReservationKey::new(
+            toolserver_domain::AccountId::parse(account).unwrap(),
+            toolserver_domain::ToolId::parse(tool).unwrap(),
+        );
+        self._dirs
+            .1
+            .path()
+            .join("runners")
+            .join(key.runner_name())
+            .join("work")
+    }
+
+    fn post(&self, path: &str, account: &str) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token(account))
+    }
+
+    async fn upload(&self, account: &str, name: &str, source: &str) -> String {
+        let mut body = manifest(name, source.as_bytes());
+        body["inputSchema"] = json!({"type": "object"});
+        let reply = self
+            .post("/accounts/me/tools", account)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 201);
+        reply.json::<Value>().await.unwrap()["toolId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn invoke(&self, account: &str, tool: &str, body: Value) -> (u16, Value) {
+        let reply = self
+            .post(&format!("/accounts/me/tools/{tool}/invoke"), account)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (reply.status().as_u16(), reply.json().await.unwrap())
+    }
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn plain_call_returns_output_with_merged_config(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let tool = server
+        .upload(ACCOUNT_A, "echo", "export default { execute(ctx, input) { console.log('ran'); return { input, config: ctx.config, key: ctx.idempotencyKey }; } };")
+        .await;
+    let (status, body) = server
+        .invoke(
+            ACCOUNT_A,
+            &tool,
+            json!({"input": {"q": "x"}, "config": {"extra": true}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["input"], json!({"q": "x"}));
+    assert_eq!(
+        body["output"]["config"],
+        json!({"greeting": "hi", "extra": true})
+    );
+    assert_eq!(body["output"]["key"], body["callId"]);
+    assert_eq!(body["logs"], json!([{"level": "log", "message": "ran"}]));
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn input_is_validated_before_anything_runs(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let mut body = manifest("strict", BUNDLE);
+    body["inputSchema"] =
+        json!({"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}});
+    let reply = server
+        .post("/accounts/me/tools", ACCOUNT_A)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let tool = reply.json::<Value>().await.unwrap()["toolId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = server
+        .invoke(ACCOUNT_A, &tool, json!({"input": {"q": 5}}))
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["field"], "input");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("/q"),
+        "{body}"
+    );
+    let (status, _) = server
+        .invoke(ACCOUNT_B, &tool, json!({"input": {"q": "x"}}))
+        .await;
+    assert_eq!(status, 404, "another account cannot run it");
+    let (status, _) = server
+        .invoke(
+            ACCOUNT_A,
+            &tool,
+            json!({"input": {"q": "x"}, "timeoutMs": 0}),
+        )
+        .await;
+    assert_eq!(status, 400);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_throwing_tool_is_a_structured_result(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let tool = server
+        .upload(
+            ACCOUNT_A,
+            "thrower",
+            "export default { execute() { throw new RangeError('too far'); } };",
+        )
+        .await;
+    let (status, body) = server.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["error"],
+        json!({"name": "RangeError", "message": "too far"})
+    );
+    assert!(body.get("output").is_none());
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn sse_delivers_the_first_chunk_before_the_generator_finishes(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let source = r#"
+import { existsSync } from 'node:fs';
+export default {
+  async *execute(ctx, input) {
+    yield { step: 1 };
+    while (!existsSync(process.cwd() + '/release')) await new Promise(r => setTimeout(r, 10));
+    yield { step: 2 };
+  },
+};"#;
+    let tool = server.upload(ACCOUNT_A, "streamer", source).await;
+    let reply = server
+        .post(&format!("/accounts/me/tools/{tool}/invoke"), ACCOUNT_A)
+        .header("accept", "text/event-stream")
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    assert!(reply.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut body = reply.bytes_stream();
+    let mut text = String::new();
+    while !text.contains("event: chunk") {
+        let next = tokio::time::timeout(Duration::from_secs(10), body.next())
+            .await
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&next.unwrap().unwrap()));
+    }
+    assert!(text.contains(r#"data: {"step":1}"#), "{text}");
+    assert!(
+        !text.contains("event: result"),
+        "the generator is still waiting"
+    );
+    std::fs::write(server.work_dir(ACCOUNT_A, &tool).join("release"), b"go").unwrap();
+    while let Some(Ok(bytes)) = tokio::time::timeout(Duration::from_secs(10), body.next())
+        .await
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    assert!(text.contains(r#"data: {"step":2}"#), "{text}");
+    assert!(
+        text.contains("event: result\ndata: {\"output\":{\"step\":2}}"),
+        "{text}"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_large_bundle_travels_by_signed_url(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let mut source =
+        "export default { execute(ctx, input) { return input.n + 1; } };\n//".to_owned();
+    source.push_str(&"x".repeat(200 * 1024));
+    let tool = server.upload(ACCOUNT_A, "large", &source).await;
+    for n in 0..2 {
+        let (status, body) = server
+            .invoke(ACCOUNT_A, &tool, json!({"input": {"n": n}}))
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(body["output"], json!(n + 1), "{body}");
+    }
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn same_tool_name_in_two_accounts_runs_in_two_runners(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    // Module state lives as long as the runner's worker process.
+    let source =
+        "const runner = crypto.randomUUID(); export default { execute() { return runner; } };";
+    let a = server.upload(ACCOUNT_A, "same", source).await;
+    let b = server.upload(ACCOUNT_B, "same", source).await;
+    let (_, first_a) = server.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
+    let (_, first_b) = server.invoke(ACCOUNT_B, &b, json!({"input": {}})).await;
+    let (_, again_a) = server.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
+    assert!(first_a["output"].is_string(), "{first_a}");
+    assert_eq!(
+        first_a["output"], again_a["output"],
+        "the same runner is reused"
+    );
+    assert_ne!(first_a["output"], first_b["output"], "separate runners");
+}
