@@ -225,17 +225,7 @@ impl LocalExecutor {
         let mut command = match &self.inner.bwrap {
             Some(bwrap) => {
                 let mut cmd = Command::new(bwrap);
-                cmd.args([
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--dev",
-                    "/dev",
-                    "--proc",
-                    "/proc",
-                    "--tmpfs",
-                    "/tmp",
-                ]);
+                cmd.args(BWRAP_SYSTEM_VIEW).args(["--tmpfs", "/tmp"]);
                 for hidden in &settings.hidden {
                     if hidden.exists() {
                         cmd.arg("--tmpfs").arg(hidden);
@@ -513,6 +503,10 @@ enum RelayEnd {
     Broken(String),
 }
 
+/// What every bubblewrapped worker sees of the system: a read-only root,
+/// a minimal `/dev` and its own `/proc`.
+const BWRAP_SYSTEM_VIEW: [&str; 7] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"];
+
 /// The `nobody` user and group on Debian-like systems.
 const NOBODY: u32 = 65534;
 
@@ -528,17 +522,9 @@ fn probe_bwrap(run_as: Option<(u32, u32)>) -> Option<PathBuf> {
         .map(|dir| dir.join("bwrap"))
         .find(|candidate| candidate.exists())?;
     let mut probe = std::process::Command::new(&bwrap);
-    probe.args([
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--unshare-pid",
-        "true",
-    ]);
+    probe
+        .args(BWRAP_SYSTEM_VIEW)
+        .args(["--unshare-pid", "true"]);
     if let Some((uid, gid)) = run_as {
         use std::os::unix::process::CommandExt;
         probe.uid(uid).gid(gid);

@@ -19,6 +19,10 @@ struct LiveServer {
 
 impl LiveServer {
     async fn start(pool: PgPool) -> Self {
+        Self::start_with(pool, ApiSettings::default()).await
+    }
+
+    async fn start_with(pool: PgPool, settings: ApiSettings) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let bundles_dir = tempfile::tempdir().unwrap();
@@ -35,7 +39,7 @@ impl LiveServer {
             Arc::new(bundles),
             Arc::new(executor),
             hs256_auth(),
-            ApiSettings::default(),
+            settings,
         );
         let app = toolserver_api::app(state);
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -259,4 +263,30 @@ async fn same_tool_name_in_two_accounts_runs_in_two_runners(pool: PgPool) {
         "the same runner is reused"
     );
     assert_ne!(first_a["output"], first_b["output"], "separate runners");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_request_past_the_request_timeout_answers_408(pool: PgPool) {
+    let settings = ApiSettings {
+        request_timeout: Duration::from_millis(300),
+        ..ApiSettings::default()
+    };
+    let server = LiveServer::start_with(pool, settings).await;
+    let slow = "export default { async execute() { await new Promise(r => setTimeout(r, 3000)); return 1; } };";
+    let tool = server.upload(ACCOUNT_A, "slow", slow).await;
+    let (status, body) = server.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
+    assert_eq!(status, 408);
+    assert_eq!(body["error"]["code"], "request_timeout");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_tool_past_its_deadline_is_a_deadline_error(pool: PgPool) {
+    let server = LiveServer::start(pool).await;
+    let hangs = "export default { execute() { return new Promise(() => {}); } };";
+    let tool = server.upload(ACCOUNT_A, "hangs", hangs).await;
+    let (status, body) = server
+        .invoke(ACCOUNT_A, &tool, json!({"input": {}, "timeoutMs": 200}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["error"]["name"], "DeadlineExceeded", "{body}");
 }

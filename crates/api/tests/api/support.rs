@@ -154,6 +154,27 @@ impl TestApp {
         self.send(builder.body(body).unwrap()).await
     }
 
+    /// Sends a multipart body of `parts` as account A.
+    pub async fn send_multipart(
+        &self,
+        method: Method,
+        path: &str,
+        parts: &[(&str, &[u8])],
+    ) -> Reply {
+        let (content_type, body) = multipart(parts);
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", token(ACCOUNT_A)),
+            )
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .unwrap();
+        self.send(request).await
+    }
+
     pub async fn get(&self, path: &str, account: &str) -> Reply {
         self.call(Method::GET, path, account, None).await
     }

@@ -90,14 +90,12 @@ async fn multipart_upload_and_patch(pool: PgPool) {
         "inputSchema": {"type": "object"},
     });
     let manifest_text = serde_json::to_vec(&manifest).unwrap();
-    let (content_type, body) = multipart(&[("manifest", &manifest_text), ("bundle", BUNDLE)]);
     let reply = app
-        .send(authed(
+        .send_multipart(
             Method::POST,
             "/accounts/me/tools",
-            &content_type,
-            body,
-        ))
+            &[("manifest", &manifest_text), ("bundle", BUNDLE)],
+        )
         .await;
     assert_eq!(
         reply.status,
@@ -113,11 +111,10 @@ async fn multipart_upload_and_patch(pool: PgPool) {
         format!("/accounts/me/tools/{id}")
     );
 
-    let (content_type, body) =
-        multipart(&[("bundle", b"export default { execute() { return 2; } };")]);
     let path = format!("/accounts/me/tools/{id}");
+    let v2: &[u8] = b"export default { execute() { return 2; } };";
     let patched = app
-        .send(authed(Method::PATCH, &path, &content_type, body))
+        .send_multipart(Method::PATCH, &path, &[("bundle", v2)])
         .await;
     assert_eq!(patched.status, StatusCode::OK);
     assert_eq!(patched.json()["version"], 2);

@@ -236,25 +236,21 @@ async fn bundle_size_limit_is_inclusive(pool: PgPool) {
         "name": "multipart_over", "description": "d", "inputSchema": {"type": "object"}
     }))
     .unwrap();
-    let (content_type, body) = multipart(&[("manifest", &manifest_text), ("bundle", &over)]);
     let reply = app
-        .send(authed(
+        .send_multipart(
             Method::POST,
             "/accounts/me/tools",
-            &content_type,
-            body,
-        ))
+            &[("manifest", &manifest_text), ("bundle", &over)],
+        )
         .await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
 
-    let (content_type, body) = multipart(&[("manifest", &manifest_text), ("bundle", &exact)]);
     let reply = app
-        .send(authed(
+        .send_multipart(
             Method::POST,
             "/accounts/me/tools",
-            &content_type,
-            body,
-        ))
+            &[("manifest", &manifest_text), ("bundle", &exact)],
+        )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED);
 
