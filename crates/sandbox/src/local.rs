@@ -113,7 +113,9 @@ impl Runner {
 
 impl LocalExecutor {
     /// Prepares the backend: installs the worker sources and probes isolation.
-    pub fn new(settings: LocalSettings) -> Result<Self, SandboxError> {
+    pub fn new(mut settings: LocalSettings) -> Result<Self, SandboxError> {
+        // Workers run in their own directory, so every path handed to them is absolute.
+        settings.root = std::path::absolute(&settings.root)?;
         std::fs::create_dir_all(&settings.root)?;
         let assets = WorkerAssets::install(&settings.root.join(".worker"))?;
         let run_as = running_as_root().then_some((NOBODY, NOBODY));

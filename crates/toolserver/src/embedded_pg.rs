@@ -34,7 +34,7 @@ impl EmbeddedPostgres {
             Some(dir) => dir.to_owned(),
             None => find_bin_dir()?,
         };
-        let data_dir = absolute(&data_root.join("postgres"))?;
+        let data_dir = std::path::absolute(data_root.join("postgres"))?;
         let run_as = running_as_root().then(|| "postgres".to_owned());
         let mut cluster = Self {
             bin_dir,
@@ -169,14 +169,6 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
-    Ok(if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()?.join(path)
-    })
 }
 
 fn chown_to(path: &Path, user: &str) -> anyhow::Result<()> {

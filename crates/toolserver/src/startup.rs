@@ -115,11 +115,7 @@ fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<
         .runner_dir
         .clone()
         .unwrap_or_else(|| db.data_dir.join("runners"));
-    let data_dir = if db.data_dir.is_absolute() {
-        db.data_dir.clone()
-    } else {
-        std::env::current_dir()?.join(&db.data_dir)
-    };
+    let data_dir = std::path::absolute(&db.data_dir)?;
     let settings = LocalSettings {
         node_binary: config.node_binary.clone(),
         root,
