@@ -162,17 +162,7 @@ impl TestApp {
         parts: &[(&str, &[u8])],
     ) -> Reply {
         let (content_type, body) = multipart(parts);
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(
-                header::AUTHORIZATION,
-                format!("Bearer {}", token(ACCOUNT_A)),
-            )
-            .header(header::CONTENT_TYPE, content_type)
-            .body(Body::from(body))
-            .unwrap();
-        self.send(request).await
+        self.send(authed(method, path, &content_type, body)).await
     }
 
     pub async fn get(&self, path: &str, account: &str) -> Reply {
@@ -252,4 +242,18 @@ pub fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
     }
     body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
     (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// A request as account A with a body of `content_type`.
+pub fn authed(method: Method, path: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(
+            header::AUTHORIZATION,
+            format!("Bearer {}", token(ACCOUNT_A)),
+        )
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap()
 }

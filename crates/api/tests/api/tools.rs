@@ -1,7 +1,6 @@
 //! The tool management lifecycle: upload, read, list, update, download, delete.
 
-use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -119,19 +118,6 @@ async fn multipart_upload_and_patch(pool: PgPool) {
     assert_eq!(patched.status, StatusCode::OK);
     assert_eq!(patched.json()["version"], 2);
     assert_eq!(patched.json()["description"], "Uploaded as multipart.");
-}
-
-pub fn authed(method: Method, path: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(path)
-        .header(
-            header::AUTHORIZATION,
-            format!("Bearer {}", token(ACCOUNT_A)),
-        )
-        .header(header::CONTENT_TYPE, content_type)
-        .body(Body::from(body))
-        .unwrap()
 }
 
 #[sqlx::test(migrations = "../../migrations")]

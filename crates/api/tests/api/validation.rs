@@ -6,7 +6,6 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::support::*;
-use crate::tools::authed;
 
 /// (case, body, status, error code, field named)
 fn create_cases() -> Vec<(
