@@ -6,6 +6,25 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::oneshot;
 
+/// Serves `router` on a loopback port until the returned sender fires.
+async fn start(
+    router: Router,
+    grace: Duration,
+) -> (
+    std::net::SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+    };
+    let server = tokio::spawn(toolserver_api::server::serve(listener, router, stop, grace));
+    (addr, stop_tx, server)
+}
+
 #[tokio::test]
 async fn in_flight_requests_finish_after_shutdown_is_requested() {
     let (entered_tx, entered_rx) = oneshot::channel::<()>();
@@ -24,17 +43,7 @@ async fn in_flight_requests_finish_after_shutdown_is_requested() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(toolserver_api::server::serve(
-        listener,
-        router,
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (addr, stop_tx, server) = start(router, Duration::from_secs(10)).await;
     let request = tokio::spawn(async move { reqwest::get(format!("http://{addr}/slow")).await });
     entered_rx.await.unwrap();
     stop_tx.send(()).unwrap();
@@ -57,17 +66,7 @@ async fn grace_period_bounds_a_stuck_request() {
             "never"
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(toolserver_api::server::serve(
-        listener,
-        router,
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_millis(200),
-    ));
+    let (addr, stop_tx, server) = start(router, Duration::from_millis(200)).await;
     let request = tokio::spawn(async move { reqwest::get(format!("http://{addr}/stuck")).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop_tx.send(()).unwrap();
