@@ -3,6 +3,7 @@
 # 127.0.0.1:5432, the s3s-fs S3-compatible server binary, and Node.js.
 # Installs missing pieces from Debian's packages and crates.io when run as root.
 set -euo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 TOOLS_ROOT="${TOOLSERVER_TOOLS_ROOT:-$HOME/.cache/toolserver}"
 S3S_FS_VERSION="0.14.1"
@@ -63,6 +64,17 @@ ensure_node() {
   apt_install nodejs
 }
 
+# The AI SDK client test's packages (both pinned majors), from the lockfile.
+ensure_ai_sdk() {
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  local dir="$REPO_ROOT/clients/ai-sdk"
+  if [ -d "$dir/node_modules/ai-v6" ] && [ -d "$dir/node_modules/ai-v7" ] \
+     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    return
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
 # Optional: runners use bubblewrap when it works; install it so tests cover it.
 ensure_bubblewrap() {
   if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
@@ -74,5 +86,6 @@ ensure_bubblewrap() {
 ensure_postgres
 ensure_s3s_fs
 ensure_node
+ensure_ai_sdk
 ensure_bubblewrap
-echo "test-services: postgres, s3s-fs, node and bubblewrap are ready"
+echo "test-services: postgres, s3s-fs, node, the AI SDK and bubblewrap are ready"

@@ -17,8 +17,14 @@ use serde_json::{json, Map, Value};
 use sqlx::{Connection, PgConnection};
 use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
 use toolserver_api::{ApiSettings, AppState};
+use toolserver_bundles::BundleStore;
 use toolserver_bundles::{FsBundleStore, UrlSigner};
 use toolserver_domain::{AccountId, Sha256Digest, ToolId};
+use toolserver_harness::outbound::OutboundPolicy;
+use toolserver_harness::runner_call::RunnerCallSettings;
+use toolserver_harness::sealing::SecretBox;
+use toolserver_harness::tools::{TavilySettings, ToolSources};
+use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_sandbox::{
     BundleRef, Executor, Frame, InvokeRequest, IsolationMode, LocalExecutor, LocalSettings,
     ReservationKey, WorkerClient,
@@ -103,12 +109,36 @@ async fn main() {
         },
         KeySource::Static(Arc::new(DecodingKey::from_secret(b"bench"))),
     );
+    let bundles: Arc<dyn BundleStore> = Arc::new(bundles);
+    let shared_executor: Arc<dyn Executor> = Arc::new(executor.clone());
+    let harness = Harness::new(
+        ToolSources {
+            pool: pool.clone(),
+            executor: shared_executor.clone(),
+            bundles: bundles.clone(),
+            runner: RunnerCallSettings {
+                inline_bundle_max_bytes: 64 * 1024,
+                signed_url_ttl: Duration::from_secs(300),
+                max_output_bytes: 4 * 1024 * 1024,
+            },
+            tavily: TavilySettings {
+                base_url: url::Url::parse("https://api.tavily.com").unwrap(),
+                fallback_api_key: None,
+            },
+            http: reqwest::Client::new(),
+            policy: OutboundPolicy::default(),
+            default_tool_timeout: Duration::from_secs(25),
+        },
+        SecretBox::new(&[7; 32]),
+        HarnessSettings::default(),
+    );
     let state = AppState::new(
         pool.clone(),
-        Arc::new(bundles),
-        Arc::new(executor.clone()),
+        bundles,
+        shared_executor,
         auth,
         ApiSettings::default(),
+        harness,
     );
     tokio::spawn(async move { axum::serve(listener, toolserver_api::app(state)).await });
 

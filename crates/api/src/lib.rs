@@ -22,6 +22,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::health::routes())
         .merge(routes::tools::routes())
         .merge(routes::bundles::routes())
+        .merge(routes::agents::routes())
+        .merge(routes::conversations::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

@@ -19,6 +19,7 @@ use crate::error::{ErrorBody, ErrorDetail};
     modifiers(&BearerAuth),
     tags(
         (name = "tools", description = "Account-owned uploaded tools"),
+        (name = "agents", description = "Agents, their turns (AI SDK UI message streams) and conversations"),
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "health", description = "Probes"),
     ),

@@ -8,6 +8,8 @@ use toolserver_bundles::BundleStore;
 use toolserver_domain::ToolLimits;
 use toolserver_sandbox::Executor;
 
+use toolserver_harness::Harness;
+
 use crate::auth::Authenticator;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
@@ -62,6 +64,7 @@ struct Inner {
     executor: Arc<dyn Executor>,
     auth: Authenticator,
     settings: ApiSettings,
+    harness: Harness,
 }
 
 impl AppState {
@@ -72,6 +75,7 @@ impl AppState {
         executor: Arc<dyn Executor>,
         auth: Authenticator,
         settings: ApiSettings,
+        harness: Harness,
     ) -> Self {
         Self(Arc::new(Inner {
             pool,
@@ -79,7 +83,13 @@ impl AppState {
             executor,
             auth,
             settings,
+            harness,
         }))
+    }
+
+    /// The agent harness.
+    pub fn harness(&self) -> &Harness {
+        &self.0.harness
     }
 
     /// The database pool.

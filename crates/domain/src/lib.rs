@@ -2,11 +2,15 @@
 //! validation rules. Nothing here performs I/O; values that exist are valid.
 
 pub mod account;
+pub mod agent;
 pub mod digest;
 pub mod tool;
 pub mod validation;
 
 pub use account::AccountId;
+pub use agent::{
+    AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, Secrets, ToolKey, ToolSetting,
+};
 pub use digest::Sha256Digest;
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::ValidationError;

@@ -3,10 +3,14 @@
 //! it, so another account's rows are indistinguishable from missing ones.
 
 pub mod accounts;
+pub mod agents;
+pub mod conversations;
 pub mod error;
 pub mod pool;
 pub mod tools;
 
+pub use agents::{AgentRecord, AgentWrite};
+pub use conversations::{ConversationRecord, TurnLease};
 pub use error::StoreError;
 pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
 pub use tools::{NewTool, ToolPatch, ToolRecord};

@@ -36,6 +36,9 @@ pub struct ServeConfig {
     /// Request and upload limits.
     #[command(flatten)]
     pub limits: LimitsConfig,
+    /// Agents, models and turns.
+    #[command(flatten)]
+    pub agents: AgentsConfig,
     /// Logging settings.
     #[command(flatten)]
     pub log: LogConfig,
@@ -288,4 +291,92 @@ pub struct RunnerConfig {
         default_value_t = 65_536
     )]
     pub inline_bundle_max_bytes: u64,
+}
+
+/// Agents, model providers, built-in tools and turn limits.
+#[derive(Debug, Clone, Args)]
+pub struct AgentsConfig {
+    /// 32-byte key (64 hex characters) sealing credentials in agent configs
+    /// (`TOOLSERVER_SECRETS_KEY`, default: a key generated in the data directory;
+    /// every server of one database must share it).
+    #[arg(long, env = "TOOLSERVER_SECRETS_KEY", hide_env_values = true)]
+    pub secrets_key: Option<String>,
+    /// Endpoint of the `openai` provider when an agent names none (`TOOLSERVER_OPENAI_BASE_URL`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    pub openai_base_url: Url,
+    /// Fallback key of the `openai` provider (`TOOLSERVER_OPENAI_API_KEY`).
+    #[arg(long, env = "TOOLSERVER_OPENAI_API_KEY", hide_env_values = true)]
+    pub openai_api_key: Option<String>,
+    /// Tavily's API base (`TOOLSERVER_TAVILY_BASE_URL`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_TAVILY_BASE_URL",
+        default_value = "https://api.tavily.com"
+    )]
+    pub tavily_base_url: Url,
+    /// Service-wide fallback Tavily key (`TOOLSERVER_TAVILY_API_KEY`).
+    #[arg(long, env = "TOOLSERVER_TAVILY_API_KEY", hide_env_values = true)]
+    pub tavily_api_key: Option<String>,
+    /// Allow model and tool requests to loopback and private addresses
+    /// (`TOOLSERVER_OUTBOUND_ALLOW_PRIVATE`; for local models and tests only).
+    #[arg(
+        long,
+        env = "TOOLSERVER_OUTBOUND_ALLOW_PRIVATE",
+        default_value_t = false
+    )]
+    pub outbound_allow_private: bool,
+    /// Milliseconds to connect to a model provider or tool API (`TOOLSERVER_OUTBOUND_CONNECT_TIMEOUT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_OUTBOUND_CONNECT_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub outbound_connect_timeout_ms: u64,
+    /// Model passes per turn when an agent names none (`TOOLSERVER_DEFAULT_STEPS`).
+    #[arg(long, env = "TOOLSERVER_DEFAULT_STEPS", default_value_t = 10)]
+    pub default_steps: u32,
+    /// Largest `maxSteps` an agent may set (`TOOLSERVER_MAX_STEPS`).
+    #[arg(long, env = "TOOLSERVER_MAX_STEPS", default_value_t = 50)]
+    pub max_steps: u32,
+    /// Longest system prompt, in characters (`TOOLSERVER_MAX_SYSTEM_PROMPT_CHARS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_SYSTEM_PROMPT_CHARS",
+        default_value_t = 32_768
+    )]
+    pub max_system_prompt_chars: usize,
+    /// Largest agent config, in bytes of JSON (`TOOLSERVER_MAX_AGENT_CONFIG_BYTES`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_AGENT_CONFIG_BYTES",
+        default_value_t = 131_072
+    )]
+    pub max_agent_config_bytes: usize,
+    /// Most tool calls of one model pass running at once (`TOOLSERVER_MAX_PARALLEL_TOOL_CALLS`).
+    #[arg(long, env = "TOOLSERVER_MAX_PARALLEL_TOOL_CALLS", default_value_t = 8)]
+    pub max_parallel_tool_calls: usize,
+    /// Most messages in a conversation (`TOOLSERVER_MAX_CONVERSATION_MESSAGES`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_CONVERSATION_MESSAGES",
+        default_value_t = 1_000
+    )]
+    pub max_conversation_messages: usize,
+    /// Largest conversation, in bytes of JSON (`TOOLSERVER_MAX_CONVERSATION_BYTES`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_CONVERSATION_BYTES",
+        default_value_t = 4_194_304
+    )]
+    pub max_conversation_bytes: usize,
+    /// Longest a turn may run, in seconds (`TOOLSERVER_MAX_TURN_SECS`).
+    #[arg(long, env = "TOOLSERVER_MAX_TURN_SECS", default_value_t = 900)]
+    pub max_turn_secs: u64,
+    /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
+    #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
+    pub sse_keepalive_secs: u64,
 }

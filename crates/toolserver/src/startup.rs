@@ -11,8 +11,13 @@ use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
-use toolserver_domain::ToolLimits;
-use toolserver_sandbox::{IsolationMode, LocalExecutor, LocalSettings};
+use toolserver_domain::{AgentLimits, ToolLimits};
+use toolserver_harness::outbound::{self, OutboundPolicy};
+use toolserver_harness::runner_call::RunnerCallSettings;
+use toolserver_harness::sealing::SecretBox;
+use toolserver_harness::tools::{TavilySettings, ToolSources};
+use toolserver_harness::{Harness, HarnessSettings};
+use toolserver_sandbox::{Executor, IsolationMode, LocalExecutor, LocalSettings};
 use toolserver_store::PoolSettings;
 use url::Url;
 
@@ -84,13 +89,16 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
     let executor = local_executor(&config.runners, &config.database)?;
     let _reaper = executor.spawn_reaper();
-    let state = AppState::new(
+    let executor: Arc<dyn Executor> = Arc::new(executor);
+    let api = api_settings(&config.limits, &config.bundles, &config.runners);
+    let harness = harness(
+        &config,
+        &api,
         db.pool.clone(),
-        bundles,
-        Arc::new(executor),
-        auth,
-        api_settings(&config.limits, &config.bundles, &config.runners),
-    );
+        bundles.clone(),
+        executor.clone(),
+    )?;
+    let state = AppState::new(db.pool.clone(), bundles, executor, auth, api, harness);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -108,6 +116,70 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         cluster.stop();
     }
     result.context("serving")
+}
+
+fn harness(
+    config: &ServeConfig,
+    api: &ApiSettings,
+    pool: PgPool,
+    bundles: Arc<dyn BundleStore>,
+    executor: Arc<dyn Executor>,
+) -> anyhow::Result<Harness> {
+    let agents = &config.agents;
+    let key_hex = match &agents.secrets_key {
+        Some(key) => key.clone(),
+        None => {
+            let path = config.database.data_dir.join("secrets.key");
+            tracing::warn!(path = %path.display(), "TOOLSERVER_SECRETS_KEY is not set; using a key kept in the data directory");
+            keys::load_or_create_secret(&path)?
+        }
+    };
+    let key: [u8; 32] = hex::decode(key_hex.trim())
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .context("TOOLSERVER_SECRETS_KEY must be 64 hex characters (32 bytes)")?;
+    let policy = OutboundPolicy {
+        allow_private: agents.outbound_allow_private,
+    };
+    let http = outbound::client(
+        &policy,
+        Duration::from_millis(agents.outbound_connect_timeout_ms),
+    )
+    .context("building the outbound HTTP client")?;
+    let sources = ToolSources {
+        pool,
+        executor,
+        bundles,
+        runner: RunnerCallSettings {
+            inline_bundle_max_bytes: api.inline_bundle_max_bytes,
+            signed_url_ttl: api.signed_url_ttl,
+            max_output_bytes: api.max_output_bytes,
+        },
+        tavily: TavilySettings {
+            base_url: agents.tavily_base_url.clone(),
+            fallback_api_key: agents.tavily_api_key.clone(),
+        },
+        http,
+        policy,
+        default_tool_timeout: api.default_tool_timeout,
+    };
+    let settings = HarnessSettings {
+        agent_limits: AgentLimits {
+            default_steps: agents.default_steps,
+            max_steps: agents.max_steps,
+            max_system_prompt_chars: agents.max_system_prompt_chars,
+            max_config_bytes: agents.max_agent_config_bytes,
+            max_tool_timeout_ms: api.max_tool_timeout.as_millis() as u64,
+        },
+        openai_base_url: agents.openai_base_url.clone(),
+        openai_api_key: agents.openai_api_key.clone(),
+        max_parallel_tool_calls: agents.max_parallel_tool_calls,
+        max_conversation_messages: agents.max_conversation_messages,
+        max_conversation_bytes: agents.max_conversation_bytes,
+        max_turn_duration: Duration::from_secs(agents.max_turn_secs),
+        keep_alive: Duration::from_secs(agents.sse_keepalive_secs.max(1)),
+    };
+    Ok(Harness::new(sources, SecretBox::new(&key), settings))
 }
 
 fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<LocalExecutor> {

@@ -1,5 +1,7 @@
 //! One module per resource, each exposing its routes; merged in [`crate::api_router`].
 
+pub mod agents;
 pub mod bundles;
+pub mod conversations;
 pub mod health;
 pub mod tools;

@@ -33,14 +33,17 @@ impl LiveServer {
             .await
             .unwrap();
         let runners = tempfile::tempdir().unwrap();
-        let executor = local_executor(runners.path());
-        let state = AppState::new(
-            pool,
-            Arc::new(bundles),
-            Arc::new(executor),
-            hs256_auth(),
-            settings,
+        let executor: Arc<dyn toolserver_sandbox::Executor> =
+            Arc::new(local_executor(runners.path()));
+        let bundles: Arc<dyn toolserver_bundles::BundleStore> = Arc::new(bundles);
+        let harness = test_harness(
+            pool.clone(),
+            bundles.clone(),
+            executor.clone(),
+            None,
+            Default::default(),
         );
+        let state = AppState::new(pool, bundles, executor, hs256_auth(), settings, harness);
         let app = toolserver_api::app(state);
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {

@@ -3,10 +3,14 @@
 //! a real `s3s-fs`), and real token verification.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod agents;
 mod auth;
 mod bundles;
+mod chat;
 mod invoke;
+mod live;
 mod openapi;
+mod real_client;
 mod shutdown;
 mod support;
 mod tenancy;

@@ -13,7 +13,12 @@ use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, UrlSigner};
-use toolserver_sandbox::{IsolationMode, LocalExecutor, LocalSettings};
+use toolserver_harness::outbound::{self, OutboundPolicy};
+use toolserver_harness::runner_call::RunnerCallSettings;
+use toolserver_harness::sealing::SecretBox;
+use toolserver_harness::tools::{TavilySettings, ToolSources};
+use toolserver_harness::{Harness, HarnessSettings};
+use toolserver_sandbox::{Executor, IsolationMode, LocalExecutor, LocalSettings};
 use tower::ServiceExt;
 
 pub const SECRET: &str = "test-secret";
@@ -24,6 +29,38 @@ pub struct TestApp {
     pub router: Router,
     pub bundles: Arc<dyn BundleStore>,
     _dirs: (Option<tempfile::TempDir>, tempfile::TempDir),
+}
+
+/// The agent harness over the test's parts: loopback allowed (scripted
+/// models and fake Tavily listen there), Tavily at `tavily` if given.
+pub fn test_harness(
+    pool: PgPool,
+    bundles: Arc<dyn BundleStore>,
+    executor: Arc<dyn Executor>,
+    tavily: Option<url::Url>,
+    settings: HarnessSettings,
+) -> Harness {
+    let policy = OutboundPolicy {
+        allow_private: true,
+    };
+    let sources = ToolSources {
+        pool,
+        executor,
+        bundles,
+        runner: RunnerCallSettings {
+            inline_bundle_max_bytes: 64 * 1024,
+            signed_url_ttl: std::time::Duration::from_secs(300),
+            max_output_bytes: 4 * 1024 * 1024,
+        },
+        tavily: TavilySettings {
+            base_url: tavily.unwrap_or_else(|| url::Url::parse("http://127.0.0.1:9/").unwrap()),
+            fallback_api_key: None,
+        },
+        http: outbound::client(&policy, std::time::Duration::from_secs(5)).unwrap(),
+        policy,
+        default_tool_timeout: std::time::Duration::from_secs(25),
+    };
+    Harness::new(sources, SecretBox::new(&[42; 32]), settings)
 }
 
 /// HS256 verification with [`SECRET`].
@@ -110,8 +147,15 @@ impl TestApp {
         dir: Option<tempfile::TempDir>,
     ) -> Self {
         let runners = tempfile::tempdir().unwrap();
-        let executor = local_executor(runners.path());
-        let state = AppState::new(pool, bundles.clone(), Arc::new(executor), auth, settings);
+        let executor: Arc<dyn Executor> = Arc::new(local_executor(runners.path()));
+        let harness = test_harness(
+            pool.clone(),
+            bundles.clone(),
+            executor.clone(),
+            None,
+            HarnessSettings::default(),
+        );
+        let state = AppState::new(pool, bundles.clone(), executor, auth, settings, harness);
         Self {
             router: toolserver_api::app(state),
             bundles,

@@ -16,12 +16,12 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use base64::Engine;
 use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolserver_domain::ValidationError;
-use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
+use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
+use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey};
 use toolserver_store::{tools, ToolRecord};
 use utoipa::ToSchema;
 
@@ -124,18 +124,10 @@ pub async fn invoke_tool(
         .map_or_else(|| call_id.clone(), str::to_owned);
     let request = build_request(&state, &tool, body, call_id.clone(), idempotency_key).await?;
     let key = ReservationKey::new(account, tool.id);
-    let frames = state
-        .executor()
-        .invoke(&key, request)
+    let call = RunnerCall::start(state.executor().clone(), key, request)
         .await
+        .map(Call)
         .map_err(|err| ApiError::Unavailable(format!("runner: {err}")))?;
-    let call = Call {
-        frames,
-        executor: state.executor().clone(),
-        key,
-        call_id,
-        finished: false,
-    };
     if wants_event_stream(&headers) {
         Ok(Sse::new(sse_events(call))
             .keep_alive(KeepAlive::default())
@@ -166,40 +158,20 @@ async fn build_request(
             ),
         ));
     }
-    let sha256 = tool.bundle_sha256;
-    let bundle = if (tool.bundle_size as u64) <= settings.inline_bundle_max_bytes {
-        let bytes = state.bundles().get(&sha256).await?;
-        BundleRef {
-            sha256: sha256.to_hex(),
-            inline: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            url: None,
-        }
-    } else {
-        let signed = state
-            .bundles()
-            .signed_url(&sha256, settings.signed_url_ttl)
-            .await?;
-        BundleRef {
-            sha256: sha256.to_hex(),
-            inline: None,
-            url: Some(signed.url.to_string()),
-        }
+    let runner = RunnerCallSettings {
+        inline_bundle_max_bytes: settings.inline_bundle_max_bytes,
+        signed_url_ttl: settings.signed_url_ttl,
+        max_output_bytes: settings.max_output_bytes,
     };
-    let config = tool
-        .default_config
-        .merged_with(&body.config.unwrap_or_default())
-        .as_map()
-        .clone();
-    Ok(InvokeRequest {
+    let spec = CallSpec {
         call_id,
         idempotency_key,
         input: body.input,
-        config,
-        bundle,
-        deadline_ms: timeout.as_millis() as u64,
-        max_output_bytes: settings.max_output_bytes,
+        options: body.config.unwrap_or_default(),
+        timeout,
         async_meta: None,
-    })
+    };
+    Ok(runner_call::build_request(state.bundles(), &runner, tool, spec).await?)
 }
 
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -210,31 +182,16 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
 }
 
 /// A call in progress; cancelled on the runner if dropped before its end.
-struct Call {
-    frames: FrameStream,
-    executor: std::sync::Arc<dyn Executor>,
-    key: ReservationKey,
-    call_id: String,
-    finished: bool,
-}
+struct Call(RunnerCall);
 
 impl Call {
     async fn next(&mut self) -> Option<Frame> {
-        if self.finished {
-            return None;
-        }
-        let frame = self.frames.recv().await;
-        match &frame {
-            Some(frame) if frame.is_terminal() => self.finished = true,
-            None => self.finished = true,
-            Some(_) => {}
-        }
-        frame
+        self.0.next().await
     }
 
     async fn into_result(mut self) -> InvokeResult {
         let mut result = InvokeResult {
-            call_id: self.call_id.clone(),
+            call_id: self.0.call_id().to_owned(),
             output: None,
             error: None,
             logs: Vec::new(),
@@ -256,23 +213,6 @@ impl Call {
             });
         }
         result
-    }
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let (executor, key, call_id) = (
-            self.executor.clone(),
-            self.key.clone(),
-            self.call_id.clone(),
-        );
-        tokio::spawn(async move {
-            tracing::info!(call.id = %call_id, "client went away; cancelling the call");
-            let _ = executor.cancel(&key, &call_id).await;
-        });
     }
 }
 

@@ -11,7 +11,7 @@ use super::wire::{ToolPage, ToolView};
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiQuery;
-use crate::state::AppState;
+use crate::state::{ApiSettings, AppState};
 
 /// Paging parameters.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -21,6 +21,20 @@ pub struct ListParams {
     pub limit: Option<u32>,
     /// `nextCursor` of the previous page.
     pub cursor: Option<String>,
+}
+
+impl ListParams {
+    /// The page size asked for, or the default; 400 outside 1..=maximum.
+    pub fn checked_limit(&self, settings: &ApiSettings) -> Result<u32, ApiError> {
+        let limit = self.limit.unwrap_or(settings.default_page_size);
+        if limit == 0 || limit > settings.max_page_size {
+            return Err(ApiError::bad_field(
+                "limit",
+                format!("limit must be between 1 and {}", settings.max_page_size),
+            ));
+        }
+        Ok(limit)
+    }
 }
 
 /// Lists the caller's tools in creation order.
@@ -38,14 +52,7 @@ pub async fn list_tools(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<ToolPage>> {
-    let settings = state.settings();
-    let limit = params.limit.unwrap_or(settings.default_page_size);
-    if limit == 0 || limit > settings.max_page_size {
-        return Err(ApiError::bad_field(
-            "limit",
-            format!("limit must be between 1 and {}", settings.max_page_size),
-        ));
-    }
+    let limit = params.checked_limit(state.settings())?;
     let after = match params.cursor.as_deref() {
         Some(raw) => Some(
             ToolId::parse(raw)

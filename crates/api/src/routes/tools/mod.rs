@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub use invoke::{InvokeBody, InvokeResult, ToolError};
+pub use list::ListParams;
 pub use wire::{
     BundleUrlView, CreateToolForm, CreateToolJson, ToolManifest, ToolPage, ToolView,
     UpdateManifest, UpdateToolForm, UpdateToolJson,

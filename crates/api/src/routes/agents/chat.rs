@@ -1,0 +1,161 @@
+//! `POST /agents/{agentId}/chat`: one agent turn, streamed as the AI SDK UI
+//! message stream (protocol v1), so `useChat` works against it unmodified.
+//!
+//! Before the stream starts, everything that can be refused is refused with a
+//! 4xx: the agent and its tools are checked again, the conversation is leased
+//! (one turn at a time), approval decisions are matched against the stored
+//! pending approvals, and the conversation's size is checked. The turn then
+//! runs in its own task; the stored conversation is updated before the final
+//! `[DONE]`, so a client that sees `[DONE]` can continue at once.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, Stream, StreamExt};
+use tokio::sync::mpsc;
+use toolserver_harness::conversation::{prepare_turn, PrepareError};
+use toolserver_harness::turn::{run_turn, TurnPlan};
+use toolserver_harness::ui::{UiChunk, UiMessage};
+use toolserver_store::agents;
+
+use super::chat_request::ChatRequest;
+use super::{agent_not_found, checked_agent, parse_agent_id};
+use crate::auth::Account;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::ApiJson;
+use crate::routes::conversations::ConversationLease;
+use crate::state::AppState;
+
+/// Runs one turn of an agent.
+#[utoipa::path(post, path = "/agents/{agentId}/chat", tag = "agents",
+    security(("bearer" = [])),
+    params(("agentId" = String, Path, description = "Agent id")),
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The turn as an AI SDK UI message stream (v1): `data: <chunk>` frames ending with `data: [DONE]`",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed body or message", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such agent in this account", body = ErrorBody),
+        (status = 409, description = "The conversation is busy, belongs to another agent, or the approval answers no pending approval", body = ErrorBody),
+        (status = 413, description = "The conversation is too large", body = ErrorBody),
+        (status = 422, description = "The agent's config is no longer valid (e.g. a tool was deleted), or the request does not fit the conversation", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
+pub async fn chat(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(agent_id): Path<String>,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> ApiResult<Response> {
+    let id = parse_agent_id(&agent_id)?;
+    let (conversation_id, sent, trigger) = body.parse()?;
+    tracing::Span::current().record("conversation.id", conversation_id.as_str());
+    let harness = state.harness();
+    let record = agents::get(state.pool(), &account, id)
+        .await
+        .map_err(agent_not_found)?;
+    let checked = checked_agent(harness, &account, &record).await?;
+    let provider = harness.provider(&checked.config)?;
+    let settings = harness.settings().clone();
+    let lease = ConversationLease::take(&state, &account, &conversation_id, id).await?;
+    let stored = lease.stored_messages()?;
+    let prepared = prepare_turn(
+        stored,
+        sent,
+        trigger,
+        format!("msg_{}", uuid::Uuid::now_v7().simple()),
+    )
+    .map_err(|err| match err {
+        PrepareError::Invalid { field, message } => ApiError::bad_field(&field, message),
+        PrepareError::ApprovalMismatch(message) => ApiError::Conflict {
+            code: "approval_not_pending",
+            message,
+        },
+    })?;
+    let mut snapshot = prepared.history.clone();
+    if !prepared.assistant.parts.is_empty() {
+        snapshot.push(prepared.assistant.clone());
+    }
+    check_size(
+        &snapshot,
+        settings.max_conversation_messages,
+        settings.max_conversation_bytes,
+    )?;
+    lease.save(&snapshot).await?;
+
+    let plan = TurnPlan {
+        system: checked.config.system_prompt.clone(),
+        model_id: checked.config.model.model_id.clone(),
+        options: checked.config.model.options.clone(),
+        max_steps: checked.config.max_steps,
+        max_parallel_tool_calls: settings.max_parallel_tool_calls,
+        max_duration: settings.max_turn_duration,
+        can_ask_approval: true,
+        history: prepared.history.clone(),
+        assistant: prepared.assistant,
+    };
+    let (chunks, receiver) = mpsc::channel(64);
+    let history = prepared.history;
+    tokio::spawn(async move {
+        let outcome = run_turn(provider, checked.registry, plan, chunks.clone()).await;
+        if let Some(error) = &outcome.error {
+            tracing::info!(error = %error, "turn ended with an error");
+        }
+        let mut messages = history;
+        messages.push(outcome.assistant);
+        if let Err(err) = lease.save(&messages).await {
+            tracing::error!(error = %err, "could not store the conversation");
+        }
+        lease.release().await;
+        drop(chunks);
+    });
+
+    let mut response = Sse::new(ui_stream(receiver))
+        .keep_alive(KeepAlive::new().interval(settings.keep_alive))
+        .into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        ("x-vercel-ai-ui-message-stream", "v1"),
+        ("x-accel-buffering", "no"),
+        ("cache-control", "no-cache"),
+    ] {
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    Ok(response)
+}
+
+/// `data: <chunk>` frames, then `data: [DONE]` once the turn task is done.
+fn ui_stream(receiver: mpsc::Receiver<UiChunk>) -> impl Stream<Item = Result<Event, Infallible>> {
+    let chunks = stream::unfold(receiver, |mut receiver| async move {
+        let chunk = receiver.recv().await?;
+        let event = Event::default()
+            .json_data(&chunk)
+            .unwrap_or_else(|_| Event::default().data("{}"));
+        Some((Ok(event), receiver))
+    });
+    chunks.chain(stream::once(async { Ok(Event::default().data("[DONE]")) }))
+}
+
+fn check_size(messages: &[UiMessage], max_messages: usize, max_bytes: usize) -> ApiResult<()> {
+    // The new assistant message counts too.
+    if messages.len() + 1 > max_messages {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the conversation has {} messages; the limit is {max_messages}",
+            messages.len()
+        )));
+    }
+    let bytes = serde_json::to_vec(messages).map_or(usize::MAX, |v| v.len());
+    if bytes > max_bytes {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the conversation is {bytes} bytes of JSON; the limit is {max_bytes}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! `/agents`: create, list, read, update and delete agent configs, and run
+//! turns (`/agents/{agentId}/chat`). Credentials in a config are write-only:
+//! they are sealed at rest and read back as `"[redacted]"`.
+
+mod chat;
+mod chat_request;
+mod crud;
+mod wire;
+
+use toolserver_domain::{AccountId, AgentId};
+use toolserver_harness::tools::RegistryError;
+use toolserver_harness::{CheckedAgent, Harness};
+use toolserver_store::{AgentRecord, StoreError};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub use chat_request::{ChatRequest, Trigger};
+pub use wire::{AgentBody, AgentPage, AgentPatch, AgentView};
+
+/// The agent routes.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(crud::create_agent, crud::list_agents))
+        .routes(routes!(
+            crud::get_agent,
+            crud::update_agent,
+            crud::delete_agent
+        ))
+        .routes(routes!(chat::chat))
+}
+
+/// Parses an agent id from a path; a malformed id is simply not found.
+fn parse_agent_id(raw: &str) -> Result<AgentId, ApiError> {
+    AgentId::parse(raw).ok_or(ApiError::NotFound("agent"))
+}
+
+/// Maps "no such row" to an agent-specific 404.
+fn agent_not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::NotFound("agent"),
+        other => other.into(),
+    }
+}
+
+/// Registry failures: a bad config is a 422 naming the field.
+fn registry_error(err: RegistryError) -> ApiError {
+    match err {
+        RegistryError::Invalid(invalid) => invalid.into(),
+        RegistryError::Store(store) => store.into(),
+    }
+}
+
+/// Re-checks a stored agent before it runs (its tools may have changed since).
+async fn checked_agent(
+    harness: &Harness,
+    account: &AccountId,
+    record: &AgentRecord,
+) -> Result<CheckedAgent, ApiError> {
+    let config = harness
+        .unseal(
+            &record.config,
+            record.sealed_secrets.as_deref(),
+            account,
+            record.id,
+        )
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    harness
+        .check(account, &config)
+        .await
+        .map_err(registry_error)
+}

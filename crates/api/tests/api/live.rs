@@ -1,0 +1,286 @@
+//! The server over real HTTP on loopback, with a scripted model to talk to,
+//! for agent turns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_api::{ApiSettings, AppState};
+use toolserver_harness::HarnessSettings;
+use toolserver_sandbox::{Executor, LocalExecutor, ReservationKey, WorkerClient};
+use toolserver_testsupport::ScriptedModel;
+
+use crate::support::*;
+
+pub struct LiveApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub model: ScriptedModel,
+    pub pool: PgPool,
+    executor: Arc<LocalExecutor>,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+/// One response of a turn: status, headers and the parsed `data:` frames.
+pub struct Turn {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+    /// Every JSON chunk, in order (the final `[DONE]` excluded).
+    pub chunks: Vec<Value>,
+}
+
+impl Turn {
+    pub fn types(&self) -> Vec<String> {
+        self.chunks
+            .iter()
+            .map(|c| c["type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    pub fn of_type(&self, kind: &str) -> Vec<&Value> {
+        self.chunks.iter().filter(|c| c["type"] == kind).collect()
+    }
+
+    pub fn text(&self) -> String {
+        self.of_type("text-delta")
+            .iter()
+            .map(|c| c["delta"].as_str().unwrap())
+            .collect()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+impl LiveApp {
+    pub async fn start(pool: PgPool) -> Self {
+        Self::start_with(pool, None, HarnessSettings::default()).await
+    }
+
+    pub async fn start_with(
+        pool: PgPool,
+        tavily: Option<url::Url>,
+        settings: HarnessSettings,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let bundles_dir = tempfile::tempdir().unwrap();
+        let bundles = fs_store(bundles_dir.path()).await;
+        let runners = tempfile::tempdir().unwrap();
+        let executor = Arc::new(local_executor(runners.path()));
+        let dyn_executor: Arc<dyn Executor> = executor.clone();
+        let harness = test_harness(
+            pool.clone(),
+            bundles.clone(),
+            dyn_executor.clone(),
+            tavily,
+            settings,
+        );
+        let state = AppState::new(
+            pool.clone(),
+            bundles,
+            dyn_executor,
+            hs256_auth(),
+            ApiSettings::default(),
+            harness,
+        );
+        let app = toolserver_api::app(state);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            model: ScriptedModel::start().await,
+            pool,
+            executor,
+            _dirs: (bundles_dir, runners),
+        }
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        account: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(token(account));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Uploads a tool with `source` as its bundle and an input schema.
+    pub async fn upload(&self, account: &str, name: &str, source: &str, schema: Value) -> String {
+        let (status, body) = self
+            .request(
+                reqwest::Method::POST,
+                "/accounts/me/tools",
+                account,
+                Some(json!({
+                    "name": name,
+                    "description": format!("the {name} tool"),
+                    "inputSchema": schema,
+                    "defaultConfig": {"greeting": "hi"},
+                    "bundle": b64(source.as_bytes()),
+                })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["toolId"].as_str().unwrap().to_owned()
+    }
+
+    /// The config of an agent on the scripted model `model_id`.
+    pub fn agent_config(&self, model_id: &str, tools: Value) -> Value {
+        json!({
+            "model": {"provider": "openai", "modelId": model_id},
+            "provider": {"openai": {"apiKey": "sk-test-key", "baseUrl": self.model.base_url()}},
+            "systemPrompt": "You are a test agent.",
+            "tools": tools,
+        })
+    }
+
+    /// Creates an agent and returns its id.
+    pub async fn agent(&self, account: &str, model_id: &str, tools: Value) -> String {
+        let (status, body) = self
+            .request(
+                reqwest::Method::POST,
+                "/agents",
+                account,
+                Some(json!({"name": model_id, "config": self.agent_config(model_id, tools)})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["agentId"].as_str().unwrap().to_owned()
+    }
+
+    /// Starts a turn and returns the raw response.
+    pub async fn start_turn(&self, account: &str, agent: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}/agents/{agent}/chat", self.base))
+            .bearer_auth(token(account))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Runs a turn to its end.
+    pub async fn turn(&self, account: &str, agent: &str, body: Value) -> Turn {
+        let response = self.start_turn(account, agent, body).await;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.text().await.unwrap();
+        let chunks = if status == 200 {
+            parse_frames(&body)
+        } else {
+            Vec::new()
+        };
+        Turn {
+            status,
+            headers,
+            body,
+            chunks,
+        }
+    }
+
+    /// A user message turn on conversation `conversation`.
+    pub async fn say(&self, account: &str, agent: &str, conversation: &str, text: &str) -> Turn {
+        self.turn(account, agent, user_turn(conversation, text))
+            .await
+    }
+
+    /// The worker's count of calls in flight for `account`'s `tool`.
+    pub async fn inflight(&self, account: &str, tool: &str) -> u64 {
+        let key = ReservationKey::new(
+            toolserver_domain::AccountId::parse(account).unwrap(),
+            toolserver_domain::ToolId::parse(tool).unwrap(),
+        );
+        let client = WorkerClient::new(self.executor.socket_path(&key));
+        // No socket yet means no worker, so nothing in flight.
+        match client.health().await {
+            Ok(health) => health["inflight"].as_u64().unwrap(),
+            Err(_) => 0,
+        }
+    }
+}
+
+/// The body `useChat` sends for a new user message.
+pub fn user_turn(conversation: &str, text: &str) -> Value {
+    json!({
+        "id": conversation,
+        "messages": [{"id": uuid::Uuid::new_v4().to_string(), "role": "user", "parts": [{"type": "text", "text": text}]}],
+        "trigger": "submit-message",
+    })
+}
+
+/// Splits an SSE body into its JSON chunks, checking the framing: every
+/// event is `data: <json>` (or a `:` comment), and the last is `[DONE]`.
+pub fn parse_frames(body: &str) -> Vec<Value> {
+    let events: Vec<&str> = body
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for event in events {
+        if event.starts_with(':') {
+            continue;
+        }
+        let data = event
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("not a data frame: {event:?}"));
+        assert!(!done, "a frame after [DONE]: {data}");
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        chunks.push(serde_json::from_str(data).unwrap());
+    }
+    assert!(done, "the stream did not end with [DONE]:\n{body}");
+    chunks
+}
+
+/// Tavily's HTTP API, scripted: answers `/search` after a delay and records
+/// each request's authorization and body.
+pub struct FakeTavily {
+    pub url: url::Url,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+}
+
+impl FakeTavily {
+    pub async fn start(delay: Duration) -> Self {
+        use axum::routing::post;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().route(
+            "/search",
+            post(move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
+                let record = record.clone();
+                async move {
+                    let auth = headers["authorization"].to_str().unwrap().to_owned();
+                    record.lock().unwrap().push((auth, body.clone()));
+                    tokio::time::sleep(delay).await;
+                    axum::Json(json!({"query": body["query"], "results": [{"title": body["query"], "url": "https://example.com"}]}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = url::Url::parse(&format!("http://{}/", listener.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, seen }
+    }
+
+    pub fn requests(&self) -> Vec<(String, Value)> {
+        self.seen.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,220 @@
+//! The published AI SDK (6.x and 7.x) reads every kind of turn stream from
+//! the running server: `clients/ai-sdk/test/ui-stream.test.mjs`, driven from
+//! here with a scenarios file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_testsupport::Reply;
+
+use crate::live::{FakeTavily, LiveApp};
+use crate::support::*;
+
+const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input }; } };";
+const STREAMING: &str = "export default { async *execute() { for (let i = 1; i <= 3; i++) { yield { step: i }; await new Promise(r => setTimeout(r, 10)); } } };";
+const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 200)); return { done: input.job }; } };";
+
+fn schema(property: &str) -> Value {
+    json!({"type": "object", "properties": {property: {"type": "string"}}, "required": [property]})
+}
+
+fn client_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/ai-sdk")
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
+    let dir = client_dir();
+    assert!(
+        dir.join("node_modules/ai-v6").exists() && dir.join("node_modules/ai-v7").exists(),
+        "the AI SDK is not installed in {}: run `make test-deps` (npm ci there)",
+        dir.display()
+    );
+    let tavily = FakeTavily::start(Duration::from_millis(200)).await;
+    let app = LiveApp::start_with(pool, Some(tavily.url.clone()), Default::default()).await;
+    let echo = app.upload(ACCOUNT_A, "echo", ECHO, schema("q")).await;
+    let progress = app
+        .upload(ACCOUNT_A, "progress", STREAMING, json!({"type": "object"}))
+        .await;
+    let slow = app.upload(ACCOUNT_A, "slow", SLOW, schema("job")).await;
+    let text = |t: &str| json!({"type": "text", "text": t, "state": "done"});
+    let step = json!({"type": "step-start"});
+    let mut scenarios = Vec::new();
+
+    app.model.script(
+        "rc-plain",
+        vec![Reply::text("Hello from the scripted model.")],
+    );
+    scenarios.push(json!({
+        "name": "plain text turn",
+        "agentId": app.agent(ACCOUNT_A, "rc-plain", json!({})).await,
+        "steps": [{"userText": "hi"}],
+        "expectParts": [step, text("Hello from the scripted model.")],
+        "expectFinishReason": "stop",
+    }));
+
+    app.model.script(
+        "rc-tool",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"q": "x"})),
+            Reply::text("Echoed."),
+        ],
+    );
+    scenarios.push(json!({
+        "name": "uploaded tool",
+        "agentId": app.agent(ACCOUNT_A, "rc-tool", json!({ &echo: {} })).await,
+        "steps": [{"userText": "echo x"}],
+        "expectParts": [step, {"type": "tool-echo", "toolCallId": "c1", "state": "output-available", "input": {"q": "x"}, "output": {"echo": {"q": "x"}}}, step, text("Echoed.")],
+        "expectFinishReason": "stop",
+    }));
+
+    app.model.script(
+        "rc-stream",
+        vec![
+            Reply::tool_call("c1", "progress", json!({})),
+            Reply::text("Done."),
+        ],
+    );
+    scenarios.push(json!({
+        "name": "streaming tool with preliminary outputs",
+        "agentId": app.agent(ACCOUNT_A, "rc-stream", json!({ &progress: {} })).await,
+        "steps": [{"userText": "go"}],
+        "expectParts": [step, {"type": "tool-progress", "state": "output-available", "output": {"step": 3}}, step, text("Done.")],
+    }));
+
+    app.model.script(
+        "rc-invalid",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"q": 1})),
+            Reply::tool_call("c2", "echo", json!({"q": "1"})),
+            Reply::text("Fixed."),
+        ],
+    );
+    scenarios.push(json!({
+        "name": "invalid tool input",
+        "agentId": app.agent(ACCOUNT_A, "rc-invalid", json!({ &echo: {} })).await,
+        "steps": [{"userText": "go"}],
+        "expectParts": [step, {"type": "tool-echo", "toolCallId": "c1", "state": "output-error"}, step, {"type": "tool-echo", "toolCallId": "c2", "state": "output-available"}, step, text("Fixed.")],
+    }));
+
+    for (model, approved) in [("rc-approve", true), ("rc-deny", false)] {
+        app.model.script(
+            model,
+            vec![
+                Reply::tool_call("c1", "echo", json!({"q": "rm"})),
+                Reply::text("Handled."),
+            ],
+        );
+        let state = if approved {
+            "output-available"
+        } else {
+            "output-denied"
+        };
+        scenarios.push(json!({
+            "name": format!("approval {}", if approved { "approved" } else { "denied" }),
+            "agentId": app.agent(ACCOUNT_A, model, json!({ &echo: {"needsApproval": true} })).await,
+            "steps": [{"userText": "remove it"}, {"approval": {"approved": approved, "reason": "reviewed"}}],
+            "expectParts": [step, {"type": "tool-echo", "state": state, "approval": {"approved": approved}}, step, text("Handled.")],
+            "expectFinishReason": "stop",
+        }));
+    }
+
+    app.model.script(
+        "rc-forged",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"q": "rm"})),
+            Reply::text("unused"),
+        ],
+    );
+    scenarios.push(json!({
+        "name": "forged approval id",
+        "agentId": app.agent(ACCOUNT_A, "rc-forged", json!({ &echo: {"needsApproval": true} })).await,
+        "steps": [{"userText": "remove it"}, {"approval": {"approved": true}, "forgeApprovalId": true, "expectStatus": 409}],
+        "expectParts": [step, {"type": "tool-echo", "state": "approval-requested"}],
+        "expectFinishReason": "tool-calls",
+    }));
+
+    let async_script = |call: Reply| {
+        vec![
+            call,
+            Reply::text("Started; I will report back.").chunk_delay(Duration::from_millis(50)),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("All done."),
+        ]
+    };
+    app.model.script(
+        "rc-async",
+        async_script(Reply::tool_call("c1", "slow", json!({"job": "j1"}))),
+    );
+    app.model.script(
+        "rc-async-builtin",
+        async_script(Reply::tool_call(
+            "c1",
+            "tavilySearch",
+            json!({"query": "q"}),
+        )),
+    );
+    for (name, model, tools, tool_part) in [
+        (
+            "uploaded async tool",
+            "rc-async",
+            json!({ &slow: {"async": true} }),
+            "tool-slow",
+        ),
+        (
+            "built-in async tool",
+            "rc-async-builtin",
+            json!({"tavilySearch": {"async": true, "apiKey": "tvly-k"}}),
+            "tool-tavilySearch",
+        ),
+    ] {
+        scenarios.push(json!({
+            "name": name,
+            "agentId": app.agent(ACCOUNT_A, model, tools).await,
+            "steps": [{"userText": "start the job"}],
+            "expectParts": [
+                step, {"type": tool_part, "state": "output-available", "output": {"status": "pending"}},
+                step, text("Started; I will report back."),
+                step, {"type": "tool-async_status", "state": "output-available", "output": {"status": "completed"}},
+                step, text("All done."),
+            ],
+            "expectFinishReason": "stop",
+        }));
+    }
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        serde_json::to_vec(&json!({"scenarios": scenarios})).unwrap(),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new("node")
+        .args(["--test", "--test-reporter=spec", "test/"])
+        .current_dir(&dir)
+        .env("TOOLSERVER_URL", &app.base)
+        .env("TOOLSERVER_TOKEN", token(ACCOUNT_A))
+        .env("TOOLSERVER_SCENARIOS", file.path())
+        .output()
+        .await
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "the AI SDK client failed:\n{report}"
+    );
+    let passed = report
+        .lines()
+        .filter(|l| l.trim_start().starts_with('✔'))
+        .count();
+    assert!(
+        passed >= 2 * scenarios.len(),
+        "expected {} passing tests:\n{report}",
+        2 * scenarios.len()
+    );
+}

@@ -1,0 +1,89 @@
+//! Agent identifiers and names.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+use crate::ValidationError;
+
+const AGENT_ID_PREFIX: &str = "agent_";
+
+/// A stable agent identifier, shown as `agent_` followed by 32 hex characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId(Uuid);
+
+impl AgentId {
+    /// A new, time-ordered id (UUIDv7).
+    pub fn generate() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// Wraps a stored UUID.
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+
+    /// The UUID as stored in the database.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// Parses the public form; anything else is `None` (callers answer 404).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let hex = raw.strip_prefix(AGENT_ID_PREFIX)?;
+        if hex.len() != 32 {
+            return None;
+        }
+        Uuid::try_parse(hex).ok().map(Self)
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{AGENT_ID_PREFIX}{}", self.0.simple())
+    }
+}
+
+/// A human-facing agent name: 1 to 100 characters, not blank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentName(String);
+
+impl AgentName {
+    /// Parses a name.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        if raw.trim().is_empty() || raw.chars().count() > 100 {
+            return Err(ValidationError::new(
+                "name",
+                "must be 1-100 characters and not blank",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_reject_tool_ids() {
+        let id = AgentId::generate();
+        assert_eq!(AgentId::parse(&id.to_string()), Some(id));
+        let as_tool = id.to_string().replace("agent_", "tool_");
+        for bad in ["", "agent_", "agent_zz", as_tool.as_str()] {
+            assert_eq!(AgentId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert!(AgentName::parse("support bot").is_ok());
+        assert!(AgentName::parse("  ").is_err());
+        assert!(AgentName::parse(&"x".repeat(101)).is_err());
+    }
+}

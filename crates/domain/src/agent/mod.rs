@@ -1,0 +1,13 @@
+//! Agents: an account-owned configuration of a model, its credentials, a
+//! system prompt, a step limit and the tools it may call. Parsed once at save
+//! time and again before every run; a parsed config is valid.
+
+mod config;
+mod id;
+mod secrets;
+mod tools;
+
+pub use config::{AgentConfig, AgentLimits, ModelSpec, ProviderCredentials, PROVIDERS};
+pub use id::{AgentId, AgentName};
+pub use secrets::{Secrets, REDACTED};
+pub use tools::{BuiltinTool, ToolKey, ToolSetting, ASYNC_STATUS_TOOL};

@@ -1,0 +1,253 @@
+//! The `tools` section of an agent config: which tools are on, and how.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::{ToolId, ValidationError};
+
+/// Name of the status tool registered automatically when any tool is async.
+pub const ASYNC_STATUS_TOOL: &str = "async_status";
+
+/// Tools compiled into the server, keyed by their model-facing name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BuiltinTool {
+    /// Web search through Tavily's HTTP API.
+    TavilySearch,
+    /// Page content extraction through Tavily's HTTP API.
+    TavilyExtract,
+    /// The provider's own search tool (provider-defined, no local execute).
+    GoogleSearch,
+}
+
+impl BuiltinTool {
+    /// Every built-in tool.
+    pub const ALL: [Self; 3] = [Self::TavilySearch, Self::TavilyExtract, Self::GoogleSearch];
+
+    /// The config key and model-facing name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TavilySearch => "tavilySearch",
+            Self::TavilyExtract => "tavilyExtract",
+            Self::GoogleSearch => "googleSearch",
+        }
+    }
+
+    /// Looks a built-in up by its name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// Whether the server executes the tool (false for provider-defined tools).
+    pub fn has_local_execute(self) -> bool {
+        !matches!(self, Self::GoogleSearch)
+    }
+
+    /// Checks one account-settable option of this tool.
+    fn check_option(self, key: &str, value: &Value) -> Result<(), String> {
+        let enum_of = |allowed: &[&str]| match value.as_str() {
+            Some(s) if allowed.contains(&s) => Ok(()),
+            _ => Err(format!("must be one of {}", allowed.join(", "))),
+        };
+        let domains = || match value.as_array() {
+            Some(items) if items.iter().all(Value::is_string) => Ok(()),
+            _ => Err("must be an array of domain names".to_owned()),
+        };
+        match (self, key) {
+            (Self::TavilySearch | Self::TavilyExtract, "apiKey") => match value.as_str() {
+                Some(s) if !s.is_empty() => Ok(()),
+                _ => Err("must be a non-empty string".into()),
+            },
+            (Self::TavilySearch, "searchDepth") => enum_of(&["basic", "advanced"]),
+            (Self::TavilySearch, "topic") => enum_of(&["general", "news", "finance"]),
+            (Self::TavilySearch, "maxResults") => match value.as_u64() {
+                Some(1..=20) => Ok(()),
+                _ => Err("must be an integer from 1 to 20".into()),
+            },
+            (Self::TavilySearch, "includeDomains" | "excludeDomains") => domains(),
+            (Self::TavilyExtract, "extractDepth") => enum_of(&["basic", "advanced"]),
+            _ => Err(format!("is not an option of {}", self.name())),
+        }
+    }
+}
+
+/// A key of `config.tools`: a built-in name or the id of an uploaded tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ToolKey {
+    /// A compiled-in tool.
+    Builtin(BuiltinTool),
+    /// One of the account's uploaded tools.
+    Uploaded(ToolId),
+}
+
+impl ToolKey {
+    /// Parses a key; unknown keys are rejected with the field named.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let field = format!("config.tools.{raw}");
+        if let Some(builtin) = BuiltinTool::from_name(raw) {
+            return Ok(Self::Builtin(builtin));
+        }
+        if let Some(id) = ToolId::parse(raw) {
+            return Ok(Self::Uploaded(id));
+        }
+        let message = if raw == ASYNC_STATUS_TOOL {
+            "async_status is registered automatically when any tool is async; do not configure it"
+                .to_owned()
+        } else {
+            let names: Vec<_> = BuiltinTool::ALL.iter().map(|t| t.name()).collect();
+            format!(
+                "unknown tool: use a built-in ({}) or the toolId of one of your uploaded tools",
+                names.join(", ")
+            )
+        };
+        Err(ValidationError::new(field, message))
+    }
+}
+
+impl fmt::Display for ToolKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Builtin(tool) => f.write_str(tool.name()),
+            Self::Uploaded(id) => id.fmt(f),
+        }
+    }
+}
+
+/// How one configured tool behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSetting {
+    /// `enabled: false` turns the tool off; absent means on.
+    pub enabled: bool,
+    /// Whether the model gets a pending result at once and the result later.
+    pub run_async: bool,
+    /// Whether each call waits for a person's approval.
+    pub needs_approval: bool,
+    /// Per-call deadline override, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Everything else: tool options (merged over an uploaded tool's `defaultConfig`).
+    pub options: Map<String, Value>,
+}
+
+impl ToolSetting {
+    /// Parses the value of `config.tools.<key>`; `max_timeout_ms` bounds `timeoutMs`.
+    pub fn parse(
+        key: ToolKey,
+        value: &Value,
+        max_timeout_ms: u64,
+    ) -> Result<Self, ValidationError> {
+        let base = format!("config.tools.{key}");
+        let Some(object) = value.as_object() else {
+            return Err(ValidationError::new(base, "must be an object"));
+        };
+        let flag = |name: &str| match object.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(ValidationError::new(
+                format!("{base}.{name}"),
+                "must be true or false",
+            )),
+        };
+        let timeout_ms = match object.get("timeoutMs") {
+            None => None,
+            Some(value) => match value.as_u64() {
+                Some(ms) if (1..=max_timeout_ms).contains(&ms) => Some(ms),
+                _ => {
+                    return Err(ValidationError::new(
+                        format!("{base}.timeoutMs"),
+                        format!("must be an integer from 1 to {max_timeout_ms}"),
+                    ))
+                }
+            },
+        };
+        let mut options = Map::new();
+        for (name, option) in object {
+            if matches!(
+                name.as_str(),
+                "enabled" | "async" | "needsApproval" | "timeoutMs"
+            ) {
+                continue;
+            }
+            if let ToolKey::Builtin(builtin) = key {
+                builtin
+                    .check_option(name, option)
+                    .map_err(|message| ValidationError::new(format!("{base}.{name}"), message))?;
+            }
+            options.insert(name.clone(), option.clone());
+        }
+        Ok(Self {
+            enabled: flag("enabled")?.unwrap_or(true),
+            run_async: flag("async")?.unwrap_or(false),
+            needs_approval: flag("needsApproval")?.unwrap_or(false),
+            timeout_ms,
+            options,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keys_are_builtins_or_tool_ids() {
+        assert_eq!(
+            ToolKey::parse("tavilySearch").unwrap(),
+            ToolKey::Builtin(BuiltinTool::TavilySearch)
+        );
+        let id = ToolId::generate();
+        assert_eq!(
+            ToolKey::parse(&id.to_string()).unwrap(),
+            ToolKey::Uploaded(id)
+        );
+        for bad in ["bash", "async_status", "tool_nope", "handoffs"] {
+            let err = ToolKey::parse(bad).unwrap_err();
+            assert_eq!(err.field, format!("config.tools.{bad}"));
+        }
+    }
+
+    #[test]
+    fn settings_default_to_enabled_and_check_builtin_options() {
+        let key = ToolKey::Builtin(BuiltinTool::TavilySearch);
+        let on = ToolSetting::parse(key, &json!({"maxResults": 5}), 1000).unwrap();
+        assert!(on.enabled && !on.run_async && !on.needs_approval);
+        assert_eq!(
+            on.options,
+            json!({"maxResults": 5}).as_object().unwrap().clone()
+        );
+        let off = ToolSetting::parse(key, &json!({"enabled": false}), 1000).unwrap();
+        assert!(!off.enabled);
+        for (bad, field) in [
+            (
+                json!({"maxResults": 50}),
+                "config.tools.tavilySearch.maxResults",
+            ),
+            (
+                json!({"searchDepth": "deep"}),
+                "config.tools.tavilySearch.searchDepth",
+            ),
+            (json!({"colour": "red"}), "config.tools.tavilySearch.colour"),
+            (json!({"async": "yes"}), "config.tools.tavilySearch.async"),
+            (
+                json!({"timeoutMs": 5000}),
+                "config.tools.tavilySearch.timeoutMs",
+            ),
+            (json!(true), "config.tools.tavilySearch"),
+        ] {
+            assert_eq!(
+                ToolSetting::parse(key, &bad, 1000).unwrap_err().field,
+                field
+            );
+        }
+    }
+
+    #[test]
+    fn uploaded_tools_take_any_options() {
+        let key = ToolKey::Uploaded(ToolId::generate());
+        let setting =
+            ToolSetting::parse(key, &json!({"async": true, "region": "eu"}), 1000).unwrap();
+        assert!(setting.run_async);
+        assert_eq!(setting.options["region"], "eu");
+    }
+}

@@ -1,0 +1,297 @@
+//! What a turn request means for a stored conversation. The stored messages
+//! are the record; from the client's messages only the newest one is taken:
+//! a new user message, or the assistant message carrying approval decisions.
+//! Everything else the client sends is ignored, so a client cannot rewrite
+//! tool results it was shown.
+
+use crate::ui::{Approval, ToolState, UiMessage, UiPart};
+
+/// Why a turn was requested (`trigger` of the AI SDK request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnTrigger {
+    /// A new user message, or approval decisions on the last assistant message.
+    Submit,
+    /// Answer again: drop the named (or last) assistant message and rerun.
+    Regenerate {
+        /// The assistant message to replace.
+        message_id: Option<String>,
+    },
+}
+
+/// The conversation a turn runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedTurn {
+    /// Messages before the assistant message.
+    pub history: Vec<UiMessage>,
+    /// The assistant message to build: new, or continued with decisions.
+    pub assistant: UiMessage,
+}
+
+/// A request that does not fit the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    /// The request is malformed for this conversation (4xx naming `field`).
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The offending request field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Approval decisions that answer no pending approval.
+    #[error("{0}")]
+    ApprovalMismatch(String),
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> PrepareError {
+    PrepareError::Invalid {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Combines the stored conversation with a request.
+pub fn prepare_turn(
+    mut stored: Vec<UiMessage>,
+    mut sent: Vec<UiMessage>,
+    trigger: TurnTrigger,
+    new_message_id: String,
+) -> Result<PreparedTurn, PrepareError> {
+    if let TurnTrigger::Regenerate { message_id } = trigger {
+        let position = match message_id {
+            Some(id) => stored
+                .iter()
+                .position(|m| m.id == id && m.role == "assistant"),
+            None => stored.iter().rposition(|m| m.role == "assistant"),
+        }
+        .ok_or_else(|| {
+            invalid(
+                "messageId",
+                "no such assistant message in this conversation",
+            )
+        })?;
+        stored.truncate(position);
+        if stored.last().map(|m| m.role.as_str()) != Some("user") {
+            return Err(invalid(
+                "messageId",
+                "the message to regenerate does not answer a user message",
+            ));
+        }
+        return Ok(PreparedTurn {
+            history: stored,
+            assistant: UiMessage::assistant(new_message_id),
+        });
+    }
+    let last = sent
+        .pop()
+        .ok_or_else(|| invalid("messages", "must contain at least one message"))?;
+    match last.role.as_str() {
+        "user" => {
+            if let Some(position) = stored.iter().position(|m| m.id == last.id) {
+                stored.truncate(position);
+            } else if stored.is_empty() {
+                stored = sent;
+            }
+            if last.text().trim().is_empty() {
+                return Err(invalid("messages", "the new user message has no text"));
+            }
+            stored.push(last);
+            Ok(PreparedTurn {
+                history: stored,
+                assistant: UiMessage::assistant(new_message_id),
+            })
+        }
+        "assistant" => {
+            let assistant = apply_decisions(&mut stored, &last)?;
+            Ok(PreparedTurn {
+                history: stored,
+                assistant,
+            })
+        }
+        other => Err(invalid(
+            "messages",
+            format!("the last message has role {other:?}; expected user or assistant"),
+        )),
+    }
+}
+
+/// Takes the stored last assistant message and records the decisions `sent`
+/// carries on its pending approvals.
+fn apply_decisions(
+    stored: &mut Vec<UiMessage>,
+    sent: &UiMessage,
+) -> Result<UiMessage, PrepareError> {
+    let mismatch = |message: String| PrepareError::ApprovalMismatch(message);
+    match stored.last() {
+        Some(last) if last.id == sent.id && last.role == "assistant" => {}
+        _ => {
+            return Err(mismatch(format!(
+                "message {:?} is not the conversation's last assistant message, so it has no pending approval",
+                sent.id
+            )))
+        }
+    }
+    let mut assistant = stored
+        .pop()
+        .ok_or_else(|| mismatch("no pending approval".into()))?;
+    let mut answered = 0;
+    for part in sent
+        .tool_parts()
+        .filter(|p| p.state == ToolState::ApprovalResponded)
+    {
+        let Some(decision) = &part.approval else {
+            return Err(invalid(
+                "messages",
+                format!("tool call {} has no approval", part.tool_call_id),
+            ));
+        };
+        let Some(approved) = decision.approved else {
+            return Err(invalid(
+                "messages",
+                format!(
+                    "the approval of tool call {} has no `approved`",
+                    part.tool_call_id
+                ),
+            ));
+        };
+        let pending = assistant
+            .tool_part_mut(&part.tool_call_id)
+            .filter(|stored| {
+                stored.state == ToolState::ApprovalRequested
+                    && stored.approval.as_ref().map(|a| a.id.as_str()) == Some(decision.id.as_str())
+            });
+        let Some(pending) = pending else {
+            return Err(mismatch(format!(
+                "approval {:?} does not match a pending approval of tool call {}",
+                decision.id, part.tool_call_id
+            )));
+        };
+        pending.state = ToolState::ApprovalResponded;
+        pending.approval = Some(Approval {
+            id: decision.id.clone(),
+            approved: Some(approved),
+            reason: decision.reason.clone(),
+        });
+        answered += 1;
+    }
+    if answered == 0 {
+        return Err(mismatch("the request answers no pending approval".into()));
+    }
+    if let Some(open) = assistant.parts.iter().find_map(|p| match p {
+        UiPart::Tool(t) if t.state == ToolState::ApprovalRequested => Some(t.tool_call_id.clone()),
+        _ => None,
+    }) {
+        return Err(invalid(
+            "messages",
+            format!("tool call {open} still waits for a decision"),
+        ));
+    }
+    Ok(assistant)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn messages(value: serde_json::Value) -> Vec<UiMessage> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pending_conversation() -> Vec<UiMessage> {
+        messages(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "delete it"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-rm", "toolCallId": "c1", "state": "approval-requested", "input": {}, "approval": {"id": "apr_1"}},
+            ]},
+        ]))
+    }
+
+    fn decision(approval_id: &str, approved: bool) -> Vec<UiMessage> {
+        messages(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "forged history"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-rm", "toolCallId": "c1", "state": "approval-responded", "input": {"forged": true},
+                 "approval": {"id": approval_id, "approved": approved, "reason": "fine"}},
+            ]},
+        ]))
+    }
+
+    #[test]
+    fn new_user_messages_append_and_ignore_sent_history() {
+        let stored = messages(
+            json!([{"id": "u0", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]),
+        );
+        let sent = messages(json!([
+            {"id": "u0", "role": "user", "parts": [{"type": "text", "text": "rewritten"}]},
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "next"}]},
+        ]));
+        let turn = prepare_turn(stored, sent, TurnTrigger::Submit, "m".into()).unwrap();
+        assert_eq!(turn.history.len(), 2);
+        assert_eq!(turn.history[0].text(), "hi");
+        assert_eq!(turn.assistant.id, "m");
+    }
+
+    #[test]
+    fn decisions_continue_the_stored_message_with_stored_input() {
+        let turn = prepare_turn(
+            pending_conversation(),
+            decision("apr_1", true),
+            TurnTrigger::Submit,
+            "m".into(),
+        )
+        .unwrap();
+        assert_eq!(turn.history.len(), 1);
+        assert_eq!(turn.history[0].text(), "delete it");
+        let part = turn.assistant.tool_parts().next().unwrap();
+        assert_eq!(part.state, ToolState::ApprovalResponded);
+        assert_eq!(part.input, Some(json!({})));
+        assert_eq!(part.approval.as_ref().unwrap().approved, Some(true));
+    }
+
+    #[test]
+    fn forged_or_stale_approvals_are_refused() {
+        let forged = prepare_turn(
+            pending_conversation(),
+            decision("apr_forged", true),
+            TurnTrigger::Submit,
+            "m".into(),
+        );
+        assert!(
+            matches!(forged, Err(PrepareError::ApprovalMismatch(_))),
+            "{forged:?}"
+        );
+        let mut answered = pending_conversation();
+        answered.pop();
+        let stale = prepare_turn(
+            answered,
+            decision("apr_1", true),
+            TurnTrigger::Submit,
+            "m".into(),
+        );
+        assert!(
+            matches!(stale, Err(PrepareError::ApprovalMismatch(_))),
+            "{stale:?}"
+        );
+    }
+
+    #[test]
+    fn regenerate_drops_the_answer() {
+        let mut stored = pending_conversation();
+        stored[1].parts.clear();
+        let turn = prepare_turn(
+            stored,
+            vec![],
+            TurnTrigger::Regenerate {
+                message_id: Some("a1".into()),
+            },
+            "m2".into(),
+        )
+        .unwrap();
+        assert_eq!(turn.history.len(), 1);
+        assert_eq!(turn.assistant.id, "m2");
+    }
+}

@@ -1,0 +1,151 @@
+//! The harness as the API uses it: agent config checks (at save and before
+//! every run), credentials sealing, and model providers per agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use toolserver_domain::{AccountId, AgentConfig, AgentId, AgentLimits, Secrets, ValidationError};
+use url::Url;
+
+use crate::provider::openai::OpenAiProvider;
+use crate::provider::ModelProvider;
+use crate::sealing::{SealError, SecretBox};
+use crate::tools::{RegistryError, ToolRegistry, ToolSources};
+
+/// Knobs of agent turns; each one is a server setting.
+#[derive(Debug, Clone)]
+pub struct HarnessSettings {
+    /// Bounds on agent configs.
+    pub agent_limits: AgentLimits,
+    /// Endpoint of the `openai` provider when an agent names none.
+    pub openai_base_url: Url,
+    /// Key of the `openai` provider when an agent carries none.
+    pub openai_api_key: Option<String>,
+    /// Most tool calls of one model pass running at once.
+    pub max_parallel_tool_calls: usize,
+    /// Most messages in a conversation.
+    pub max_conversation_messages: usize,
+    /// Largest conversation, in bytes of JSON.
+    pub max_conversation_bytes: usize,
+    /// Longest a turn may run; also how long it holds its conversation.
+    pub max_turn_duration: Duration,
+    /// Interval of keep-alive comments on an idle stream.
+    pub keep_alive: Duration,
+}
+
+impl Default for HarnessSettings {
+    /// The documented defaults; the `openai` endpoint is OpenAI's own.
+    #[allow(clippy::expect_used)]
+    fn default() -> Self {
+        Self {
+            agent_limits: AgentLimits::default(),
+            openai_base_url: Url::parse("https://api.openai.com/v1").expect("a constant URL"),
+            openai_api_key: None,
+            max_parallel_tool_calls: 8,
+            max_conversation_messages: 1_000,
+            max_conversation_bytes: 4 * 1024 * 1024,
+            max_turn_duration: Duration::from_secs(900),
+            keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Checks agents and prepares what their turns run with.
+pub struct Harness {
+    sources: ToolSources,
+    sealer: SecretBox,
+    settings: HarnessSettings,
+}
+
+/// A config that passed every check, and the tools it enables.
+pub struct CheckedAgent {
+    /// The parsed config (credentials in place).
+    pub config: AgentConfig,
+    /// The turn's tools.
+    pub registry: ToolRegistry,
+}
+
+impl Harness {
+    /// Bundles the harness's parts.
+    pub fn new(sources: ToolSources, sealer: SecretBox, settings: HarnessSettings) -> Self {
+        Self {
+            sources,
+            sealer,
+            settings,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &HarnessSettings {
+        &self.settings
+    }
+
+    /// Seals and opens agent credentials.
+    pub fn sealer(&self) -> &SecretBox {
+        &self.sealer
+    }
+
+    /// Parses `config` (credentials in place) and builds its tool registry:
+    /// unknown or missing tools, name clashes and unusable options fail here.
+    pub async fn check(
+        &self,
+        account: &AccountId,
+        config: &Value,
+    ) -> Result<CheckedAgent, RegistryError> {
+        let config = AgentConfig::parse(config, &self.settings.agent_limits)?;
+        let provider = config.model.provider.clone();
+        let supports = move |tool: &str| provider_supports(&provider, tool);
+        let registry = ToolRegistry::build(&self.sources, account, &config, &supports).await?;
+        Ok(CheckedAgent { config, registry })
+    }
+
+    /// Restores sealed credentials into a stored (redacted) config.
+    pub fn unseal(
+        &self,
+        stored: &Value,
+        sealed: Option<&[u8]>,
+        account: &AccountId,
+        agent: AgentId,
+    ) -> Result<Value, SealError> {
+        let secrets: Secrets = self.sealer.open(sealed, account, agent)?;
+        let mut config = stored.clone();
+        secrets.restore(&mut config);
+        Ok(config)
+    }
+
+    /// The model provider of an agent.
+    pub fn provider(
+        &self,
+        config: &AgentConfig,
+    ) -> Result<Arc<dyn ModelProvider>, ValidationError> {
+        let credentials = config.model_credentials();
+        match config.model.provider.as_str() {
+            "openai" => Ok(Arc::new(OpenAiProvider::new(
+                self.sources.http.clone(),
+                credentials
+                    .base_url
+                    .unwrap_or_else(|| self.settings.openai_base_url.clone()),
+                credentials
+                    .api_key
+                    .or_else(|| self.settings.openai_api_key.clone()),
+                self.sources.policy.clone(),
+            ))),
+            other => Err(ValidationError::new(
+                "config.model.provider",
+                format!("no adapter for provider {other:?}"),
+            )),
+        }
+    }
+}
+
+/// Provider-defined tools each provider runs itself, as (provider, tool).
+/// The OpenAI-compatible Chat Completions API has none.
+const PROVIDER_DEFINED_TOOLS: &[(&str, &str)] = &[];
+
+/// Whether `provider` runs the provider-defined tool `tool` itself.
+pub fn provider_supports(provider: &str, tool: &str) -> bool {
+    PROVIDER_DEFINED_TOOLS
+        .iter()
+        .any(|&(p, t)| p == provider && t == tool)
+}

@@ -1,0 +1,15 @@
+//! The agent loop of toolserver: model providers, the per-turn tool
+//! registry, the UI message stream a turn speaks, approvals, and async tool
+//! work that the open request waits for.
+
+pub mod conversation;
+pub mod engine;
+pub mod outbound;
+pub mod provider;
+pub mod runner_call;
+pub mod sealing;
+pub mod tools;
+pub mod turn;
+pub mod ui;
+
+pub use engine::{CheckedAgent, Harness, HarnessSettings};

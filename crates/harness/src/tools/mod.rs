@@ -1,0 +1,131 @@
+//! Tools as the agent loop sees them: a name, a description, an input schema
+//! and a way to run that yields events (logs, preliminary snapshots, then an
+//! output or a failure).
+
+mod registry;
+mod tavily;
+mod uploaded;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+pub use registry::{RegistryError, ToolRegistry, ToolSources};
+pub use tavily::TavilySettings;
+
+/// Something a running tool reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolEvent {
+    /// A console line.
+    Log {
+        /// `log`, `info`, `warn`, `error` or `debug`.
+        level: String,
+        /// The text.
+        message: String,
+    },
+    /// A preliminary snapshot of a streaming tool's output.
+    Snapshot(Value),
+    /// The final output; the last event.
+    Output(Value),
+    /// The call failed; the last event.
+    Failed(String),
+}
+
+/// The events of one call, ending with `Output` or `Failed`.
+pub type ToolEvents = BoxStream<'static, ToolEvent>;
+
+/// One call to run.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The model's call id.
+    pub tool_call_id: String,
+    /// The validated input.
+    pub input: Value,
+    /// Deadline of the call.
+    pub timeout: Duration,
+}
+
+/// A tool implementation.
+pub trait ToolImpl: Send + Sync {
+    /// The events of a call; nothing runs until the stream is polled, and
+    /// dropping the stream cancels the call.
+    fn call(&self, invocation: Invocation) -> ToolEvents;
+}
+
+/// A tool offered to the model this turn.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    /// Model-facing name.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the input.
+    pub input_schema: Value,
+    /// The compiled schema.
+    validator: Arc<jsonschema::Validator>,
+    /// Calls wait for a person's approval.
+    pub needs_approval: bool,
+    /// Calls return a pending result at once and deliver the output later.
+    pub run_async: bool,
+    /// Deadline of each call.
+    pub timeout: Duration,
+    implementation: Arc<dyn ToolImpl>,
+}
+
+impl RegisteredTool {
+    /// Validates `input` against the tool's schema, naming every violation.
+    pub fn check_input(&self, input: &Value) -> Result<(), String> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(input)
+            .map(|err| {
+                let path = err.instance_path().to_string();
+                let at = if path.is_empty() { "/".into() } else { path };
+                format!("{at}: {err}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "input does not match the tool's inputSchema: {}",
+                errors.join("; ")
+            ))
+        }
+    }
+
+    /// Starts a call, failing it when it outlives its deadline.
+    pub fn call(&self, tool_call_id: String, input: Value) -> ToolEvents {
+        let invocation = Invocation {
+            tool_call_id,
+            input,
+            timeout: self.timeout,
+        };
+        with_deadline(self.implementation.call(invocation), self.timeout)
+    }
+}
+
+/// Ends `events` with its first final event, or with a failure if none
+/// arrives within `timeout` (plus a grace second, so a runner's own deadline
+/// error wins) or the events stop without one.
+fn with_deadline(events: ToolEvents, timeout: Duration) -> ToolEvents {
+    use futures::StreamExt;
+    let deadline = Box::pin(tokio::time::sleep(timeout + Duration::from_secs(1)));
+    futures::stream::unfold(Some((events, deadline)), move |state| async move {
+        let (mut events, mut deadline) = state?;
+        tokio::select! {
+            event = events.next() => match event {
+                Some(event @ (ToolEvent::Output(_) | ToolEvent::Failed(_))) => Some((event, None)),
+                Some(event) => Some((event, Some((events, deadline)))),
+                None => Some((ToolEvent::Failed("the tool ended without a result".into()), None)),
+            },
+            () = &mut deadline => {
+                let message = format!("the tool did not finish within {} ms", timeout.as_millis());
+                Some((ToolEvent::Failed(message), None))
+            }
+        }
+    })
+    .boxed()
+}

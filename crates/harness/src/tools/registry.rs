@@ -1,0 +1,271 @@
+//! The tools of one turn, built from the agent config (seed steps 1–8):
+//! unknown keys were already refused by the config parser; built-ins come
+//! from a static match; `tool_*` keys load the account's uploaded tools and
+//! expose their manifest names; `needsApproval` and `async` are recorded per
+//! tool; `async_status` is added when any enabled tool is async. The same
+//! build runs when an agent is saved and before every turn.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_bundles::BundleStore;
+use toolserver_domain::agent::ASYNC_STATUS_TOOL;
+use toolserver_domain::{
+    AccountId, AgentConfig, BuiltinTool, ToolKey, ToolSetting, ValidationError,
+};
+use toolserver_sandbox::Executor;
+use toolserver_store::{tools, StoreError};
+
+use super::tavily::{Endpoint, TavilySettings, TavilyTool};
+use super::uploaded::UploadedTool;
+use super::{RegisteredTool, ToolImpl};
+use crate::outbound::OutboundPolicy;
+use crate::provider::ToolSpec;
+use crate::runner_call::RunnerCallSettings;
+
+/// What building a registry needs.
+#[derive(Clone)]
+pub struct ToolSources {
+    /// The database (uploaded tool manifests).
+    pub pool: PgPool,
+    /// Runs uploaded tools.
+    pub executor: Arc<dyn Executor>,
+    /// Holds bundles.
+    pub bundles: Arc<dyn BundleStore>,
+    /// How bundles travel to runners.
+    pub runner: RunnerCallSettings,
+    /// Tavily's address and fallback key.
+    pub tavily: TavilySettings,
+    /// Outbound HTTP client (SSRF-guarded).
+    pub http: reqwest::Client,
+    /// Outbound address policy.
+    pub policy: OutboundPolicy,
+    /// Deadline of a call whose config names none.
+    pub default_tool_timeout: Duration,
+}
+
+/// Why a registry could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The config names something unusable; the field says what.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The database failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// The tools of one turn, by model-facing name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, RegisteredTool>,
+    provider_tools: Vec<String>,
+    has_async: bool,
+    warnings: Vec<String>,
+}
+
+impl ToolRegistry {
+    /// Builds the registry of `config` for `account`. `provider_supports`
+    /// says whether the model's provider runs a provider-defined tool.
+    pub async fn build(
+        sources: &ToolSources,
+        account: &AccountId,
+        config: &AgentConfig,
+        provider_supports: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Self, RegistryError> {
+        let mut registry = Self::default();
+        for (key, setting) in &config.tools {
+            if let ToolKey::Builtin(builtin) = key {
+                if !builtin.has_local_execute() && setting.run_async {
+                    let warning = format!(
+                        "config.tools.{key}.async is ignored: {key} is provider-defined and has no local execute"
+                    );
+                    tracing::warn!(%account, "{warning}");
+                    registry.warnings.push(warning);
+                }
+            }
+        }
+        for (key, setting) in config.enabled_tools() {
+            let field = format!("config.tools.{key}");
+            let (name, description, schema, implementation): (
+                String,
+                String,
+                Value,
+                Arc<dyn ToolImpl>,
+            ) = match key {
+                ToolKey::Builtin(BuiltinTool::GoogleSearch) => {
+                    if !provider_supports(BuiltinTool::GoogleSearch.name()) {
+                        return Err(ValidationError::new(
+                                field,
+                                format!(
+                                    "googleSearch is a provider-defined tool and the {} provider does not offer it",
+                                    config.model.provider
+                                ),
+                            )
+                            .into());
+                    }
+                    registry.provider_tools.push(key.to_string());
+                    continue;
+                }
+                ToolKey::Builtin(builtin) => {
+                    let endpoint = match builtin {
+                        BuiltinTool::TavilyExtract => Endpoint::Extract,
+                        _ => Endpoint::Search,
+                    };
+                    let tool = tavily_tool(sources, endpoint, setting, &field)?;
+                    (
+                        builtin.name().to_owned(),
+                        endpoint.description().to_owned(),
+                        endpoint.input_schema(),
+                        Arc::new(tool),
+                    )
+                }
+                ToolKey::Uploaded(id) => {
+                    let record = match tools::get(&sources.pool, account, id).await {
+                        Ok(record) => record,
+                        Err(StoreError::NotFound) => {
+                            return Err(ValidationError::new(
+                                field,
+                                "no uploaded tool with this id in your account",
+                            )
+                            .into())
+                        }
+                        Err(err) => return Err(RegistryError::Store(err)),
+                    };
+                    let tool = UploadedTool {
+                        account: account.clone(),
+                        options: setting.options.clone(),
+                        executor: sources.executor.clone(),
+                        bundles: sources.bundles.clone(),
+                        settings: sources.runner.clone(),
+                        record: record.clone(),
+                    };
+                    (
+                        record.name,
+                        record.description,
+                        record.input_schema.as_value().clone(),
+                        Arc::new(tool),
+                    )
+                }
+            };
+            if name == ASYNC_STATUS_TOOL || registry.tools.contains_key(&name) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("the tool name {name:?} is already taken by another enabled tool"),
+                )
+                .into());
+            }
+            let validator = jsonschema::validator_for(&schema).map_err(|err| {
+                ValidationError::new(
+                    field.clone(),
+                    format!("the tool's inputSchema does not compile: {err}"),
+                )
+            })?;
+            registry.has_async |= setting.run_async;
+            let timeout = setting
+                .timeout_ms
+                .map_or(sources.default_tool_timeout, Duration::from_millis);
+            registry.tools.insert(
+                name.clone(),
+                RegisteredTool {
+                    name,
+                    description,
+                    input_schema: schema,
+                    validator: Arc::new(validator),
+                    needs_approval: setting.needs_approval,
+                    run_async: setting.run_async,
+                    timeout,
+                    implementation,
+                },
+            );
+        }
+        Ok(registry)
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name)
+    }
+
+    /// Whether `async_status` is offered (some enabled tool is async).
+    pub fn has_async(&self) -> bool {
+        self.has_async
+    }
+
+    /// Warnings about ignored settings.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Provider-defined tools to enable.
+    pub fn provider_tools(&self) -> &[String] {
+        &self.provider_tools
+    }
+
+    /// The function specifications offered to the model.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self
+            .tools
+            .values()
+            .map(|tool| ToolSpec {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters: tool.input_schema.clone(),
+            })
+            .collect();
+        if self.has_async {
+            specs.push(async_status_spec());
+        }
+        specs
+    }
+}
+
+/// The model-facing contract of `async_status`.
+pub(crate) fn async_status_spec() -> ToolSpec {
+    ToolSpec {
+        name: ASYNC_STATUS_TOOL.to_owned(),
+        description: "Check on a tool call that runs in the background: its status, its logs, \
+                      or stop it. Use the statusId from the call's pending result."
+            .to_owned(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "statusId": {"type": "string"},
+                "action": {"type": "string", "enum": ["status", "logs", "stop"]},
+            },
+            "required": ["statusId", "action"],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+fn tavily_tool(
+    sources: &ToolSources,
+    endpoint: Endpoint,
+    setting: &ToolSetting,
+    field: &str,
+) -> Result<TavilyTool, ValidationError> {
+    let api_key = setting
+        .options
+        .get("apiKey")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| sources.tavily.fallback_api_key.clone())
+        .ok_or_else(|| {
+            ValidationError::new(
+                format!("{field}.apiKey"),
+                "is required: this server has no fallback Tavily key",
+            )
+        })?;
+    Ok(TavilyTool {
+        endpoint,
+        client: sources.http.clone(),
+        base_url: sources.tavily.base_url.clone(),
+        api_key,
+        options: setting.options.clone(),
+        policy: sources.policy.clone(),
+    })
+}

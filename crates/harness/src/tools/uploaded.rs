@@ -1,0 +1,76 @@
+//! Uploaded tools: each call runs on the tool's runner through the executor,
+//! with the agent's options merged over the tool's `defaultConfig`.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use toolserver_bundles::BundleStore;
+use toolserver_domain::AccountId;
+use toolserver_sandbox::{Executor, Frame, ReservationKey};
+use toolserver_store::ToolRecord;
+
+use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use crate::runner_call::{build_request, CallSpec, RunnerCall, RunnerCallSettings};
+
+/// An account's uploaded tool, bound to its runner.
+#[derive(Clone)]
+pub struct UploadedTool {
+    pub(super) account: AccountId,
+    pub(super) record: ToolRecord,
+    pub(super) options: Map<String, Value>,
+    pub(super) executor: Arc<dyn Executor>,
+    pub(super) bundles: Arc<dyn BundleStore>,
+    pub(super) settings: RunnerCallSettings,
+}
+
+impl ToolImpl for UploadedTool {
+    fn call(&self, invocation: Invocation) -> ToolEvents {
+        let tool = self.clone();
+        futures::stream::once(async move { tool.start(invocation).await })
+            .flatten()
+            .boxed()
+    }
+}
+
+impl UploadedTool {
+    async fn start(self, invocation: Invocation) -> ToolEvents {
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let spec = CallSpec {
+            call_id: call_id.clone(),
+            idempotency_key: invocation.tool_call_id.clone(),
+            input: invocation.input,
+            options: self.options.clone(),
+            timeout: invocation.timeout,
+            async_meta: None,
+        };
+        let request =
+            match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {
+                Ok(request) => request,
+                Err(err) => return failed(format!("the tool's bundle is unavailable: {err}")),
+            };
+        let key = ReservationKey::new(self.account.clone(), self.record.id);
+        let call = match RunnerCall::start(self.executor.clone(), key, request).await {
+            Ok(call) => call,
+            Err(err) => return failed(format!("the tool's runner is unavailable: {err}")),
+        };
+        futures::stream::unfold((call, None::<Value>), |(mut call, mut last)| async move {
+            let event = match call.next().await? {
+                Frame::Log { level, message } => ToolEvent::Log { level, message },
+                Frame::Chunk { value } => {
+                    last = Some(value.clone());
+                    ToolEvent::Snapshot(value)
+                }
+                Frame::End => ToolEvent::Output(last.take().unwrap_or(Value::Null)),
+                Frame::Final { value } => ToolEvent::Output(value),
+                Frame::Error { name, message } => ToolEvent::Failed(format!("{name}: {message}")),
+            };
+            Some((event, (call, last)))
+        })
+        .boxed()
+    }
+}
+
+fn failed(message: String) -> ToolEvents {
+    futures::stream::once(async move { ToolEvent::Failed(message) }).boxed()
+}

@@ -1,0 +1,344 @@
+//! One agent turn: model pass → tool calls → results (preliminary ones for
+//! streaming tools) → model again, until the model is done, a call needs
+//! approval, or a limit is reached. Every chunk goes to the client and into
+//! the assistant message that is stored afterwards.
+
+mod calls;
+mod emitter;
+mod pass;
+mod pending;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+pub use emitter::ClientGone;
+
+use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
+use self::emitter::Emitter;
+use self::pass::{run_pass, PassEnd};
+use self::pending::{PendingWork, Settled};
+use crate::provider::{FinishReason, ModelProvider, ModelRequest};
+use crate::tools::ToolRegistry;
+use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
+
+/// What a turn runs with.
+pub struct TurnPlan {
+    /// System prompt.
+    pub system: Option<String>,
+    /// The provider's model id.
+    pub model_id: String,
+    /// Generation options.
+    pub options: Map<String, Value>,
+    /// Most model passes in this turn.
+    pub max_steps: u32,
+    /// Most tool calls of one pass running at once.
+    pub max_parallel_tool_calls: usize,
+    /// Longest the turn may run.
+    pub max_duration: Duration,
+    /// Whether a person can answer approval requests on this path; where
+    /// not, calls that need approval are denied with a visible error.
+    pub can_ask_approval: bool,
+    /// The conversation before the assistant message.
+    pub history: Vec<UiMessage>,
+    /// The assistant message to build: new, or continued after approvals
+    /// (its decided parts in state `approval-responded`).
+    pub assistant: UiMessage,
+}
+
+/// How a turn ended.
+#[derive(Debug)]
+pub struct TurnOutcome {
+    /// The assistant message as the client saw it built.
+    pub assistant: UiMessage,
+    /// The `finish` reason sent (`None` when the client went away first).
+    pub finish_reason: Option<String>,
+    /// The error sent, if any.
+    pub error: Option<String>,
+}
+
+/// Runs a turn, sending chunks to `out` until the turn ends or `out` closes.
+pub async fn run_turn(
+    provider: Arc<dyn ModelProvider>,
+    registry: ToolRegistry,
+    plan: TurnPlan,
+    out: mpsc::Sender<UiChunk>,
+) -> TurnOutcome {
+    let mut turn = Turn {
+        provider,
+        registry,
+        emitter: Emitter::new(plan.assistant.clone(), out),
+        pending: PendingWork::default(),
+        plan,
+    };
+    let limit = turn.plan.max_duration;
+    let ended = match tokio::time::timeout(limit, turn.run()).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            let error = format!("the turn exceeded its time limit of {} s", limit.as_secs());
+            turn.end_with_error(error).await
+        }
+    };
+    let mut assistant = turn.emitter.assistant.clone();
+    match ended {
+        Ok((finish_reason, error)) => TurnOutcome {
+            assistant,
+            finish_reason: Some(finish_reason),
+            error,
+        },
+        Err(ClientGone) => {
+            mark_unfinished(&mut assistant, "cancelled: the client disconnected");
+            TurnOutcome {
+                assistant,
+                finish_reason: None,
+                error: Some("the client disconnected".into()),
+            }
+        }
+    }
+}
+
+struct Turn {
+    provider: Arc<dyn ModelProvider>,
+    registry: ToolRegistry,
+    emitter: Emitter,
+    pending: PendingWork,
+    plan: TurnPlan,
+}
+
+impl Turn {
+    async fn run(&mut self) -> Result<(String, Option<String>), ClientGone> {
+        let message_id = self.emitter.assistant.id.clone();
+        self.emitter.emit(UiChunk::Start { message_id }).await?;
+        let (finish, error) = self.run_steps().await?;
+        if let Some(error_text) = &error {
+            self.emitter
+                .emit(UiChunk::Error {
+                    error_text: error_text.clone(),
+                })
+                .await?;
+        }
+        self.emitter
+            .emit(UiChunk::Finish {
+                finish_reason: finish.clone(),
+            })
+            .await?;
+        Ok((finish, error))
+    }
+
+    /// Ends the turn early: closes an open step, reports `error`, finishes.
+    async fn end_with_error(
+        &mut self,
+        error: String,
+    ) -> Result<(String, Option<String>), ClientGone> {
+        mark_unfinished(&mut self.emitter.assistant, &error);
+        self.emitter
+            .emit(UiChunk::Error {
+                error_text: error.clone(),
+            })
+            .await?;
+        self.emitter
+            .emit(UiChunk::Finish {
+                finish_reason: "error".into(),
+            })
+            .await?;
+        Ok(("error".into(), Some(error)))
+    }
+
+    async fn run_steps(&mut self) -> Result<(String, Option<String>), ClientGone> {
+        self.act_on_decisions().await?;
+        let mut passes = 0u32;
+        let mut needs_pass = true;
+        let mut last_reason = FinishReason::Stop;
+        loop {
+            self.pending.collect_finished();
+            needs_pass |= self.inject_arrivals().await?;
+            if !needs_pass {
+                if !self.pending.is_running() {
+                    return Ok((last_reason.as_ui().to_owned(), None));
+                }
+                tokio::select! {
+                    () = self.pending.wait_for_one() => {}
+                    () = self.emitter.gone() => return Err(ClientGone),
+                }
+                continue;
+            }
+            if passes == self.plan.max_steps {
+                let running = if self.pending.is_running() {
+                    "; background tool calls still running were stopped"
+                } else {
+                    ""
+                };
+                let error = format!(
+                    "the turn reached its step limit of {} model passes{running}",
+                    self.plan.max_steps
+                );
+                return Ok(("error".into(), Some(error)));
+            }
+            self.emitter.emit(UiChunk::StartStep).await?;
+            let request = self.model_request();
+            let end = run_pass(self.provider.as_ref(), request, &mut self.emitter).await?;
+            passes += 1;
+            let (calls, reason) = match end {
+                PassEnd::Finished {
+                    calls,
+                    reason,
+                    usage,
+                } => {
+                    tracing::debug!(
+                        input_tokens = usage.input_tokens,
+                        output_tokens = usage.output_tokens,
+                        "model pass finished"
+                    );
+                    (calls, reason)
+                }
+                PassEnd::Failed(message) => {
+                    self.emitter.emit(UiChunk::FinishStep).await?;
+                    return Ok(("error".into(), Some(message)));
+                }
+            };
+            needs_pass = !calls.is_empty();
+            last_reason = if calls.is_empty() {
+                reason
+            } else {
+                FinishReason::ToolCalls
+            };
+            let awaiting = handle_calls(
+                &mut self.emitter,
+                &self.registry,
+                &mut self.pending,
+                calls,
+                self.plan.max_parallel_tool_calls,
+                self.plan.can_ask_approval,
+            )
+            .await?;
+            self.emitter.emit(UiChunk::FinishStep).await?;
+            if awaiting {
+                self.settle_background_work().await?;
+                return Ok((FinishReason::ToolCalls.as_ui().to_owned(), None));
+            }
+        }
+    }
+
+    /// Runs approved calls and denies the others, before the first pass.
+    async fn act_on_decisions(&mut self) -> Result<(), ClientGone> {
+        let decided: Vec<_> = self
+            .emitter
+            .assistant
+            .tool_parts()
+            .filter(|part| part.state == ToolState::ApprovalResponded)
+            .cloned()
+            .collect();
+        let mut ready = Vec::new();
+        for part in decided {
+            let approved = part.approval.as_ref().and_then(|a| a.approved) == Some(true);
+            let tool_call_id = part.tool_call_id.clone();
+            if !approved {
+                self.emitter
+                    .emit(UiChunk::ToolOutputDenied { tool_call_id })
+                    .await?;
+                continue;
+            }
+            let input = part.input.clone().unwrap_or_else(|| json!({}));
+            let Some(tool) = self.registry.get(&part.tool_name) else {
+                let error_text = format!("the tool {:?} is no longer enabled", part.tool_name);
+                self.emitter
+                    .emit(UiChunk::ToolOutputError {
+                        tool_call_id,
+                        error_text,
+                    })
+                    .await?;
+                continue;
+            };
+            if tool.run_async {
+                let output = self.pending.launch(tool, tool_call_id.clone(), input);
+                self.emitter
+                    .emit(UiChunk::ToolOutputAvailable {
+                        tool_call_id,
+                        output,
+                        preliminary: None,
+                    })
+                    .await?;
+            } else {
+                ready.push(ReadyCall {
+                    tool_call_id,
+                    tool: tool.clone(),
+                    input,
+                });
+            }
+        }
+        run_ready(&mut self.emitter, ready, self.plan.max_parallel_tool_calls).await
+    }
+
+    /// Tells the model, in a step of its own, about background calls that
+    /// finished. Returns whether there were any.
+    async fn inject_arrivals(&mut self) -> Result<bool, ClientGone> {
+        let arrivals = self.pending.take_arrivals();
+        if arrivals.is_empty() {
+            return Ok(false);
+        }
+        self.emitter.emit(UiChunk::StartStep).await?;
+        for arrival in arrivals {
+            let mut output = json!({"statusId": arrival.status_id, "tool": arrival.tool_name});
+            match arrival.outcome {
+                Settled::Completed(value) => {
+                    output["status"] = json!("completed");
+                    output["result"] = value;
+                }
+                Settled::Failed(message) => {
+                    output["status"] = json!("failed");
+                    output["error"] = json!(message);
+                }
+            }
+            for chunk in arrival_chunks(&arrival.status_id, output) {
+                self.emitter.emit(chunk).await?;
+            }
+        }
+        self.emitter.emit(UiChunk::FinishStep).await?;
+        Ok(true)
+    }
+
+    /// Before pausing for approval: waits for background calls and records
+    /// their results, since nothing else would receive them.
+    async fn settle_background_work(&mut self) -> Result<(), ClientGone> {
+        while self.pending.is_running() {
+            tokio::select! {
+                () = self.pending.wait_for_one() => {}
+                () = self.emitter.gone() => return Err(ClientGone),
+            }
+        }
+        self.pending.collect_finished();
+        self.inject_arrivals().await.map(|_| ())
+    }
+
+    fn model_request(&self) -> ModelRequest {
+        let mut messages = self.plan.history.clone();
+        messages.push(self.emitter.assistant.clone());
+        ModelRequest {
+            model_id: self.plan.model_id.clone(),
+            system: self.plan.system.clone(),
+            messages: to_model_history(&messages),
+            tools: self.registry.specs(),
+            provider_tools: self.registry.provider_tools().to_vec(),
+            options: self.plan.options.clone(),
+        }
+    }
+}
+
+/// Marks calls that never finished as failed with `reason`, and closes open text.
+pub fn mark_unfinished(message: &mut UiMessage, reason: &str) {
+    for part in &mut message.parts {
+        match part {
+            UiPart::Tool(tool)
+                if !tool.is_settled() && tool.state != ToolState::ApprovalRequested =>
+            {
+                tool.state = ToolState::OutputError;
+                tool.error_text = Some(reason.to_owned());
+                tool.preliminary = false;
+            }
+            UiPart::Text { state, .. } => *state = Some("done".into()),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! `UIMessage`s as the AI SDK shapes them, and how stream chunks build them.
+//! Parts this server does not produce (files, reasoning, data parts) are
+//! kept as they came.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Map, Value};
+
+use super::UiChunk;
+
+/// A message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UiMessage {
+    /// Message id.
+    pub id: String,
+    /// `user`, `assistant` or `system`.
+    pub role: String,
+    /// The content, in order.
+    pub parts: Vec<UiPart>,
+    /// Client metadata, kept as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UiPart {
+    /// Marks the start of a model pass.
+    StepStart,
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+        /// `streaming` or `done`.
+        state: Option<String>,
+    },
+    /// A tool call and its outcome.
+    Tool(ToolPart),
+    /// Any other part, kept verbatim.
+    Other(Value),
+}
+
+/// Where a tool call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolState {
+    /// Arguments are arriving.
+    InputStreaming,
+    /// Arguments are complete; the call runs.
+    InputAvailable,
+    /// Waiting for a person.
+    ApprovalRequested,
+    /// A person decided; the server acts on it next.
+    ApprovalResponded,
+    /// Output is present.
+    OutputAvailable,
+    /// The call failed.
+    OutputError,
+    /// A person denied the call.
+    OutputDenied,
+}
+
+/// A person's decision on a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The approval id from `tool-approval-request`.
+    pub id: String,
+    /// The decision, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    /// Why, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A tool invocation part (`tool-<name>`, or `dynamic-tool`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPart {
+    /// Model-facing tool name.
+    pub tool_name: String,
+    /// Whether the part is a `dynamic-tool` part.
+    pub dynamic: bool,
+    /// Call id.
+    pub tool_call_id: String,
+    /// Where the call stands.
+    pub state: ToolState,
+    /// The input, once known.
+    pub input: Option<Value>,
+    /// The output, once known.
+    pub output: Option<Value>,
+    /// The error, for `output-error`.
+    pub error_text: Option<String>,
+    /// The approval, for calls that needed one.
+    pub approval: Option<Approval>,
+    /// Whether `output` is a preliminary snapshot.
+    pub preliminary: bool,
+}
+
+impl ToolPart {
+    /// Whether the call has reached an outcome the model can be told about.
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self.state,
+            ToolState::OutputAvailable | ToolState::OutputError | ToolState::OutputDenied
+        ) && !self.preliminary
+    }
+
+    fn to_value(&self) -> Value {
+        let mut part = Map::new();
+        if self.dynamic {
+            part.insert("type".into(), json!("dynamic-tool"));
+            part.insert("toolName".into(), json!(self.tool_name));
+        } else {
+            part.insert("type".into(), json!(format!("tool-{}", self.tool_name)));
+        }
+        part.insert("toolCallId".into(), json!(self.tool_call_id));
+        part.insert("state".into(), json!(self.state));
+        part.insert("input".into(), self.input.clone().unwrap_or(Value::Null));
+        if let Some(output) = &self.output {
+            part.insert("output".into(), output.clone());
+        }
+        if let Some(error) = &self.error_text {
+            part.insert("errorText".into(), json!(error));
+        }
+        if let Some(approval) = &self.approval {
+            part.insert("approval".into(), json!(approval));
+        }
+        if self.preliminary {
+            part.insert("preliminary".into(), json!(true));
+        }
+        Value::Object(part)
+    }
+
+    fn from_value(value: &Value, kind: &str) -> Option<Self> {
+        let (tool_name, dynamic) = match kind.strip_prefix("tool-") {
+            Some(name) => (name.to_owned(), false),
+            None => (value.get("toolName")?.as_str()?.to_owned(), true),
+        };
+        Some(Self {
+            tool_name,
+            dynamic,
+            tool_call_id: value.get("toolCallId")?.as_str()?.to_owned(),
+            state: serde_json::from_value(value.get("state")?.clone()).ok()?,
+            input: value.get("input").cloned().filter(|v| !v.is_null()),
+            output: value.get("output").cloned(),
+            error_text: value
+                .get("errorText")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            approval: value
+                .get("approval")
+                .and_then(|a| serde_json::from_value(a.clone()).ok()),
+            preliminary: value.get("preliminary") == Some(&Value::Bool(true)),
+        })
+    }
+}
+
+impl Serialize for UiPart {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::StepStart => json!({"type": "step-start"}).serialize(serializer),
+            Self::Text { text, state } => {
+                let mut part = json!({"type": "text", "text": text});
+                if let Some(state) = state {
+                    part["state"] = json!(state);
+                }
+                part.serialize(serializer)
+            }
+            Self::Tool(tool) => tool.to_value().serialize(serializer),
+            Self::Other(value) => value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UiPart {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| serde::de::Error::custom("a message part needs a string `type`"))?
+            .to_owned();
+        Ok(match kind.as_str() {
+            "step-start" => Self::StepStart,
+            "text" => Self::Text {
+                text: value
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| serde::de::Error::custom("a text part needs `text`"))?
+                    .to_owned(),
+                state: value
+                    .get("state")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            },
+            k if k.starts_with("tool-") || k == "dynamic-tool" => ToolPart::from_value(&value, k)
+                .map(Self::Tool)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(
+                        "a tool part needs `toolCallId`, a known `state` and (dynamic) `toolName`",
+                    )
+                })?,
+            _ => Self::Other(value),
+        })
+    }
+}
+
+impl UiMessage {
+    /// An empty assistant message.
+    pub fn assistant(id: String) -> Self {
+        Self {
+            id,
+            role: "assistant".into(),
+            parts: Vec::new(),
+            metadata: None,
+        }
+    }
+
+    /// The text of the message's text parts, joined.
+    pub fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter_map(|part| match part {
+                UiPart::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tool part of `tool_call_id`, if any.
+    pub fn tool_part_mut(&mut self, tool_call_id: &str) -> Option<&mut ToolPart> {
+        self.parts.iter_mut().find_map(|part| match part {
+            UiPart::Tool(tool) if tool.tool_call_id == tool_call_id => Some(tool),
+            _ => None,
+        })
+    }
+
+    /// Tool parts, in order.
+    pub fn tool_parts(&self) -> impl Iterator<Item = &ToolPart> {
+        self.parts.iter().filter_map(|part| match part {
+            UiPart::Tool(tool) => Some(tool),
+            _ => None,
+        })
+    }
+
+    /// Applies one chunk the way the AI SDK client does, so the stored
+    /// message is the one the client ends up with.
+    pub fn apply(&mut self, chunk: &UiChunk) {
+        match chunk {
+            UiChunk::Start { message_id } => self.id.clone_from(message_id),
+            UiChunk::StartStep => self.parts.push(UiPart::StepStart),
+            UiChunk::TextStart { .. } => self.parts.push(UiPart::Text {
+                text: String::new(),
+                state: Some("streaming".into()),
+            }),
+            UiChunk::TextDelta { delta, .. } => {
+                if let Some(UiPart::Text { text, .. }) = self.open_text() {
+                    text.push_str(delta);
+                }
+            }
+            UiChunk::TextEnd { .. } => {
+                if let Some(UiPart::Text { state, .. }) = self.open_text() {
+                    *state = Some("done".into());
+                }
+            }
+            UiChunk::ToolInputStart {
+                tool_call_id,
+                tool_name,
+            } => self.parts.push(UiPart::Tool(ToolPart {
+                tool_name: tool_name.clone(),
+                dynamic: false,
+                tool_call_id: tool_call_id.clone(),
+                state: ToolState::InputStreaming,
+                input: None,
+                output: None,
+                error_text: None,
+                approval: None,
+                preliminary: false,
+            })),
+            UiChunk::ToolInputDelta { .. } => {}
+            UiChunk::ToolInputAvailable {
+                tool_call_id,
+                tool_name,
+                input,
+            } => {
+                if let Some(part) = self.ensure_tool_part(tool_call_id, tool_name) {
+                    part.state = ToolState::InputAvailable;
+                    part.input = Some(input.clone());
+                }
+            }
+            UiChunk::ToolInputError {
+                tool_call_id,
+                tool_name,
+                input,
+                error_text,
+            } => {
+                if let Some(part) = self.ensure_tool_part(tool_call_id, tool_name) {
+                    part.state = ToolState::OutputError;
+                    part.input = Some(input.clone());
+                    part.error_text = Some(error_text.clone());
+                }
+            }
+            UiChunk::ToolApprovalRequest {
+                approval_id,
+                tool_call_id,
+            } => {
+                if let Some(part) = self.tool_part_mut(tool_call_id) {
+                    part.state = ToolState::ApprovalRequested;
+                    part.approval = Some(Approval {
+                        id: approval_id.clone(),
+                        approved: None,
+                        reason: None,
+                    });
+                }
+            }
+            UiChunk::ToolOutputAvailable {
+                tool_call_id,
+                output,
+                preliminary,
+            } => {
+                if let Some(part) = self.tool_part_mut(tool_call_id) {
+                    part.state = ToolState::OutputAvailable;
+                    part.output = Some(output.clone());
+                    part.preliminary = preliminary.unwrap_or(false);
+                }
+            }
+            UiChunk::ToolOutputError {
+                tool_call_id,
+                error_text,
+            } => {
+                if let Some(part) = self.tool_part_mut(tool_call_id) {
+                    part.state = ToolState::OutputError;
+                    part.error_text = Some(error_text.clone());
+                    part.preliminary = false;
+                }
+            }
+            UiChunk::ToolOutputDenied { tool_call_id } => {
+                if let Some(part) = self.tool_part_mut(tool_call_id) {
+                    part.state = ToolState::OutputDenied;
+                }
+            }
+            UiChunk::FinishStep | UiChunk::Finish { .. } | UiChunk::Error { .. } => {}
+        }
+    }
+
+    fn open_text(&mut self) -> Option<&mut UiPart> {
+        self.parts
+            .iter_mut()
+            .rev()
+            .find(|part| matches!(part, UiPart::Text { state: Some(s), .. } if s == "streaming"))
+    }
+
+    fn ensure_tool_part(&mut self, tool_call_id: &str, tool_name: &str) -> Option<&mut ToolPart> {
+        if self.tool_part_mut(tool_call_id).is_none() {
+            self.apply(&UiChunk::ToolInputStart {
+                tool_call_id: tool_call_id.to_owned(),
+                tool_name: tool_name.to_owned(),
+            });
+        }
+        self.tool_part_mut(tool_call_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_round_trip_through_json() {
+        let raw = json!({"id": "m1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "hi", "state": "done"},
+            {"type": "tool-echo", "toolCallId": "c1", "state": "output-available", "input": {"q": 1}, "output": {"ok": true}},
+            {"type": "dynamic-tool", "toolName": "x", "toolCallId": "c2", "state": "approval-responded", "input": {}, "approval": {"id": "a", "approved": false, "reason": "no"}},
+            {"type": "file", "mediaType": "image/png", "url": "data:,"},
+        ]});
+        let message: UiMessage = serde_json::from_value(raw.clone()).unwrap();
+        assert!(
+            matches!(&message.parts[3], UiPart::Tool(t) if t.dynamic && t.approval.as_ref().unwrap().approved == Some(false))
+        );
+        assert_eq!(serde_json::to_value(&message).unwrap(), raw);
+    }
+
+    #[test]
+    fn chunks_build_the_message_a_client_builds() {
+        let mut message = UiMessage::assistant(String::new());
+        for chunk in [
+            UiChunk::Start {
+                message_id: "m".into(),
+            },
+            UiChunk::StartStep,
+            UiChunk::TextStart { id: "t".into() },
+            UiChunk::TextDelta {
+                id: "t".into(),
+                delta: "Hel".into(),
+            },
+            UiChunk::TextDelta {
+                id: "t".into(),
+                delta: "lo".into(),
+            },
+            UiChunk::TextEnd { id: "t".into() },
+            UiChunk::ToolInputStart {
+                tool_call_id: "c".into(),
+                tool_name: "echo".into(),
+            },
+            UiChunk::ToolInputAvailable {
+                tool_call_id: "c".into(),
+                tool_name: "echo".into(),
+                input: json!({"q": 1}),
+            },
+            UiChunk::ToolOutputAvailable {
+                tool_call_id: "c".into(),
+                output: json!(1),
+                preliminary: Some(true),
+            },
+            UiChunk::ToolOutputAvailable {
+                tool_call_id: "c".into(),
+                output: json!(2),
+                preliminary: None,
+            },
+            UiChunk::FinishStep,
+        ] {
+            message.apply(&chunk);
+        }
+        assert_eq!(message.id, "m");
+        assert_eq!(message.text(), "Hello");
+        let tool = message.tool_parts().next().unwrap();
+        assert_eq!(
+            (tool.state, tool.output.clone(), tool.preliminary),
+            (ToolState::OutputAvailable, Some(json!(2)), false)
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The `agents` table: configs with their credentials sealed apart.
+
+use serde_json::Value;
+use sqlx::{FromRow, PgPool};
+use time::OffsetDateTime;
+use toolserver_domain::{AccountId, AgentId, AgentName};
+use uuid::Uuid;
+
+use crate::{accounts, StoreError};
+
+/// A stored agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRecord {
+    /// Public id.
+    pub id: AgentId,
+    /// Human-facing name.
+    pub name: String,
+    /// The config, credentials redacted.
+    pub config: Value,
+    /// The sealed credentials, if any.
+    pub sealed_secrets: Option<Vec<u8>>,
+    /// Starts at 1; every update adds one.
+    pub version: i32,
+    /// Creation time.
+    pub created_at: OffsetDateTime,
+    /// Last change.
+    pub updated_at: OffsetDateTime,
+}
+
+/// An agent to store: a validated name, a redacted config and sealed credentials.
+#[derive(Debug, Clone)]
+pub struct AgentWrite {
+    /// Human-facing name.
+    pub name: AgentName,
+    /// The config, credentials redacted.
+    pub config: Value,
+    /// The sealed credentials, if any.
+    pub sealed_secrets: Option<Vec<u8>>,
+}
+
+#[derive(FromRow)]
+struct AgentRow {
+    id: Uuid,
+    name: String,
+    config: Value,
+    secrets: Option<Vec<u8>>,
+    version: i32,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+}
+
+impl From<AgentRow> for AgentRecord {
+    fn from(row: AgentRow) -> Self {
+        Self {
+            id: AgentId::from_uuid(row.id),
+            name: row.name,
+            config: row.config,
+            sealed_secrets: row.secrets,
+            version: row.version,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+const COLUMNS: &str = "id, name, config, secrets, version, created_at, updated_at";
+
+/// Inserts an agent with a chosen id (the id is bound into the sealed credentials).
+#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id), err)]
+pub async fn insert(
+    pool: &PgPool,
+    account: &AccountId,
+    id: AgentId,
+    agent: AgentWrite,
+) -> Result<AgentRecord, StoreError> {
+    let mut tx = pool.begin().await?;
+    accounts::ensure(&mut *tx, account).await?;
+    let row: AgentRow = sqlx::query_as(&format!(
+        "INSERT INTO agents (id, account_id, name, config, secrets) \
+         VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
+    ))
+    .bind(id.as_uuid())
+    .bind(account.as_str())
+    .bind(agent.name.as_str())
+    .bind(&agent.config)
+    .bind(&agent.sealed_secrets)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(row.into())
+}
+
+/// Reads one of `account`'s agents.
+#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id), err)]
+pub async fn get(
+    pool: &PgPool,
+    account: &AccountId,
+    id: AgentId,
+) -> Result<AgentRecord, StoreError> {
+    let row: AgentRow = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM agents WHERE account_id = $1 AND id = $2"
+    ))
+    .bind(account.as_str())
+    .bind(id.as_uuid())
+    .fetch_one(pool)
+    .await?;
+    Ok(row.into())
+}
+
+/// One page of `account`'s agents in creation order, after `after`; and whether more follow.
+#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+pub async fn list(
+    pool: &PgPool,
+    account: &AccountId,
+    after: Option<AgentId>,
+    limit: u32,
+) -> Result<(Vec<AgentRecord>, bool), StoreError> {
+    let rows: Vec<AgentRow> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM agents \
+         WHERE account_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+    ))
+    .bind(account.as_str())
+    .bind(after.map(|id| id.as_uuid()))
+    .bind(i64::from(limit) + 1)
+    .fetch_all(pool)
+    .await?;
+    let has_more = rows.len() > limit as usize;
+    Ok((
+        rows.into_iter()
+            .take(limit as usize)
+            .map(Into::into)
+            .collect(),
+        has_more,
+    ))
+}
+
+/// Replaces an agent's name, config and credentials, bumping its version.
+#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id), err)]
+pub async fn update(
+    pool: &PgPool,
+    account: &AccountId,
+    id: AgentId,
+    agent: AgentWrite,
+) -> Result<AgentRecord, StoreError> {
+    let row: AgentRow = sqlx::query_as(&format!(
+        "UPDATE agents SET name = $3, config = $4, secrets = $5, version = version + 1, \
+             updated_at = now() \
+         WHERE account_id = $1 AND id = $2 RETURNING {COLUMNS}"
+    ))
+    .bind(account.as_str())
+    .bind(id.as_uuid())
+    .bind(agent.name.as_str())
+    .bind(&agent.config)
+    .bind(&agent.sealed_secrets)
+    .fetch_one(pool)
+    .await?;
+    Ok(row.into())
+}
+
+/// Deletes one of `account`'s agents and its conversations.
+#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id), err)]
+pub async fn delete(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
+    let done = sqlx::query("DELETE FROM agents WHERE account_id = $1 AND id = $2")
+        .bind(account.as_str())
+        .bind(id.as_uuid())
+        .execute(pool)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! A scripted model served over real HTTP on loopback, speaking the OpenAI
+//! Chat Completions streaming wire format.
+//!
+//! Scripts are keyed by model id. The reply to a request is chosen by its
+//! step: the number of assistant messages after the last user message. So
+//! one script replays for any number of concurrent conversations, and a pass
+//! after tool results gets the next reply. A request with no scripted reply
+//! is answered 500, so the test fails loudly. Every request body is kept for
+//! the test to inspect.
+
+mod reply;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use reply::Answer;
+pub use reply::Reply;
+
+/// Scripts and the requests received, by model id.
+#[derive(Default)]
+struct Book {
+    scripts: HashMap<String, Arc<[Reply]>>,
+    requests: HashMap<String, Vec<Value>>,
+}
+
+type Shared = Arc<Mutex<Book>>;
+
+/// The scripted model server; stops when dropped.
+pub struct ScriptedModel {
+    base_url: String,
+    book: Shared,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl ScriptedModel {
+    /// Serves `POST /v1/chat/completions` on a free loopback port.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        let book = Shared::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .with_state(book.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port for the scripted model");
+        let addr = listener.local_addr().expect("the scripted model's address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            base_url: format!("http://{addr}/v1"),
+            book,
+            server,
+        }
+    }
+
+    /// The base URL to configure, e.g. `http://127.0.0.1:40123/v1`.
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// Sets the replies of `model_id`, one per step, replacing any before.
+    pub fn script(&self, model_id: &str, replies: Vec<Reply>) {
+        lock(&self.book)
+            .scripts
+            .insert(model_id.to_owned(), replies.into());
+    }
+
+    /// Every request body received for `model_id`, in arrival order.
+    pub fn requests(&self, model_id: &str) -> Vec<Value> {
+        lock(&self.book)
+            .requests
+            .get(model_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// How many requests `model_id` received.
+    pub fn request_count(&self, model_id: &str) -> usize {
+        lock(&self.book).requests.get(model_id).map_or(0, Vec::len)
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn lock(book: &Shared) -> MutexGuard<'_, Book> {
+    book.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The step of a request: assistant messages after the last user message.
+fn step(request: &Value) -> usize {
+    let messages = request["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let after_user = messages
+        .iter()
+        .rposition(|message| message["role"] == "user")
+        .map_or(0, |last| last + 1);
+    messages[after_user..]
+        .iter()
+        .filter(|message| message["role"] == "assistant")
+        .count()
+}
+
+async fn complete(State(book): State<Shared>, Json(request): Json<Value>) -> Response {
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let step = step(&request);
+    let reply = {
+        let mut book = lock(&book);
+        book.requests
+            .entry(model.clone())
+            .or_default()
+            .push(request);
+        book.scripts
+            .get(&model)
+            .and_then(|replies| replies.get(step).cloned())
+    };
+    let Some(reply) = reply else {
+        let message = format!("no scripted reply for model {model} step {step}");
+        return error(500, json!({"error": {"message": message}}));
+    };
+    match reply.answer(&model) {
+        Answer::Error { status, body } => error(status, body),
+        Answer::Stream {
+            frames,
+            first_delay,
+            chunk_delay,
+        } => {
+            let events = futures::stream::iter(frames.into_iter().enumerate()).then(
+                move |(at, frame)| async move {
+                    pause(if at == 0 { first_delay } else { chunk_delay }).await;
+                    Ok::<_, Infallible>(Event::default().data(frame))
+                },
+            );
+            Sse::new(events).into_response()
+        }
+    }
+}
+
+fn error(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(body)).into_response()
+}
+
+async fn pause(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
