@@ -33,6 +33,7 @@ test-worker:
 ## Invocation latency: API vs worker socket (the floor), and runner cold start.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
+	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench turns
 
 ## Regenerate openapi.yaml from the routes.
 openapi:

@@ -288,8 +288,9 @@ async function assertErrorBody(response, expectedStatus) {
 
 /** Reads one turn stream with the SDK `sdk`; returns { message, finishReason, chunks, errorTexts }. */
 async function readTurn(sdk, response, { previous, continued, expectErrorText }) {
-  const bodyText = async () => response.text().catch(() => '');
-  assert.equal(response.status, 200, `expected HTTP 200, got ${response.status}: ${response.status === 200 ? '' : await bodyText()}`);
+  if (response.status !== 200) {
+    assert.fail(`expected HTTP 200, got ${response.status}: ${await response.text().catch((e) => `(body: ${e.message})`)}`);
+  }
   assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/, 'content-type');
   assert.match(response.headers.get('cache-control') ?? '', /no-cache/, 'cache-control');
   assert.equal(response.headers.get('x-vercel-ai-ui-message-stream'), 'v1', 'x-vercel-ai-ui-message-stream');
@@ -297,7 +298,7 @@ async function readTurn(sdk, response, { previous, continued, expectErrorText })
   assert.ok(response.body, 'no response body');
 
   const [forSdk, forRaw] = response.body.tee();
-  const raw = new Response(forRaw).text();
+  const raw = new Response(forRaw).text().catch((error) => `(reading the body failed: ${error.message})`);
   const chunks = [];
   let rawText = null;
   try {
@@ -355,7 +356,9 @@ async function readTurn(sdk, response, { previous, continued, expectErrorText })
   } catch (error) {
     if (rawText === null) rawText = await Promise.race([raw, new Promise((r) => setTimeout(() => r(null), 1000))]);
     if (error && typeof error === 'object' && typeof error.message === 'string') {
-      error.message += `\n--- raw stream ---\n${rawText === null ? '(not complete within 1s)' : truncate(rawText)}`;
+      const extra = `\n--- raw stream ---\n${rawText === null ? '(not complete within 1s)' : truncate(rawText)}`;
+      error.message += extra;
+      if (typeof error.stack === 'string') error.stack += extra; // what the test reporter prints
     }
     throw error;
   }

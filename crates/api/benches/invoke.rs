@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use jsonwebtoken::{DecodingKey, EncodingKey, Header};
 use serde_json::{json, Map, Value};
-use sqlx::{Connection, PgConnection};
 use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::BundleStore;
@@ -29,52 +28,17 @@ use toolserver_sandbox::{
     BundleRef, Executor, Frame, InvokeRequest, IsolationMode, LocalExecutor, LocalSettings,
     ReservationKey, WorkerClient,
 };
+use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
 
 const WARMUP: usize = 200;
 const SAMPLES: usize = 2000;
 const COLD_STARTS: usize = 20;
 const TOOL: &str = "export default { execute(ctx, input) { return input; } };";
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    let (p50, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
-    println!(
-        "{name:<34} n={:<5} p50={:>7.3} ms  p90={:>7.3} ms  p99={:>7.3} ms",
-        samples.len(),
-        ms(p50),
-        ms(percentile(&samples, 0.9)),
-        ms(p99)
-    );
-    (p50, p99)
-}
-
-async fn scratch_database() -> (String, String) {
-    let admin =
-        std::env::var("DATABASE_URL").expect("DATABASE_URL must point at a Postgres server");
-    let name = format!("toolserver_bench_{}", std::process::id());
-    let mut conn = PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&admin).unwrap();
-    url.set_path(&name);
-    (admin, url.to_string())
-}
-
 #[tokio::main]
 async fn main() {
-    let (admin_url, db_url) = scratch_database().await;
-    let pool = sqlx::PgPool::connect(&db_url).await.unwrap();
+    let database = ScratchDatabase::create("invoke").await;
+    let pool = sqlx::PgPool::connect(&database.url).await.unwrap();
     toolserver_store::migrate(&pool).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
@@ -255,10 +219,5 @@ async fn main() {
 
     executor.stop(&key).await.unwrap();
     pool.close().await;
-    let mut conn = PgConnection::connect(&admin_url).await.unwrap();
-    let name = format!("toolserver_bench_{}", std::process::id());
-    sqlx::query(&format!("DROP DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    database.drop_now().await;
 }

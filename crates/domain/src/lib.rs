@@ -4,6 +4,7 @@
 pub mod account;
 pub mod agent;
 pub mod digest;
+mod prefixed_id;
 pub mod tool;
 pub mod validation;
 

@@ -1,11 +1,9 @@
 //! Uploaded tool manifests: the model-facing name, description, input schema
 //! and default configuration, each parsed once and valid by construction.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
+use crate::prefixed_id::prefixed_id;
 use crate::ValidationError;
 
 /// Limits applied to uploaded tools; every one is configurable by the server.
@@ -32,44 +30,11 @@ impl Default for ToolLimits {
     }
 }
 
-/// The prefix of every public tool id.
-const TOOL_ID_PREFIX: &str = "tool_";
-
-/// A stable tool identifier, shown as `tool_` followed by 32 hex characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ToolId(Uuid);
-
-impl ToolId {
-    /// A new, time-ordered id (UUIDv7), so listing by id follows creation order.
-    pub fn generate() -> Self {
-        Self(Uuid::now_v7())
-    }
-
-    /// Wraps a stored UUID.
-    pub fn from_uuid(id: Uuid) -> Self {
-        Self(id)
-    }
-
-    /// The UUID as stored in the database.
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
-
-    /// Parses the public form; anything else is `None` (callers answer 404).
-    pub fn parse(raw: &str) -> Option<Self> {
-        let hex = raw.strip_prefix(TOOL_ID_PREFIX)?;
-        if hex.len() != 32 {
-            return None;
-        }
-        Uuid::try_parse(hex).ok().map(Self)
-    }
-}
-
-impl fmt::Display for ToolId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{TOOL_ID_PREFIX}{}", self.0.simple())
-    }
-}
+prefixed_id!(
+    /// A stable tool identifier, shown as `tool_` followed by 32 hex characters.
+    ToolId,
+    "tool_"
+);
 
 /// The model-facing tool name: 1 to 64 letters, digits, `_` or `-`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -165,19 +130,24 @@ impl InputSchema {
     pub fn check(&self, input: &Value) -> Result<(), Vec<String>> {
         let validator = jsonschema::validator_for(&self.0)
             .map_err(|err| vec![format!("stored schema no longer compiles: {err}")])?;
-        let errors: Vec<String> = validator
-            .iter_errors(input)
-            .map(|err| {
-                let path = err.instance_path().to_string();
-                let at = if path.is_empty() { "/".into() } else { path };
-                format!("{at}: {err}")
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
-        }
+        violations(&validator, input)
+    }
+}
+
+/// Every way `input` violates a compiled schema, each as `<json pointer>: <problem>`.
+pub fn violations(validator: &jsonschema::Validator, input: &Value) -> Result<(), Vec<String>> {
+    let errors: Vec<String> = validator
+        .iter_errors(input)
+        .map(|err| {
+            let path = err.instance_path().to_string();
+            let at = if path.is_empty() { "/".into() } else { path };
+            format!("{at}: {err}")
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
     }
 }
 

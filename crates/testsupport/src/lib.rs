@@ -3,6 +3,7 @@
 //! A helper that cannot start its service panics: the test cannot run without it.
 #![allow(clippy::expect_used)]
 
+pub mod bench;
 pub mod s3;
 pub mod scripted_model;
 

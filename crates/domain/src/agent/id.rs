@@ -1,48 +1,13 @@
 //! Agent identifiers and names.
 
-use std::fmt;
-
-use uuid::Uuid;
-
+use crate::prefixed_id::prefixed_id;
 use crate::ValidationError;
 
-const AGENT_ID_PREFIX: &str = "agent_";
-
-/// A stable agent identifier, shown as `agent_` followed by 32 hex characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AgentId(Uuid);
-
-impl AgentId {
-    /// A new, time-ordered id (UUIDv7).
-    pub fn generate() -> Self {
-        Self(Uuid::now_v7())
-    }
-
-    /// Wraps a stored UUID.
-    pub fn from_uuid(id: Uuid) -> Self {
-        Self(id)
-    }
-
-    /// The UUID as stored in the database.
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
-
-    /// Parses the public form; anything else is `None` (callers answer 404).
-    pub fn parse(raw: &str) -> Option<Self> {
-        let hex = raw.strip_prefix(AGENT_ID_PREFIX)?;
-        if hex.len() != 32 {
-            return None;
-        }
-        Uuid::try_parse(hex).ok().map(Self)
-    }
-}
-
-impl fmt::Display for AgentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{AGENT_ID_PREFIX}{}", self.0.simple())
-    }
-}
+prefixed_id!(
+    /// A stable agent identifier, shown as `agent_` followed by 32 hex characters.
+    AgentId,
+    "agent_"
+);
 
 /// A human-facing agent name: 1 to 100 characters, not blank.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -77,23 +77,12 @@ pub struct RegisteredTool {
 impl RegisteredTool {
     /// Validates `input` against the tool's schema, naming every violation.
     pub fn check_input(&self, input: &Value) -> Result<(), String> {
-        let errors: Vec<String> = self
-            .validator
-            .iter_errors(input)
-            .map(|err| {
-                let path = err.instance_path().to_string();
-                let at = if path.is_empty() { "/".into() } else { path };
-                format!("{at}: {err}")
-            })
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
+        toolserver_domain::tool::violations(&self.validator, input).map_err(|errors| {
+            format!(
                 "input does not match the tool's inputSchema: {}",
                 errors.join("; ")
-            ))
-        }
+            )
+        })
     }
 
     /// Starts a call, failing it when it outlives its deadline.

@@ -1,0 +1,76 @@
+//! Helpers of the load generators (`make bench`): a scratch database and
+//! latency summaries.
+
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection};
+
+/// A database created for one run and dropped by [`ScratchDatabase::drop_now`].
+pub struct ScratchDatabase {
+    admin_url: String,
+    name: String,
+    /// URL of the scratch database.
+    pub url: String,
+}
+
+impl ScratchDatabase {
+    /// Creates `toolserver_bench_<pid>_<tag>` on the server of `DATABASE_URL`.
+    pub async fn create(tag: &str) -> Self {
+        let admin_url =
+            std::env::var("DATABASE_URL").expect("DATABASE_URL must point at a Postgres server");
+        let name = format!("toolserver_bench_{}_{tag}", std::process::id());
+        let mut conn = PgConnection::connect(&admin_url)
+            .await
+            .expect("connect to Postgres");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create the scratch database");
+        let mut url = url::Url::parse(&admin_url).expect("DATABASE_URL is a URL");
+        url.set_path(&name);
+        Self {
+            admin_url,
+            name,
+            url: url.to_string(),
+        }
+    }
+
+    /// Drops the database (connections to it must be closed).
+    pub async fn drop_now(self) {
+        let mut conn = PgConnection::connect(&self.admin_url)
+            .await
+            .expect("connect to Postgres");
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("drop the scratch database");
+    }
+}
+
+/// The `p` quantile (0..=1) of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+/// Milliseconds, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Prints n, p50, p90 and p99 of `samples` under `name`; returns (p50, p99).
+pub fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let (p50, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    println!(
+        "{name:<40} n={:<5} p50={:>8.3} ms  p90={:>8.3} ms  p99={:>8.3} ms",
+        samples.len(),
+        ms(p50),
+        ms(percentile(&samples, 0.9)),
+        ms(p99)
+    );
+    (p50, p99)
+}

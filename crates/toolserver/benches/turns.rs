@@ -1,0 +1,323 @@
+//! Load generator for agent turns (`make bench`), against the real server
+//! binary on loopback with a scripted model (OpenAI wire format) in this
+//! process:
+//!   - turns per second and time to first byte (p50/p99) for N concurrent
+//!     clients, each turn calling one uploaded tool (two model passes);
+//!   - the same streaming requests made straight to the scripted model, the
+//!     floor the server adds to;
+//!   - the server's resident memory with 1,000 turns open at once (the model
+//!     holds each pass open), read from /proc.
+//!
+//! Needs `DATABASE_URL` (a server where it may create a scratch database).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
+use toolserver_testsupport::{Reply, ScriptedModel};
+
+const CLIENTS: usize = 50;
+const TURNS_PER_CLIENT: usize = 20;
+const OPEN_TURNS: usize = 1000;
+const SECRET: &str = "bench-secret";
+const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
+
+struct Server {
+    base: String,
+    child: tokio::process::Child,
+    client: reqwest::Client,
+    token: String,
+}
+
+impl Server {
+    async fn start(database_url: &str, data_dir: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"))
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
+            .env("TOOLSERVER_DATA_DIR", data_dir)
+            .env("TOOLSERVER_JWT_SECRET", SECRET)
+            .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))
+            .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
+            .env("TOOLSERVER_DB_MAX_CONNECTIONS", "40")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(OPEN_TURNS)
+            .build()
+            .unwrap();
+        for _ in 0..200 {
+            if client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let exp = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
+        let token = jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &json!({"account_id": "bench", "exp": exp}),
+            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        Self {
+            base,
+            child,
+            client,
+            token,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    /// Resident and peak resident memory of the server, in MiB.
+    fn memory(&self) -> (f64, f64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
+        let field = |name: &str| -> f64 {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+                / 1024.0
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+/// One turn: time to the first body byte and to the end.
+async fn turn(server: &Server, agent: &str) -> (Duration, Duration) {
+    let body = json!({
+        "id": uuid::Uuid::new_v4().to_string(),
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}],
+        "trigger": "submit-message",
+    });
+    let started = Instant::now();
+    let response = server
+        .client
+        .post(format!("{}/agents/{agent}/chat", server.base))
+        .bearer_auth(&server.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut first = None;
+    let mut tail = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        first.get_or_insert_with(|| started.elapsed());
+        tail.extend_from_slice(&chunk);
+    }
+    assert!(
+        String::from_utf8_lossy(&tail).contains("\"finishReason\":\"stop\""),
+        "a turn did not finish"
+    );
+    (first.unwrap(), started.elapsed())
+}
+
+/// The floor: the same two streaming passes made straight to the model.
+async fn model_direct(client: &reqwest::Client, base: &str) -> (Duration, Duration) {
+    let started = Instant::now();
+    let mut first = None;
+    for step in 0..2 {
+        let mut messages = vec![json!({"role": "user", "content": "go"})];
+        if step == 1 {
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "{}"}));
+        }
+        let response = client
+            .post(format!("{base}/chat/completions"))
+            .json(&json!({"model": "bench-tool", "stream": true, "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            chunk.unwrap();
+            first.get_or_insert_with(|| started.elapsed());
+        }
+    }
+    (first.unwrap(), started.elapsed())
+}
+
+async fn concurrent<F, Fut>(label: &str, run: F) -> (f64, Duration)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (Duration, Duration)> + Send,
+{
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let run = run.clone();
+        clients.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            for _ in 0..TURNS_PER_CLIENT {
+                samples.push(run().await);
+            }
+            samples
+        }));
+    }
+    let mut ttfb = Vec::new();
+    let mut total = Vec::new();
+    for client in clients {
+        for (first, all) in client.await.unwrap() {
+            ttfb.push(first);
+            total.push(all);
+        }
+    }
+    let wall = started.elapsed();
+    let rate = (CLIENTS * TURNS_PER_CLIENT) as f64 / wall.as_secs_f64();
+    let (ttfb_p50, _) = summary(&format!("{label}: time to first byte"), ttfb);
+    summary(&format!("{label}: whole turn"), total);
+    println!("{label:<40} {rate:.1} turns/s ({CLIENTS} concurrent clients)");
+    (rate, ttfb_p50)
+}
+
+#[tokio::main]
+async fn main() {
+    let database = ScratchDatabase::create("turns").await;
+    let data = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start().await;
+    let server = std::sync::Arc::new(Server::start(&database.url, data.path()).await);
+
+    let tool = server
+        .post(
+            "/accounts/me/tools",
+            json!({
+                "name": "echo", "description": "echo", "inputSchema": {"type": "object"},
+                "bundle": base64::engine::general_purpose::STANDARD.encode(ECHO),
+            }),
+        )
+        .await["toolId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let agent = |model_id: &str, tools: Value| {
+        json!({"name": model_id, "config": {
+            "model": {"provider": "openai", "modelId": model_id},
+            "provider": {"openai": {"baseUrl": model.base_url(), "apiKey": "bench"}},
+            "tools": tools,
+        }})
+    };
+    model.script(
+        "bench-tool",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"n": 1})),
+            Reply::text("done"),
+        ],
+    );
+    model.script(
+        "bench-hold",
+        vec![Reply::text("held").delay_first(Duration::from_secs(3600))],
+    );
+    let tool_agent = server
+        .post("/agents", agent("bench-tool", json!({ &tool: {} })))
+        .await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hold_agent = server.post("/agents", agent("bench-hold", json!({}))).await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    for _ in 0..20 {
+        turn(&server, &tool_agent).await;
+    }
+    println!(
+        "== {} turns, {CLIENTS} concurrent clients, one tool call each ==",
+        CLIENTS * TURNS_PER_CLIENT
+    );
+    let direct_client = reqwest::Client::new();
+    let base = model.base_url();
+    let (floor_rate, floor_ttfb) = concurrent("model alone (floor)", move || {
+        let (client, base) = (direct_client.clone(), base.clone());
+        async move { model_direct(&client, &base).await }
+    })
+    .await;
+    let (s, a) = (server.clone(), tool_agent.clone());
+    let (rate, ttfb) = concurrent("server turn", move || {
+        let (s, a) = (s.clone(), a.clone());
+        async move { turn(&s, &a).await }
+    })
+    .await;
+    println!(
+        "server vs floor: {:.2}x the turns/s, time to first byte p50 +{:.3} ms",
+        rate / floor_rate,
+        ms(ttfb.saturating_sub(floor_ttfb))
+    );
+
+    let (idle_rss, _) = server.memory();
+    println!("== {OPEN_TURNS} turns open at once ==");
+    let mut open = Vec::new();
+    for _ in 0..OPEN_TURNS {
+        let server = server.clone();
+        let agent = hold_agent.clone();
+        open.push(tokio::spawn(async move {
+            let body = json!({
+                "id": uuid::Uuid::new_v4().to_string(),
+                "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hold"}]}],
+                "trigger": "submit-message",
+            });
+            let response = server.client.post(format!("{}/agents/{agent}/chat", server.base)).bearer_auth(&server.token).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let mut stream = response.bytes_stream();
+            let mut seen = String::new();
+            while !seen.contains("start-step") {
+                seen.push_str(&String::from_utf8_lossy(&stream.next().await.unwrap().unwrap()));
+            }
+            stream
+        }));
+    }
+    let mut streams = Vec::new();
+    for task in open {
+        streams.push(task.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, peak) = server.memory();
+    println!(
+        "server memory: idle {idle_rss:.1} MiB, with {} open turns {rss:.1} MiB (peak {peak:.1} MiB), {:.1} KiB per open turn",
+        streams.len(),
+        (rss - idle_rss) * 1024.0 / streams.len() as f64
+    );
+    drop(streams);
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    database.drop_now().await;
+}
