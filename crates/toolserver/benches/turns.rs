@@ -1,8 +1,9 @@
 //! Load generator for agent turns (`make bench`), against the real server
 //! binary on loopback with a scripted model (OpenAI wire format) in this
 //! process:
-//!   - turns per second and time to first byte (p50/p99) for N concurrent
-//!     clients, each turn calling one uploaded tool (two model passes);
+//!   - turns per second and time to first byte (p50/p99) for one client and
+//!     for N concurrent clients, each turn calling one uploaded tool (two
+//!     model passes);
 //!   - the same streaming requests made straight to the scripted model, the
 //!     floor the server adds to;
 //!   - the server's resident memory with 1,000 turns open at once (the model
@@ -20,6 +21,7 @@ use serde_json::{json, Value};
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
+const SEQUENTIAL_TURNS: usize = 200;
 const CLIENTS: usize = 50;
 const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
@@ -176,18 +178,23 @@ async fn model_direct(client: &reqwest::Client, base: &str) -> (Duration, Durati
     (first.unwrap(), started.elapsed())
 }
 
-async fn concurrent<F, Fut>(label: &str, run: F) -> (f64, Duration)
+async fn concurrent<F, Fut>(
+    label: &str,
+    clients: usize,
+    turns_per_client: usize,
+    run: F,
+) -> (f64, Duration)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = (Duration, Duration)> + Send,
 {
     let started = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
         let run = run.clone();
-        clients.push(tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
-            for _ in 0..TURNS_PER_CLIENT {
+            for _ in 0..turns_per_client {
                 samples.push(run().await);
             }
             samples
@@ -195,17 +202,17 @@ where
     }
     let mut ttfb = Vec::new();
     let mut total = Vec::new();
-    for client in clients {
-        for (first, all) in client.await.unwrap() {
+    for task in tasks {
+        for (first, all) in task.await.unwrap() {
             ttfb.push(first);
             total.push(all);
         }
     }
     let wall = started.elapsed();
-    let rate = (CLIENTS * TURNS_PER_CLIENT) as f64 / wall.as_secs_f64();
+    let rate = (clients * turns_per_client) as f64 / wall.as_secs_f64();
     let (ttfb_p50, _) = summary(&format!("{label}: time to first byte"), ttfb);
     summary(&format!("{label}: whole turn"), total);
-    println!("{label:<40} {rate:.1} turns/s ({CLIENTS} concurrent clients)");
+    println!("{label:<40} {rate:.1} turns/s ({clients} concurrent clients)");
     (rate, ttfb_p50)
 }
 
@@ -260,28 +267,31 @@ async fn main() {
     for _ in 0..20 {
         turn(&server, &tool_agent).await;
     }
-    println!(
-        "== {} turns, {CLIENTS} concurrent clients, one tool call each ==",
-        CLIENTS * TURNS_PER_CLIENT
-    );
     let direct_client = reqwest::Client::new();
-    let base = model.base_url();
-    let (floor_rate, floor_ttfb) = concurrent("model alone (floor)", move || {
-        let (client, base) = (direct_client.clone(), base.clone());
-        async move { model_direct(&client, &base).await }
-    })
-    .await;
-    let (s, a) = (server.clone(), tool_agent.clone());
-    let (rate, ttfb) = concurrent("server turn", move || {
-        let (s, a) = (s.clone(), a.clone());
-        async move { turn(&s, &a).await }
-    })
-    .await;
-    println!(
-        "server vs floor: {:.2}x the turns/s, time to first byte p50 +{:.3} ms",
-        rate / floor_rate,
-        ms(ttfb.saturating_sub(floor_ttfb))
-    );
+    for (clients, per_client) in [(1, SEQUENTIAL_TURNS), (CLIENTS, TURNS_PER_CLIENT)] {
+        println!(
+            "== {} turns, {clients} concurrent clients, one tool call each ==",
+            clients * per_client
+        );
+        let (client, base) = (direct_client.clone(), model.base_url());
+        let (floor_rate, floor_ttfb) =
+            concurrent("model alone (floor)", clients, per_client, move || {
+                let (client, base) = (client.clone(), base.clone());
+                async move { model_direct(&client, &base).await }
+            })
+            .await;
+        let (s, a) = (server.clone(), tool_agent.clone());
+        let (rate, ttfb) = concurrent("server turn", clients, per_client, move || {
+            let (s, a) = (s.clone(), a.clone());
+            async move { turn(&s, &a).await }
+        })
+        .await;
+        println!(
+            "server vs floor: {:.3}x the turns/s, time to first byte p50 +{:.3} ms",
+            rate / floor_rate,
+            ms(ttfb.saturating_sub(floor_ttfb))
+        );
+    }
 
     let (idle_rss, _) = server.memory();
     println!("== {OPEN_TURNS} turns open at once ==");
