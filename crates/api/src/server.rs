@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -22,6 +23,13 @@ pub async fn serve(
         let _ = stopping_tx.send(true);
     });
     let mut on_stop = stopping_rx.clone();
+    // Streamed responses are many small writes; without TCP_NODELAY, Nagle's
+    // algorithm holds each one until the client's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = on_stop.wait_for(|stopping| *stopping).await;
         tracing::info!("shutdown requested; draining in-flight requests");
