@@ -28,8 +28,12 @@ pub struct HarnessSettings {
     pub max_conversation_messages: usize,
     /// Largest conversation, in bytes of JSON.
     pub max_conversation_bytes: usize,
-    /// Longest a turn may run; also how long it holds its conversation.
+    /// Longest a turn may run.
     pub max_turn_duration: Duration,
+    /// How long a turn's hold on its conversation lasts without renewal; a
+    /// running turn renews it at a third of this, so a turn of a crashed
+    /// server frees its conversation after at most this long.
+    pub turn_lease: Duration,
     /// Interval of keep-alive comments on an idle stream.
     pub keep_alive: Duration,
 }
@@ -46,6 +50,7 @@ impl Default for HarnessSettings {
             max_conversation_messages: 1_000,
             max_conversation_bytes: 4 * 1024 * 1024,
             max_turn_duration: Duration::from_secs(900),
+            turn_lease: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
         }
     }

@@ -151,6 +151,32 @@ pub async fn save(
     Ok(())
 }
 
+/// Extends the lease held by `turn_id` to `lease` from now; `NotFound` when
+/// the turn no longer holds it.
+#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+pub async fn renew(
+    pool: &PgPool,
+    account: &AccountId,
+    id: &str,
+    turn_id: Uuid,
+    lease: Duration,
+) -> Result<(), StoreError> {
+    let done = sqlx::query(
+        "UPDATE conversations SET lease_expires_at = now() + make_interval(secs => $4) \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .bind(turn_id)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}
+
 /// Releases the lease held by `turn_id`.
 #[tracing::instrument(skip(pool), fields(account.id = %account), err)]
 pub async fn end_turn(

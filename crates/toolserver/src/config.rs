@@ -376,6 +376,10 @@ pub struct AgentsConfig {
     /// Longest a turn may run, in seconds (`TOOLSERVER_MAX_TURN_SECS`).
     #[arg(long, env = "TOOLSERVER_MAX_TURN_SECS", default_value_t = 900)]
     pub max_turn_secs: u64,
+    /// Seconds a turn's hold on its conversation lasts without renewal; a
+    /// crashed turn frees it after this long (`TOOLSERVER_TURN_LEASE_SECS`).
+    #[arg(long, env = "TOOLSERVER_TURN_LEASE_SECS", default_value_t = 30)]
+    pub turn_lease_secs: u64,
     /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
     #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
     pub sse_keepalive_secs: u64,

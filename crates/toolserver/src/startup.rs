@@ -177,6 +177,7 @@ fn harness(
         max_conversation_messages: agents.max_conversation_messages,
         max_conversation_bytes: agents.max_conversation_bytes,
         max_turn_duration: Duration::from_secs(agents.max_turn_secs),
+        turn_lease: Duration::from_secs(agents.turn_lease_secs.max(3)),
         keep_alive: Duration::from_secs(agents.sse_keepalive_secs.max(1)),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))

@@ -1,6 +1,8 @@
 //! `GET /conversations/{conversationId}`: a conversation's stored UI
 //! messages, and the lease a turn holds on a conversation while it runs.
 
+use std::time::Duration;
+
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -81,6 +83,7 @@ pub struct ConversationLease {
     account: AccountId,
     id: String,
     turn_id: Uuid,
+    lease: Duration,
     stored: Vec<Value>,
     released: bool,
 }
@@ -99,7 +102,7 @@ impl ConversationLease {
             account,
             id,
             agent,
-            state.harness().settings().max_turn_duration,
+            state.harness().settings().turn_lease,
         )
         .await
         .map_err(|err| match err {
@@ -122,6 +125,7 @@ impl ConversationLease {
             account: account.clone(),
             id: id.to_owned(),
             turn_id: lease.turn_id,
+            lease: state.harness().settings().turn_lease,
             stored: lease.messages,
             released: false,
         })
@@ -140,6 +144,29 @@ impl ConversationLease {
             .filter_map(|m| serde_json::to_value(m).ok())
             .collect();
         conversations::save(&self.pool, &self.account, &self.id, self.turn_id, &values).await
+    }
+
+    /// Renews the lease every third of its length until the returned task
+    /// is aborted (or the lease is lost).
+    pub fn keep_renewed(&self) -> tokio::task::JoinHandle<()> {
+        let (pool, account, id, turn_id, lease) = (
+            self.pool.clone(),
+            self.account.clone(),
+            self.id.clone(),
+            self.turn_id,
+            self.lease,
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                if let Err(err) = conversations::renew(&pool, &account, &id, turn_id, lease).await {
+                    tracing::warn!(error = %err, "could not renew the conversation lease");
+                    if matches!(err, StoreError::NotFound) {
+                        return;
+                    }
+                }
+            }
+        })
     }
 
     /// Lets the next turn in.

@@ -755,6 +755,60 @@ async fn limits_are_errors_on_the_stream_or_4xx_before_it(pool: PgPool) {
     );
 }
 
+#[sqlx::test(migrations = "../../migrations")]
+async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool) {
+    let settings = toolserver_harness::HarnessSettings {
+        turn_lease: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let app = LiveApp::start_with(pool.clone(), None, settings).await;
+    app.model.script(
+        "busy",
+        vec![Reply::text("slow").delay_first(Duration::from_secs(5))],
+    );
+    let agent = app.agent(ACCOUNT_A, "busy", json!({})).await;
+    let running = app
+        .start_turn(ACCOUNT_A, &agent, user_turn("conv-busy", "first"))
+        .await;
+    assert_eq!(running.status(), 200);
+    let second = app.say(ACCOUNT_A, &agent, "conv-busy", "second").await;
+    assert_eq!(second.status, 409, "{}", second.body);
+    assert_eq!(second.json()["error"]["code"], "conversation_busy");
+    // Past the lease's length the running turn still holds it: it renews.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let third = app.say(ACCOUNT_A, &agent, "conv-busy", "third").await;
+    assert_eq!(third.status, 409, "{}", third.body);
+    let body = running.text().await.unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+
+    // A conversation belongs to one agent.
+    let other = app.agent(ACCOUNT_A, "busy", json!({})).await;
+    let wrong = app.say(ACCOUNT_A, &other, "conv-busy", "hi").await;
+    assert_eq!(wrong.json()["error"]["code"], "conversation_of_other_agent");
+
+    // A turn that died holding a lease (never renewed) frees it once it expires.
+    let account = toolserver_domain::AccountId::parse(ACCOUNT_A).unwrap();
+    let agent_id = toolserver_domain::AgentId::parse(&agent).unwrap();
+    toolserver_store::conversations::begin_turn(
+        &pool,
+        &account,
+        "conv-dead",
+        agent_id,
+        Duration::from_secs(1),
+    )
+    .await
+    .unwrap();
+    app.model.script("busy", vec![Reply::text("back")]);
+    assert_eq!(
+        app.say(ACCOUNT_A, &agent, "conv-dead", "hi").await.status,
+        409
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let revived = app.say(ACCOUNT_A, &agent, "conv-dead", "hi").await;
+    assert_eq!(revived.status, 200, "{}", revived.body);
+    assert_eq!(revived.text(), "back");
+}
+
 #[test]
 fn frames_parse_and_demand_done() {
     assert_eq!(

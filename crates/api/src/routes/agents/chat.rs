@@ -101,7 +101,9 @@ pub async fn chat(
     let (chunks, receiver) = mpsc::channel(64);
     let history = prepared.history;
     tokio::spawn(async move {
+        let renewal = lease.keep_renewed();
         let outcome = run_turn(provider, checked.registry, plan, chunks.clone()).await;
+        renewal.abort();
         if let Some(error) = &outcome.error {
             tracing::info!(error = %error, "turn ended with an error");
         }
