@@ -41,6 +41,19 @@ async fn a_killed_worker_is_replaced_on_the_next_call() {
         .args(["-9", &pid.to_string()])
         .status()
         .unwrap();
+    // SIGKILL lands asynchronously: wait until the worker is gone, so the
+    // next call meets a dead worker rather than one that dies mid-call.
+    for _ in 0..200 {
+        if h.executor.worker_pid(&key).await != Some(pid) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_ne!(
+        h.executor.worker_pid(&key).await,
+        Some(pid),
+        "the worker survived SIGKILL"
+    );
     let frame = run(
         &h.executor,
         &key,
