@@ -26,6 +26,9 @@ pub enum ApiError {
     /// 401: the bearer token is missing or not acceptable.
     #[error("{0}")]
     Unauthorized(String),
+    /// 403: authenticated, but not for this resource (e.g. another call's job token).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: no such resource for this account.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -96,6 +99,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Self::Gone(_) => (StatusCode::GONE, "expired"),

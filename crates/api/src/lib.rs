@@ -24,6 +24,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::bundles::routes())
         .merge(routes::agents::routes())
         .merge(routes::conversations::routes())
+        .merge(routes::sandbox_jobs::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

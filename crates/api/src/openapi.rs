@@ -2,7 +2,7 @@
 //! carries its `#[utoipa::path]`), so a route cannot exist without its entry.
 //! `openapi.yaml` at the repository root is this document, checked for drift.
 
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
@@ -21,6 +21,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "tools", description = "Account-owned uploaded tools"),
         (name = "agents", description = "Agents, their turns (AI SDK UI message streams) and conversations"),
         (name = "bundles", description = "Signed bundle downloads"),
+        (name = "async", description = "Completion of detached async tool calls"),
         (name = "health", description = "Probes"),
     ),
 )]
@@ -39,6 +40,13 @@ impl Modify for BearerAuth {
                     .bearer_format("JWT")
                     .build(),
             ),
+        );
+        components.add_security_scheme(
+            "jobToken",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                crate::routes::sandbox_jobs::JOB_TOKEN_HEADER,
+                "The per-call job token handed to the runner",
+            ))),
         );
     }
 }

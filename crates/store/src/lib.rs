@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod agents;
+pub mod async_results;
 pub mod conversations;
 pub mod error;
 pub mod pool;

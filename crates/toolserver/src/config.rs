@@ -380,6 +380,10 @@ pub struct AgentsConfig {
     /// crashed turn frees it after this long (`TOOLSERVER_TURN_LEASE_SECS`).
     #[arg(long, env = "TOOLSERVER_TURN_LEASE_SECS", default_value_t = 30)]
     pub turn_lease_secs: u64,
+    /// Seconds between sweeps that expire detached async calls past their
+    /// expiry (`TOOLSERVER_ASYNC_REAPER_SECS`).
+    #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_SECS", default_value_t = 10)]
+    pub async_reaper_secs: u64,
     /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
     #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
     pub sse_keepalive_secs: u64,

@@ -89,6 +89,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
     let executor = local_executor(&config.runners, &config.database)?;
     let _reaper = executor.spawn_reaper();
+    let _async_reaper = spawn_async_reaper(
+        db.pool.clone(),
+        Duration::from_secs(config.agents.async_reaper_secs.max(1)),
+    );
     let executor: Arc<dyn Executor> = Arc::new(executor);
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
@@ -116,6 +120,22 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         cluster.stop();
     }
     result.context("serving")
+}
+
+/// Expires detached async calls past their expiry, on an interval, so their
+/// groups still continue.
+fn spawn_async_reaper(pool: PgPool, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            ticks.tick().await;
+            match toolserver_store::async_results::expire_due(&pool, 500).await {
+                Ok(0) => {}
+                Ok(expired) => tracing::info!(expired, "expired detached async calls"),
+                Err(err) => tracing::warn!(error = %err, "could not expire detached async calls"),
+            }
+        }
+    })
 }
 
 fn harness(

@@ -4,4 +4,5 @@ pub mod agents;
 pub mod bundles;
 pub mod conversations;
 pub mod health;
+pub mod sandbox_jobs;
 pub mod tools;

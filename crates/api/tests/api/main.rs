@@ -7,6 +7,7 @@ mod agents;
 mod auth;
 mod bundles;
 mod chat;
+mod completion;
 mod invoke;
 mod live;
 mod openapi;

@@ -1,0 +1,362 @@
+//! `POST /sandbox-jobs/{id}/complete` and the fan-in behind it: forged,
+//! duplicate and conflicting callbacks change nothing; the continuation of a
+//! group is enqueued exactly once, under concurrency and whichever of the
+//! last settlement and the seal comes first.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use toolserver_domain::AccountId;
+use toolserver_store::async_results::{self, NewAsyncResult};
+use uuid::Uuid;
+
+use crate::live::LiveApp;
+use crate::support::*;
+
+struct Call {
+    id: Uuid,
+    token: String,
+}
+
+fn account() -> AccountId {
+    AccountId::parse(ACCOUNT_A).unwrap()
+}
+
+fn new_call(
+    group_id: Uuid,
+    tool_call_id: &str,
+    token_sha256: [u8; 32],
+    ttl: Duration,
+) -> NewAsyncResult {
+    NewAsyncResult {
+        group_id,
+        tool_call_id: tool_call_id.into(),
+        tool_id: None,
+        tool_name: "slow".into(),
+        token_sha256,
+        ttl,
+    }
+}
+
+async fn group_of(pool: &PgPool, calls: usize, ttl: Duration) -> (Uuid, Vec<Call>) {
+    let group = async_results::create_group(pool, &account(), "turn-1")
+        .await
+        .unwrap();
+    let mut registered = Vec::new();
+    for i in 0..calls {
+        let token =
+            hex::encode(Uuid::new_v4().as_bytes()) + &hex::encode(Uuid::new_v4().as_bytes());
+        let hash = Sha256::digest(token.as_bytes()).into();
+        let call = new_call(group, &format!("call_{i}"), hash, ttl);
+        let id = async_results::register(pool, &account(), call)
+            .await
+            .unwrap();
+        registered.push(Call { id, token });
+    }
+    (group, registered)
+}
+
+async fn complete(app: &LiveApp, id: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+    let mut request = app
+        .client
+        .post(format!("{}/sandbox-jobs/{id}/complete", app.base))
+        .json(&body);
+    if let Some(token) = token {
+        request = request.header("x-job-token", token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn outbox_rows(pool: &PgPool, group: Uuid) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM continuation_outbox WHERE group_id = $1")
+        .bind(group)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
+    assert!(!async_results::seal(&pool, &account(), group).await.unwrap());
+    let (first, second) = (&calls[0], &calls[1]);
+    let done = json!({"status": "completed", "response": {"answer": 42}});
+    let first_id = first.id.to_string();
+
+    for (token, body, status, code) in [
+        (None, done.clone(), 401, "unauthorized"),
+        (Some("not-the-token"), done.clone(), 403, "forbidden"),
+        (Some(second.token.as_str()), done.clone(), 403, "forbidden"),
+        (
+            Some(first.token.as_str()),
+            json!({"status": "done"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            Some(first.token.as_str()),
+            json!({"status": "completed"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            Some(first.token.as_str()),
+            json!({"status": "failed", "error": "x", "extra": 1}),
+            400,
+            "invalid_request",
+        ),
+        (
+            Some(first.token.as_str()),
+            json!({"status": "failed", "error": " "}),
+            400,
+            "invalid_request",
+        ),
+    ] {
+        let (got, reply) = complete(&app, &first_id, token, body.clone()).await;
+        assert_eq!(
+            (got, reply["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body} -> {reply}"
+        );
+    }
+    let (got, _) = complete(
+        &app,
+        &Uuid::new_v4().to_string(),
+        Some(&first.token),
+        done.clone(),
+    )
+    .await;
+    assert_eq!(got, 404);
+    let (got, _) = complete(&app, "not-a-uuid", Some(&first.token), done.clone()).await;
+    assert_eq!(got, 404);
+    assert_eq!(
+        async_results::get(&pool, &account(), first.id)
+            .await
+            .unwrap()
+            .status,
+        "pending"
+    );
+
+    let (got, reply) = complete(&app, &first_id, Some(&first.token), done.clone()).await;
+    assert_eq!(
+        (got, reply),
+        (200, json!({"status": "completed", "replay": false}))
+    );
+    let (got, reply) = complete(&app, &first_id, Some(&first.token), done.clone()).await;
+    assert_eq!(
+        (got, reply),
+        (200, json!({"status": "completed", "replay": true}))
+    );
+    for conflicting in [
+        json!({"status": "failed", "error": "boom"}),
+        json!({"status": "completed", "response": {"answer": 41}}),
+    ] {
+        let (got, reply) = complete(&app, &first_id, Some(&first.token), conflicting).await;
+        assert_eq!(
+            (got, reply["error"]["code"].as_str()),
+            (409, Some("already_settled"))
+        );
+    }
+    let stored = async_results::get(&pool, &account(), first.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored.status.as_str(), stored.response),
+        ("completed", Some(json!({"answer": 42})))
+    );
+    assert_eq!(
+        outbox_rows(&pool, group).await,
+        0,
+        "one sibling is still pending"
+    );
+
+    let (got, _) = complete(
+        &app,
+        &second.id.to_string(),
+        Some(&second.token),
+        json!({"status": "failed", "error": "External job failed"}),
+    )
+    .await;
+    assert_eq!(got, 200);
+    assert_eq!(outbox_rows(&pool, group).await, 1);
+    let (got, _) = complete(
+        &app,
+        &second.id.to_string(),
+        Some(&second.token),
+        json!({"status": "failed", "error": "External job failed"}),
+    )
+    .await;
+    assert_eq!(got, 200);
+    assert_eq!(outbox_rows(&pool, group).await, 1);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn two_hundred_concurrent_callbacks_enqueue_one_continuation(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let (group, calls) = group_of(&pool, 200, Duration::from_secs(600)).await;
+    async_results::seal(&pool, &account(), group).await.unwrap();
+    let replies = join_all(calls.iter().map(|call| {
+        let id = call.id.to_string();
+        let app = &app;
+        async move {
+            complete(
+                app,
+                &id,
+                Some(&call.token),
+                json!({"status": "completed", "response": id}),
+            )
+            .await
+            .0
+        }
+    }))
+    .await;
+    assert!(replies.iter().all(|status| *status == 200), "{replies:?}");
+    assert_eq!(outbox_rows(&pool, group).await, 1);
+    let (remaining, continued): (i32, bool) = sqlx::query_as(
+        "SELECT remaining, continued_at IS NOT NULL FROM dispatch_groups WHERE id = $1",
+    )
+    .bind(group)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((remaining, continued), (0, true));
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn the_last_sibling_settling_before_the_seal_still_continues_once(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let (group, calls) = group_of(&pool, 1, Duration::from_secs(600)).await;
+    let (got, _) = complete(
+        &app,
+        &calls[0].id.to_string(),
+        Some(&calls[0].token),
+        json!({"status": "completed", "response": 1}),
+    )
+    .await;
+    assert_eq!(got, 200);
+    assert_eq!(outbox_rows(&pool, group).await, 0, "not sealed yet");
+    assert!(
+        async_results::seal(&pool, &account(), group).await.unwrap(),
+        "the seal enqueues"
+    );
+    assert!(
+        !async_results::seal(&pool, &account(), group).await.unwrap(),
+        "a retried seal succeeds and enqueues nothing"
+    );
+    assert_eq!(outbox_rows(&pool, group).await, 1);
+    let late = new_call(group, "late", [0; 32], Duration::from_secs(60));
+    assert!(
+        async_results::register(&pool, &account(), late)
+            .await
+            .is_err(),
+        "a sealed group takes no siblings"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_expired_call_is_gone(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let (_, calls) = group_of(&pool, 1, Duration::ZERO).await;
+    let (got, reply) = complete(
+        &app,
+        &calls[0].id.to_string(),
+        Some(&calls[0].token),
+        json!({"status": "completed", "response": 1}),
+    )
+    .await;
+    assert_eq!(
+        (got, reply["error"]["code"].as_str()),
+        (410, Some("expired"))
+    );
+    assert_eq!(
+        async_results::get(&pool, &account(), calls[0].id)
+            .await
+            .unwrap()
+            .status,
+        "pending"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_expired_sibling_still_lets_the_group_continue_once(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let (group, mut calls) = group_of(&pool, 1, Duration::from_secs(600)).await;
+    let stuck = new_call(group, "stuck", [7; 32], Duration::ZERO);
+    let stuck = async_results::register(&pool, &account(), stuck)
+        .await
+        .unwrap();
+    async_results::seal(&pool, &account(), group).await.unwrap();
+    let live = calls.remove(0);
+    let (got, _) = complete(
+        &app,
+        &live.id.to_string(),
+        Some(&live.token),
+        json!({"status": "completed", "response": 1}),
+    )
+    .await;
+    assert_eq!(got, 200);
+    assert_eq!(
+        outbox_rows(&pool, group).await,
+        0,
+        "the stuck sibling is still pending"
+    );
+    assert_eq!(async_results::expire_due(&pool, 100).await.unwrap(), 1);
+    assert_eq!(async_results::expire_due(&pool, 100).await.unwrap(), 0);
+    let record = async_results::get(&pool, &account(), stuck).await.unwrap();
+    assert_eq!(record.status, "expired");
+    assert!(record.error.unwrap().contains("expired"));
+    assert_eq!(outbox_rows(&pool, group).await, 1);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(pool: PgPool) {
+    let mut groups = Vec::new();
+    for _ in 0..3 {
+        let (group, _) = group_of(&pool, 0, Duration::from_secs(60)).await;
+        assert!(
+            async_results::seal(&pool, &account(), group).await.unwrap(),
+            "an empty sealed group continues at once"
+        );
+        groups.push(group);
+    }
+    let visibility = Duration::from_secs(600);
+    let claims =
+        join_all((0..6).map(|_| async_results::claim_continuation(&pool, visibility))).await;
+    let mut claimed: Vec<_> = claims.into_iter().filter_map(|c| c.unwrap()).collect();
+    assert_eq!(claimed.len(), 3, "{claimed:?}");
+    claimed.sort_by_key(|c| c.group_id);
+    let mut expected = groups.clone();
+    expected.sort();
+    assert_eq!(
+        claimed.iter().map(|c| c.group_id).collect::<Vec<_>>(),
+        expected
+    );
+    assert!(claimed
+        .iter()
+        .all(|c| c.attempts == 1 && c.parent == "turn-1" && c.account_id == ACCOUNT_A));
+    assert!(async_results::claim_continuation(&pool, visibility)
+        .await
+        .unwrap()
+        .is_none());
+
+    // One finishes; the worker of another is lost and its job is claimed again.
+    assert!(async_results::finish_continuation(&pool, claimed[0].id)
+        .await
+        .unwrap());
+    assert!(!async_results::finish_continuation(&pool, claimed[0].id)
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let retried = async_results::claim_continuation(&pool, Duration::from_millis(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(retried.id, claimed[0].id);
+    assert_eq!(retried.attempts, 2);
+}
