@@ -809,6 +809,61 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
     assert_eq!(revived.text(), "back");
 }
 
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_failing_model_or_an_overlong_turn_ends_the_stream_with_an_error(pool: PgPool) {
+    let settings = toolserver_harness::HarnessSettings {
+        max_turn_duration: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let app = LiveApp::start_with(pool, None, settings).await;
+    app.model
+        .script("fails", vec![Reply::error(400, "model is overloaded")]);
+    let agent = app.agent(ACCOUNT_A, "fails", json!({})).await;
+    let turn = app.say(ACCOUNT_A, &agent, "conv-fails", "hi").await;
+    assert_eq!(turn.status, 200);
+    let types = turn.types();
+    assert_eq!(
+        types,
+        ["start", "start-step", "finish-step", "error", "finish"],
+        "{:?}",
+        turn.chunks
+    );
+    assert!(turn.of_type("error")[0]["errorText"]
+        .as_str()
+        .unwrap()
+        .contains("model is overloaded"));
+    assert_eq!(turn.of_type("finish")[0]["finishReason"], "error");
+
+    app.model.script(
+        "slow",
+        vec![Reply::text("too slow for the limit").chunk_delay(Duration::from_millis(400))],
+    );
+    let agent = app.agent(ACCOUNT_A, "slow", json!({})).await;
+    let turn = app.say(ACCOUNT_A, &agent, "conv-slow", "hi").await;
+    assert_eq!(turn.status, 200);
+    assert!(
+        turn.of_type("error")[0]["errorText"]
+            .as_str()
+            .unwrap()
+            .contains("time limit"),
+        "{:?}",
+        turn.chunks
+    );
+    let types = turn.types();
+    let mut tail = types[types.len() - 4..].to_vec();
+    tail.dedup();
+    assert_eq!(
+        tail,
+        ["text-end", "finish-step", "error", "finish"],
+        "the open text and step are closed first: {types:?}"
+    );
+    // The conversation was stored and released: the next turn runs.
+    app.model.script("slow", vec![Reply::text("quick")]);
+    let next = app.say(ACCOUNT_A, &agent, "conv-slow", "again").await;
+    assert_eq!(next.status, 200, "{}", next.body);
+    assert_eq!(next.text(), "quick");
+}
+
 #[test]
 fn frames_parse_and_demand_done() {
     assert_eq!(

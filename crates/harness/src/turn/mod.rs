@@ -132,6 +132,7 @@ impl Turn {
         &mut self,
         error: String,
     ) -> Result<(String, Option<String>), ClientGone> {
+        self.emitter.close_open_parts().await?;
         mark_unfinished(&mut self.emitter.assistant, &error);
         self.emitter
             .emit(UiChunk::Error {
