@@ -65,6 +65,9 @@ pub enum Frame {
         /// The returned value.
         value: Value,
     },
+    /// A detached call started in the background; the worker will post its
+    /// outcome to the call's completion URL itself.
+    Launched,
     /// The call failed.
     Error {
         /// Error class, e.g. `TypeError`, `DeadlineExceeded`, `BundleIntegrityError`.
@@ -77,7 +80,10 @@ pub enum Frame {
 impl Frame {
     /// Whether this frame ends the call.
     pub fn is_terminal(&self) -> bool {
-        matches!(self, Self::End | Self::Final { .. } | Self::Error { .. })
+        matches!(
+            self,
+            Self::End | Self::Final { .. } | Self::Launched | Self::Error { .. }
+        )
     }
 
     /// An error frame.

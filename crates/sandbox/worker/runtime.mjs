@@ -68,6 +68,12 @@ export function parseInvokeRequest(text) {
   }
   if (!isPositiveInt(maxOutputBytes)) throw new RequestError('maxOutputBytes must be a positive integer');
   if (body.async != null && !isObject(body.async)) throw new RequestError('async must be an object or null');
+  if (body.async?.completeUrl !== undefined) {
+    if (!isHttpUrl(body.async.completeUrl)) throw new RequestError('async.completeUrl must be an http(s) URL');
+    if (!isNonEmptyString(body.async.completionToken)) {
+      throw new RequestError('async.completionToken must be a non-empty string with async.completeUrl');
+    }
+  }
 
   if (!isObject(bundle)) throw new RequestError('bundle must be an object');
   // The hash becomes a cache directory name, so it must be exactly 64 lowercase hex digits.

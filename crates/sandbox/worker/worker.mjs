@@ -1,8 +1,11 @@
 // Resident worker: `node worker.mjs --socket <path>` serves HTTP/1.1 on a unix
 // socket and runs tool calls, streaming their frames as NDJSON.
 //
-//   POST /invoke  invoke request -> 200 NDJSON frames (400 bad body, 409 callId in flight)
+//   POST /invoke  invoke request -> 200 NDJSON frames (400 bad body, 409 callId in flight);
+//                 with async.completeUrl: one {"t":"launched"} frame, then the call runs
+//                 in the background and its outcome is posted to completeUrl
 //   POST /cancel  {"callId"}     -> {"cancelled":bool}
+//   GET  /logs?callId=<id>       -> {"logs":[...]} of a background call
 //   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}
 
 import { lstatSync, rmSync } from 'node:fs';
@@ -23,6 +26,10 @@ if (!args.socket) {
 captureConsole();
 const cache = new BundleCache(resolveCacheRoot());
 const inflight = new Map(); // callId -> Call
+const backgroundLogs = new Map(); // callId -> log frames of a background call (bounded)
+const MAX_BACKGROUND_LOGS = 1000; // calls whose logs are kept
+const MAX_LOG_LINES = 200; // lines kept per call
+const DELIVERY_ATTEMPTS = 6;
 
 function sendJson(res, status, body) {
   res.writeHead(status, { 'content-type': 'application/json' });
@@ -46,6 +53,11 @@ async function invoke(req, res) {
   if (inflight.has(request.callId)) throw new RequestError(`call ${request.callId} is already in flight`, 409);
 
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  if (request.async?.completeUrl !== undefined) {
+    launch(request, receivedAt);
+    res.end('{"t":"launched"}\n');
+    return;
+  }
   res.flushHeaders();
   const call = new Call(request, { write: (line) => res.write(line), receivedAt });
   inflight.set(request.callId, call);
@@ -68,6 +80,61 @@ async function cancel(req, res) {
   sendJson(res, 200, { cancelled: inflight.get(body.callId)?.cancel() ?? false });
 }
 
+// A detached call: runs without a client, keeps its logs, and posts its
+// outcome to async.completeUrl with the call's job token.
+function launch(request, receivedAt) {
+  const logs = [];
+  let terminal = null;
+  const write = (line) => {
+    const frame = JSON.parse(line);
+    if (frame.t !== 'log') terminal = frame;
+    else if (logs.push({ level: frame.level, message: frame.message }) > MAX_LOG_LINES) logs.shift();
+  };
+  const call = new Call(request, { write, drain: true, receivedAt });
+  inflight.set(request.callId, call);
+  backgroundLogs.set(request.callId, logs);
+  if (backgroundLogs.size > MAX_BACKGROUND_LOGS) backgroundLogs.delete(backgroundLogs.keys().next().value);
+  call.start(cache).then(async () => {
+    inflight.delete(request.callId);
+    await deliver(request.async, completionOf(terminal));
+  });
+}
+
+function completionOf(frame) {
+  if (frame?.t === 'final') return { status: 'completed', response: frame.value ?? null };
+  if (frame?.t === 'error') return { status: 'failed', error: `${frame.name}: ${frame.message}` };
+  return { status: 'failed', error: 'the call ended without a result' };
+}
+
+// Posts a completion; retries network errors, 429 and 5xx with backoff. Any
+// other answer is final (2xx accepted; 4xx: replayed, conflicting or refused).
+async function deliver({ completeUrl, completionToken }, completion) {
+  const body = JSON.stringify(completion);
+  for (let attempt = 0; attempt < DELIVERY_ATTEMPTS; attempt++) {
+    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** (attempt - 1)));
+    try {
+      const response = await fetch(completeUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-job-token': completionToken },
+        body,
+        redirect: 'error',
+      });
+      await response.arrayBuffer();
+      if (response.status !== 429 && response.status < 500) return;
+    } catch {
+      // Unreachable for now; retried.
+    }
+  }
+  process.stderr.write(`worker: could not deliver the completion to ${completeUrl}\n`);
+}
+
+function logs(req, res) {
+  const callId = new URL(req.url, 'http://worker').searchParams.get('callId');
+  const kept = backgroundLogs.get(callId);
+  if (kept === undefined) sendJson(res, 404, { error: `no background call ${callId}` });
+  else sendJson(res, 200, { logs: kept });
+}
+
 function health(res) {
   sendJson(res, 200, { ok: true, pid: process.pid, ...cache.stats, inflight: inflight.size });
 }
@@ -78,6 +145,7 @@ const server = createServer(async (req, res) => {
     if (route === 'POST /invoke') await invoke(req, res);
     else if (route === 'POST /cancel') await cancel(req, res);
     else if (route === 'GET /health') health(res);
+    else if (route === 'GET /logs') logs(req, res);
     else sendJson(res, 404, { error: `no route for ${route}` });
   } catch (err) {
     if (err instanceof RequestError) sendJson(res, err.status, { error: err.message });

@@ -360,3 +360,81 @@ async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(
     assert_ne!(retried.id, claimed[0].id);
     assert_eq!(retried.attempts, 2);
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool: PgPool) {
+    use toolserver_harness::runner_call::{build_request, CallSpec, RunnerCallSettings};
+    use toolserver_sandbox::{Executor, Frame, ReservationKey};
+
+    let app = LiveApp::start(pool.clone()).await;
+    let source = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { done: input.job, resultId: ctx.asyncTool.resultId }; } };";
+    let tool = app
+        .upload(ACCOUNT_A, "job", source, json!({"type": "object"}))
+        .await;
+    let tool = toolserver_domain::ToolId::parse(&tool).unwrap();
+    let record = toolserver_store::tools::get(&pool, &account(), tool)
+        .await
+        .unwrap();
+    let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
+    async_results::seal(&pool, &account(), group).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let bundles = fs_store(dir.path()).await;
+    bundles
+        .put(source.as_bytes().to_vec().into())
+        .await
+        .unwrap();
+    let executor = app.executor();
+    let key = ReservationKey::new(account(), tool);
+    for (i, call) in calls.iter().enumerate() {
+        let path = format!("/sandbox-jobs/{}/complete", call.id);
+        let spec = CallSpec {
+            call_id: Uuid::new_v4().to_string(),
+            idempotency_key: format!("call_{i}"),
+            input: json!({"job": i}),
+            options: Default::default(),
+            timeout: Duration::from_secs(10),
+            async_meta: Some(json!({
+                "resultId": call.id,
+                "completePath": path,
+                "completeUrl": format!("{}{path}", app.base),
+                "completionToken": call.token,
+            })),
+        };
+        let settings = RunnerCallSettings {
+            inline_bundle_max_bytes: 65_536,
+            signed_url_ttl: Duration::from_secs(60),
+            max_output_bytes: 1 << 20,
+        };
+        let request = build_request(bundles.as_ref(), &settings, &record, spec)
+            .await
+            .unwrap();
+        let mut frames = executor.invoke(&key, request).await.unwrap();
+        assert_eq!(
+            frames.recv().await,
+            Some(Frame::Launched),
+            "the call returns at once"
+        );
+    }
+    for _ in 0..200 {
+        if outbox_rows(&pool, group).await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        outbox_rows(&pool, group).await,
+        1,
+        "both runners reported and the group continued once"
+    );
+    for (i, call) in calls.iter().enumerate() {
+        let stored = async_results::get(&pool, &account(), call.id)
+            .await
+            .unwrap();
+        assert_eq!(stored.status, "completed");
+        assert_eq!(
+            stored.response,
+            Some(json!({"done": i, "resultId": call.id}))
+        );
+    }
+}

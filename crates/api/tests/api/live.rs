@@ -199,6 +199,11 @@ impl LiveApp {
             .await
     }
 
+    /// The runner backend.
+    pub fn executor(&self) -> Arc<LocalExecutor> {
+        self.executor.clone()
+    }
+
     /// The worker's count of calls in flight for `account`'s `tool`.
     pub async fn inflight(&self, account: &str, tool: &str) -> u64 {
         let key = ReservationKey::new(

@@ -204,6 +204,7 @@ impl Call {
                 Frame::End => result.output = Some(last_chunk.take().unwrap_or(Value::Null)),
                 Frame::Final { value } => result.output = Some(value),
                 Frame::Error { name, message } => result.error = Some(ToolError { name, message }),
+                Frame::Launched => result.output = Some(serde_json::json!({"status": "launched"})),
             }
         }
         if result.output.is_none() && result.error.is_none() {
@@ -236,6 +237,10 @@ fn sse_events(call: Call) -> impl Stream<Item = Result<Event, Infallible>> {
                     json_event("result", &serde_json::json!({ "output": value }))
                 }
                 Frame::Error { name, message } => json_event("error", &ToolError { name, message }),
+                Frame::Launched => json_event(
+                    "result",
+                    &serde_json::json!({"output": {"status": "launched"}}),
+                ),
             };
             Some((Ok(event), (call, last_chunk)))
         },
