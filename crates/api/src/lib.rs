@@ -3,6 +3,7 @@
 //! same route definitions.
 
 pub mod auth;
+pub mod detached;
 pub mod error;
 pub mod extract;
 pub mod layers;

@@ -36,6 +36,10 @@ pub struct HarnessSettings {
     pub turn_lease: Duration,
     /// Interval of keep-alive comments on an idle stream.
     pub keep_alive: Duration,
+    /// The server's public URL: runners post detached results under it.
+    pub public_url: Url,
+    /// How long a detached call may stay pending before it expires.
+    pub async_result_ttl: Duration,
 }
 
 impl Default for HarnessSettings {
@@ -52,6 +56,8 @@ impl Default for HarnessSettings {
             max_turn_duration: Duration::from_secs(900),
             turn_lease: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
+            public_url: Url::parse("http://127.0.0.1:8080/").expect("a constant URL"),
+            async_result_ttl: Duration::from_secs(3600),
         }
     }
 }

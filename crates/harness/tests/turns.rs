@@ -118,6 +118,8 @@ async fn turn(
         max_parallel_tool_calls: parallel,
         max_duration: Duration::from_secs(30),
         can_ask_approval: can_ask,
+        detach: None,
+        arrivals: Vec::new(),
         history,
         assistant: UiMessage::assistant("m".into()),
     };

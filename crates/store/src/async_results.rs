@@ -257,6 +257,30 @@ pub async fn get(
     .await?)
 }
 
+/// Every call of a group, in registration order.
+pub async fn of_group(pool: &PgPool, group_id: Uuid) -> Result<Vec<AsyncResultRecord>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT id, group_id, tool_call_id, tool_name, status, response, error, created_at, \
+                settled_at, expires_at \
+         FROM async_tool_results WHERE group_id = $1 ORDER BY id",
+    )
+    .bind(group_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Gives a claimed continuation back, to be claimed again at once (its
+/// conversation was busy).
+pub async fn release_continuation(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE continuation_outbox SET claimed_at = NULL WHERE id = $1 AND done_at IS NULL",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// The group's continuation, if enqueued: its outbox row id.
 pub async fn continuation_of(pool: &PgPool, group_id: Uuid) -> Result<Option<Uuid>, StoreError> {
     let row: Option<(Uuid,)> =

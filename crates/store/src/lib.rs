@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod agents;
 pub mod async_results;
+pub mod async_turns;
 pub mod conversations;
 pub mod error;
 pub mod pool;

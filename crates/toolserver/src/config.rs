@@ -380,6 +380,14 @@ pub struct AgentsConfig {
     /// crashed turn frees it after this long (`TOOLSERVER_TURN_LEASE_SECS`).
     #[arg(long, env = "TOOLSERVER_TURN_LEASE_SECS", default_value_t = 30)]
     pub turn_lease_secs: u64,
+    /// Seconds a detached async call may stay pending before it expires
+    /// (`TOOLSERVER_ASYNC_RESULT_TTL_SECS`).
+    #[arg(long, env = "TOOLSERVER_ASYNC_RESULT_TTL_SECS", default_value_t = 3600)]
+    pub async_result_ttl_secs: u64,
+    /// Milliseconds between looks at the continuation outbox when it was
+    /// empty (`TOOLSERVER_CONTINUATION_POLL_MS`).
+    #[arg(long, env = "TOOLSERVER_CONTINUATION_POLL_MS", default_value_t = 200)]
+    pub continuation_poll_ms: u64,
     /// Seconds between sweeps that expire detached async calls past their
     /// expiry (`TOOLSERVER_ASYNC_REAPER_SECS`).
     #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_SECS", default_value_t = 10)]

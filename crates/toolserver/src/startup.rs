@@ -97,12 +97,17 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
         &config,
+        &public_url,
         &api,
         db.pool.clone(),
         bundles.clone(),
         executor.clone(),
     )?;
     let state = AppState::new(db.pool.clone(), bundles, executor, auth, api, harness);
+    let _continuations = toolserver_api::detached::spawn_continuations(
+        state.clone(),
+        Duration::from_millis(config.agents.continuation_poll_ms.max(10)),
+    );
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -140,6 +145,7 @@ fn spawn_async_reaper(pool: PgPool, every: Duration) -> tokio::task::JoinHandle<
 
 fn harness(
     config: &ServeConfig,
+    public_url: &Url,
     api: &ApiSettings,
     pool: PgPool,
     bundles: Arc<dyn BundleStore>,
@@ -199,6 +205,8 @@ fn harness(
         max_turn_duration: Duration::from_secs(agents.max_turn_secs),
         turn_lease: Duration::from_secs(agents.turn_lease_secs.max(3)),
         keep_alive: Duration::from_secs(agents.sse_keepalive_secs.max(1)),
+        public_url: public_url.clone(),
+        async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
 }

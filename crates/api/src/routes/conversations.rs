@@ -81,6 +81,7 @@ pub async fn get_conversation(
 pub struct ConversationLease {
     pool: PgPool,
     account: AccountId,
+    agent: AgentId,
     id: String,
     turn_id: Uuid,
     lease: Duration,
@@ -123,12 +124,23 @@ impl ConversationLease {
         Ok(Self {
             pool: state.pool().clone(),
             account: account.clone(),
+            agent,
             id: id.to_owned(),
             turn_id: lease.turn_id,
             lease: state.harness().settings().turn_lease,
             stored: lease.messages,
             released: false,
         })
+    }
+
+    /// The agent the conversation talks to.
+    pub fn agent(&self) -> AgentId {
+        self.agent
+    }
+
+    /// The conversation's id.
+    pub fn conversation_id(&self) -> &str {
+        &self.id
     }
 
     /// The messages stored when the lease was taken.

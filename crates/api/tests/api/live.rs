@@ -14,12 +14,22 @@ use toolserver_testsupport::ScriptedModel;
 use crate::support::*;
 
 pub struct LiveApp {
+    _continuations: AbortOnDrop,
     pub base: String,
     pub client: reqwest::Client,
     pub model: ScriptedModel,
     pub pool: PgPool,
     executor: Arc<LocalExecutor>,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+/// Stops a background task when the app goes away.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One response of a turn: status, headers and the parsed `data:` frames.
@@ -67,6 +77,11 @@ impl LiveApp {
     ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
+        // Runners post detached results under the public URL: this server.
+        let settings = HarnessSettings {
+            public_url: url::Url::parse(&base).unwrap(),
+            ..settings
+        };
         let bundles_dir = tempfile::tempdir().unwrap();
         let bundles = fs_store(bundles_dir.path()).await;
         let runners = tempfile::tempdir().unwrap();
@@ -87,9 +102,12 @@ impl LiveApp {
             ApiSettings::default(),
             harness,
         );
+        let continuations =
+            toolserver_api::detached::spawn_continuations(state.clone(), Duration::from_millis(20));
         let app = toolserver_api::app(state);
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
+            _continuations: AbortOnDrop(continuations),
             base,
             client: reqwest::Client::new(),
             model: ScriptedModel::start().await,

@@ -8,6 +8,7 @@ mod auth;
 mod bundles;
 mod chat;
 mod completion;
+mod detached;
 mod invoke;
 mod live;
 mod openapi;

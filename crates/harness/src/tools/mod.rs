@@ -52,6 +52,19 @@ pub trait ToolImpl: Send + Sync {
     /// The events of a call; nothing runs until the stream is polled, and
     /// dropping the stream cancels the call.
     fn call(&self, invocation: Invocation) -> ToolEvents;
+
+    /// Whether the tool can run detached (on a runner that reports back).
+    fn detachable(&self) -> bool {
+        false
+    }
+
+    /// A detached call: the runner starts it in the background and posts its
+    /// outcome to the completion route described by `async_meta`; the events
+    /// end once it is launched. `None` for tools that run in the server.
+    fn call_detached(&self, invocation: Invocation, async_meta: Value) -> Option<ToolEvents> {
+        let _ = (invocation, async_meta);
+        None
+    }
 }
 
 /// A tool offered to the model this turn.
@@ -83,6 +96,28 @@ impl RegisteredTool {
                 errors.join("; ")
             )
         })
+    }
+
+    /// Whether calls can be detached (uploaded tools).
+    pub fn detachable(&self) -> bool {
+        self.implementation.detachable()
+    }
+
+    /// Launches a detached call (uploaded tools only).
+    pub fn call_detached(
+        &self,
+        tool_call_id: String,
+        input: Value,
+        async_meta: Value,
+    ) -> Option<ToolEvents> {
+        let invocation = Invocation {
+            tool_call_id,
+            input,
+            timeout: self.timeout,
+        };
+        self.implementation
+            .call_detached(invocation, async_meta)
+            .map(|events| with_deadline(events, self.timeout))
     }
 
     /// Starts a call, failing it when it outlives its deadline.

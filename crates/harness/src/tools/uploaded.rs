@@ -27,14 +27,25 @@ pub struct UploadedTool {
 impl ToolImpl for UploadedTool {
     fn call(&self, invocation: Invocation) -> ToolEvents {
         let tool = self.clone();
-        futures::stream::once(async move { tool.start(invocation).await })
+        futures::stream::once(async move { tool.start(invocation, None).await })
             .flatten()
             .boxed()
+    }
+
+    fn detachable(&self) -> bool {
+        true
+    }
+
+    fn call_detached(&self, invocation: Invocation, async_meta: Value) -> Option<ToolEvents> {
+        let tool = self.clone();
+        let events =
+            futures::stream::once(async move { tool.start(invocation, Some(async_meta)).await });
+        Some(events.flatten().boxed())
     }
 }
 
 impl UploadedTool {
-    async fn start(self, invocation: Invocation) -> ToolEvents {
+    async fn start(self, invocation: Invocation, async_meta: Option<Value>) -> ToolEvents {
         let call_id = uuid::Uuid::new_v4().to_string();
         let spec = CallSpec {
             call_id: call_id.clone(),
@@ -42,7 +53,7 @@ impl UploadedTool {
             input: invocation.input,
             options: self.options.clone(),
             timeout: invocation.timeout,
-            async_meta: None,
+            async_meta,
         };
         let request =
             match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {

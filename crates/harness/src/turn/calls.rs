@@ -5,6 +5,7 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use super::detach::Detacher;
 use super::emitter::{ClientGone, Emitter};
 use super::pass::ModelCall;
 use super::pending::PendingWork;
@@ -27,6 +28,7 @@ pub(super) async fn handle_calls(
     calls: Vec<ModelCall>,
     max_parallel: usize,
     can_ask_approval: bool,
+    detach: Option<&dyn Detacher>,
 ) -> Result<bool, ClientGone> {
     let mut ready = Vec::new();
     let mut awaiting_approval = false;
@@ -93,8 +95,13 @@ pub(super) async fn handle_calls(
                 .await?;
             awaiting_approval = true;
         } else if tool.run_async {
-            let output = pending.launch(tool, call.id.clone(), input);
-            emitter.emit(output_chunk(&call.id, output, None)).await?;
+            let chunk = match detach {
+                Some(detach) if tool.detachable() => {
+                    launch_detached(emitter, detach, tool, &call.id, input).await?
+                }
+                _ => output_chunk(&call.id, pending.launch(tool, call.id.clone(), input), None),
+            };
+            emitter.emit(chunk).await?;
         } else {
             ready.push(ReadyCall {
                 tool_call_id: call.id,
@@ -143,6 +150,54 @@ pub(super) async fn run_ready(
         };
         emitter.emit(chunk).await?;
     }
+}
+
+/// Registers and launches a detached call; the chunk tells the model it is
+/// pending (or why it could not start).
+async fn launch_detached(
+    emitter: &Emitter,
+    detach: &dyn Detacher,
+    tool: &RegisteredTool,
+    tool_call_id: &str,
+    input: Value,
+) -> Result<UiChunk, ClientGone> {
+    let failed = |error_text: String| UiChunk::ToolOutputError {
+        tool_call_id: tool_call_id.to_owned(),
+        error_text,
+    };
+    let (status_id, meta) = match detach.register(tool_call_id, &tool.name).await {
+        Ok(registered) => registered,
+        Err(error) => return Ok(failed(error)),
+    };
+    let Some(mut events) = tool.call_detached(tool_call_id.to_owned(), input, meta) else {
+        let error = format!("{} cannot run detached", tool.name);
+        detach.launch_failed(&status_id, &error).await;
+        return Ok(failed(error));
+    };
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            () = emitter.gone() => return Err(ClientGone),
+        };
+        let error = match event {
+            Some(ToolEvent::Output(_)) => break,
+            Some(ToolEvent::Failed(error)) => error,
+            Some(_) => continue,
+            None => "the runner did not launch the call".to_owned(),
+        };
+        detach.launch_failed(&status_id, &error).await;
+        return Ok(failed(error));
+    }
+    let output = json!({
+        "status": "pending",
+        "statusId": status_id,
+        "message": format!(
+            "{} is running in the background; its result will be delivered when it is ready. \
+             async_status can check on it.",
+            tool.name
+        ),
+    });
+    Ok(output_chunk(tool_call_id, output, None))
 }
 
 fn input_available(call: &ModelCall, input: &Value) -> UiChunk {

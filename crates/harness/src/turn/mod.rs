@@ -4,6 +4,7 @@
 //! the assistant message that is stored afterwards.
 
 mod calls;
+mod detach;
 mod emitter;
 mod pass;
 mod pending;
@@ -14,12 +15,14 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+pub use detach::Detacher;
 pub use emitter::ClientGone;
+pub use pending::{Arrival, Settled};
 
 use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
 use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
-use self::pending::{PendingWork, Settled};
+use self::pending::PendingWork;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
@@ -41,6 +44,12 @@ pub struct TurnPlan {
     /// Whether a person can answer approval requests on this path; where
     /// not, calls that need approval are denied with a visible error.
     pub can_ask_approval: bool,
+    /// On detached paths: where uploaded async calls are recorded (they
+    /// then complete through the completion route, not in this turn).
+    pub detach: Option<Arc<dyn Detacher>>,
+    /// Results of detached calls to tell the model before its first pass
+    /// (a continuation).
+    pub arrivals: Vec<Arrival>,
     /// The conversation before the assistant message.
     pub history: Vec<UiMessage>,
     /// The assistant message to build: new, or continued after approvals
@@ -57,6 +66,9 @@ pub struct TurnOutcome {
     pub finish_reason: Option<String>,
     /// The error sent, if any.
     pub error: Option<String>,
+    /// Whether this run launched detached calls (their continuation will
+    /// carry the turn on).
+    pub detached_waiting: bool,
 }
 
 /// Runs a turn, sending chunks to `out` until the turn ends or `out` closes.
@@ -71,6 +83,7 @@ pub async fn run_turn(
         registry,
         emitter: Emitter::new(plan.assistant.clone(), out),
         pending: PendingWork::default(),
+        detached_waiting: false,
         plan,
     };
     let limit = turn.plan.max_duration;
@@ -82,11 +95,13 @@ pub async fn run_turn(
         }
     };
     let mut assistant = turn.emitter.assistant.clone();
+    let detached_waiting = turn.detached_waiting;
     match ended {
         Ok((finish_reason, error)) => TurnOutcome {
             assistant,
             finish_reason: Some(finish_reason),
             error,
+            detached_waiting,
         },
         Err(ClientGone) => {
             mark_unfinished(&mut assistant, "cancelled: the client disconnected");
@@ -94,6 +109,7 @@ pub async fn run_turn(
                 assistant,
                 finish_reason: None,
                 error: Some("the client disconnected".into()),
+                detached_waiting,
             }
         }
     }
@@ -104,6 +120,7 @@ struct Turn {
     registry: ToolRegistry,
     emitter: Emitter,
     pending: PendingWork,
+    detached_waiting: bool,
     plan: TurnPlan,
 }
 
@@ -149,6 +166,8 @@ impl Turn {
 
     async fn run_steps(&mut self) -> Result<(String, Option<String>), ClientGone> {
         self.act_on_decisions().await?;
+        let arrivals = std::mem::take(&mut self.plan.arrivals);
+        self.inject(arrivals).await?;
         let mut passes = 0u32;
         let mut needs_pass = true;
         let mut last_reason = FinishReason::Stop;
@@ -212,9 +231,16 @@ impl Turn {
                 calls,
                 self.plan.max_parallel_tool_calls,
                 self.plan.can_ask_approval,
+                self.plan.detach.as_deref(),
             )
             .await?;
             self.emitter.emit(UiChunk::FinishStep).await?;
+            if let Some(detach) = &self.plan.detach {
+                match detach.seal_pass().await {
+                    Ok(launched) => self.detached_waiting |= launched,
+                    Err(error) => return Ok(("error".into(), Some(error))),
+                }
+            }
             if awaiting {
                 self.settle_background_work().await?;
                 return Ok((FinishReason::ToolCalls.as_ui().to_owned(), None));
@@ -276,6 +302,11 @@ impl Turn {
     /// finished. Returns whether there were any.
     async fn inject_arrivals(&mut self) -> Result<bool, ClientGone> {
         let arrivals = self.pending.take_arrivals();
+        self.inject(arrivals).await
+    }
+
+    /// Emits `arrivals` as `async_status` calls in a step of their own.
+    async fn inject(&mut self, arrivals: Vec<Arrival>) -> Result<bool, ClientGone> {
         if arrivals.is_empty() {
             return Ok(false);
         }

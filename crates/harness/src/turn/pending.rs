@@ -15,17 +15,22 @@ use crate::tools::{RegisteredTool, ToolEvent};
 
 /// How a background call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Settled {
+pub enum Settled {
+    /// The tool's result.
     Completed(Value),
+    /// What went wrong.
     Failed(String),
 }
 
 /// A finished background call, ready to be told to the model.
 #[derive(Debug, Clone)]
-pub(super) struct Arrival {
-    pub(super) status_id: String,
-    pub(super) tool_name: String,
-    pub(super) outcome: Settled,
+pub struct Arrival {
+    /// The call's status id.
+    pub status_id: String,
+    /// Model-facing tool name.
+    pub tool_name: String,
+    /// How it ended.
+    pub outcome: Settled,
 }
 
 struct Entry {

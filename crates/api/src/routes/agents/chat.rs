@@ -16,17 +16,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, Stream, StreamExt};
 use tokio::sync::mpsc;
-use toolserver_harness::conversation::{prepare_turn, PrepareError};
-use toolserver_harness::turn::{run_turn, TurnPlan};
-use toolserver_harness::ui::{UiChunk, UiMessage};
-use toolserver_store::agents;
+use toolserver_harness::turn::run_turn;
+use toolserver_harness::ui::UiChunk;
 
 use super::chat_request::ChatRequest;
-use super::{agent_not_found, checked_agent, parse_agent_id};
+use super::turn_request::start_turn;
 use crate::auth::Account;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::ApiJson;
-use crate::routes::conversations::ConversationLease;
 use crate::state::AppState;
 
 /// Runs one turn of an agent.
@@ -51,58 +48,15 @@ pub async fn chat(
     Path(agent_id): Path<String>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<Response> {
-    let id = parse_agent_id(&agent_id)?;
-    let (conversation_id, sent, trigger) = body.parse()?;
-    tracing::Span::current().record("conversation.id", conversation_id.as_str());
-    let harness = state.harness();
-    let record = agents::get(state.pool(), &account, id)
-        .await
-        .map_err(agent_not_found)?;
-    let checked = checked_agent(harness, &account, &record).await?;
-    let provider = harness.provider(&checked.config)?;
-    let settings = harness.settings().clone();
-    let lease = ConversationLease::take(&state, &account, &conversation_id, id).await?;
-    let stored = lease.stored_messages()?;
-    let prepared = prepare_turn(
-        stored,
-        sent,
-        trigger,
-        format!("msg_{}", uuid::Uuid::now_v7().simple()),
-    )
-    .map_err(|err| match err {
-        PrepareError::Invalid { field, message } => ApiError::bad_field(&field, message),
-        PrepareError::ApprovalMismatch(message) => ApiError::Conflict {
-            code: "approval_not_pending",
-            message,
-        },
-    })?;
-    let mut snapshot = prepared.history.clone();
-    if !prepared.assistant.parts.is_empty() {
-        snapshot.push(prepared.assistant.clone());
-    }
-    check_size(
-        &snapshot,
-        settings.max_conversation_messages,
-        settings.max_conversation_bytes,
-    )?;
-    lease.save(&snapshot).await?;
-
-    let plan = TurnPlan {
-        system: checked.config.system_prompt.clone(),
-        model_id: checked.config.model.model_id.clone(),
-        options: checked.config.model.options.clone(),
-        max_steps: checked.config.max_steps,
-        max_parallel_tool_calls: settings.max_parallel_tool_calls,
-        max_duration: settings.max_turn_duration,
-        can_ask_approval: true,
-        history: prepared.history.clone(),
-        assistant: prepared.assistant,
-    };
+    let turn = start_turn(&state, &account, &agent_id, body).await?;
+    let settings = state.harness().settings().clone();
+    let history = turn.history.clone();
+    let plan = turn.plan(&settings, true, None, Vec::new());
+    let (lease, provider, registry) = (turn.lease, turn.provider, turn.checked.registry);
     let (chunks, receiver) = mpsc::channel(64);
-    let history = prepared.history;
     tokio::spawn(async move {
         let renewal = lease.keep_renewed();
-        let outcome = run_turn(provider, checked.registry, plan, chunks.clone()).await;
+        let outcome = run_turn(provider, registry, plan, chunks.clone()).await;
         renewal.abort();
         if let Some(error) = &outcome.error {
             tracing::info!(error = %error, "turn ended with an error");
@@ -143,21 +97,4 @@ fn ui_stream(receiver: mpsc::Receiver<UiChunk>) -> impl Stream<Item = Result<Eve
         Some((Ok(event), receiver))
     });
     chunks.chain(stream::once(async { Ok(Event::default().data("[DONE]")) }))
-}
-
-fn check_size(messages: &[UiMessage], max_messages: usize, max_bytes: usize) -> ApiResult<()> {
-    // The new assistant message counts too.
-    if messages.len() + 1 > max_messages {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "the conversation has {} messages; the limit is {max_messages}",
-            messages.len()
-        )));
-    }
-    let bytes = serde_json::to_vec(messages).map_or(usize::MAX, |v| v.len());
-    if bytes > max_bytes {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "the conversation is {bytes} bytes of JSON; the limit is {max_bytes}"
-        )));
-    }
-    Ok(())
 }

@@ -5,6 +5,8 @@
 mod chat;
 mod chat_request;
 mod crud;
+mod detached;
+mod turn_request;
 mod wire;
 
 use toolserver_domain::{AccountId, AgentId};
@@ -30,6 +32,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
             crud::delete_agent
         ))
         .routes(routes!(chat::chat))
+        .routes(routes!(detached::start_async, detached::get_async))
 }
 
 /// Parses an agent id from a path; a malformed id is simply not found.

@@ -1,0 +1,135 @@
+//! `POST /agents/{agentId}/async` and `GET /async/{statusId}`: a turn that
+//! runs in the background. Nothing can answer approvals there, so calls that
+//! need one are denied with a visible error; uploaded async tools detach and
+//! complete through `POST /sandbox-jobs/{id}/complete`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use toolserver_store::{async_turns, StoreError};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::chat_request::ChatRequest;
+use super::turn_request::start_turn;
+use crate::auth::Account;
+use crate::detached::{run_detached, DetachedRun};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::ApiJson;
+use crate::state::AppState;
+
+/// The id to poll a detached turn with.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncAccepted {
+    /// Pass to `GET /async/{statusId}`.
+    pub status_id: String,
+}
+
+/// A detached turn's state.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncTurnView {
+    /// The status id.
+    pub status_id: String,
+    /// `running`, `waiting` (on detached tool calls), `completed` or `failed`.
+    pub status: String,
+    /// The conversation id.
+    pub conversation_id: String,
+    /// The conversation's messages, once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub messages: Option<Value>,
+    /// What went wrong, once failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Creation time (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    /// Last change (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: OffsetDateTime,
+}
+
+/// Starts a detached turn.
+#[utoipa::path(post, path = "/agents/{agentId}/async", tag = "agents",
+    security(("bearer" = [])),
+    params(("agentId" = String, Path, description = "Agent id")),
+    request_body = ChatRequest,
+    responses(
+        (status = 202, description = "The turn runs in the background", body = AsyncAccepted),
+        (status = 400, description = "Malformed body or message", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such agent in this account", body = ErrorBody),
+        (status = 409, description = "The conversation is busy or belongs to another agent", body = ErrorBody),
+        (status = 413, description = "The conversation is too large", body = ErrorBody),
+        (status = 422, description = "The agent's config is no longer valid", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
+pub async fn start_async(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(agent_id): Path<String>,
+    ApiJson(body): ApiJson<ChatRequest>,
+) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
+    let turn = start_turn(&state, &account, &agent_id, body).await?;
+    let settings = state.harness().settings().clone();
+    let agent = turn.lease.agent();
+    let turn_id =
+        async_turns::create(state.pool(), &account, agent, turn.lease.conversation_id()).await?;
+    let plan = turn.plan(&settings, false, None, Vec::new());
+    let run = DetachedRun {
+        account,
+        turn_id,
+        provider: turn.provider,
+        registry: turn.checked.registry,
+        plan,
+        lease: turn.lease,
+    };
+    tokio::spawn(run_detached(state, run));
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(AsyncAccepted {
+            status_id: turn_id.to_string(),
+        }),
+    ))
+}
+
+/// Reads a detached turn's state.
+#[utoipa::path(get, path = "/async/{statusId}", tag = "agents",
+    security(("bearer" = [])),
+    params(("statusId" = String, Path, description = "Status id from POST /agents/{agentId}/async")),
+    responses(
+        (status = 200, description = "The turn's state", body = AsyncTurnView),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such detached turn in this account", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all)]
+pub async fn get_async(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(status_id): Path<String>,
+) -> ApiResult<Json<AsyncTurnView>> {
+    let not_found = || ApiError::NotFound("detached turn");
+    let id = Uuid::try_parse(&status_id).map_err(|_| not_found())?;
+    let record = async_turns::get(state.pool(), &account, id)
+        .await
+        .map_err(|err| match err {
+            StoreError::NotFound => not_found(),
+            other => other.into(),
+        })?;
+    Ok(Json(AsyncTurnView {
+        status_id: record.id.to_string(),
+        status: record.status,
+        conversation_id: record.conversation_id,
+        messages: record.messages,
+        error: record.error,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    }))
+}

@@ -1,0 +1,127 @@
+//! What every turn request does before it runs, whether it streams
+//! (`/chat`) or detaches (`/async`): check the agent again, take the
+//! conversation, fit the request to it, check its size and store it.
+
+use std::sync::Arc;
+
+use toolserver_domain::AccountId;
+use toolserver_harness::conversation::{prepare_turn, PrepareError};
+use toolserver_harness::provider::ModelProvider;
+use toolserver_harness::turn::{Arrival, Detacher, TurnPlan};
+use toolserver_harness::ui::UiMessage;
+use toolserver_harness::{CheckedAgent, HarnessSettings};
+use toolserver_store::agents;
+
+use super::chat_request::ChatRequest;
+use super::{agent_not_found, checked_agent, parse_agent_id};
+use crate::error::{ApiError, ApiResult};
+use crate::routes::conversations::ConversationLease;
+use crate::state::AppState;
+
+/// A turn ready to run: its agent, model, conversation lease and messages.
+pub struct StartedTurn {
+    /// The agent, checked again.
+    pub checked: CheckedAgent,
+    /// The agent's model.
+    pub provider: Arc<dyn ModelProvider>,
+    /// The conversation, held for this turn.
+    pub lease: ConversationLease,
+    /// Messages before the assistant message.
+    pub history: Vec<UiMessage>,
+    /// The assistant message to build.
+    pub assistant: UiMessage,
+}
+
+impl StartedTurn {
+    /// The plan to run this turn with.
+    pub fn plan(
+        &self,
+        settings: &HarnessSettings,
+        can_ask_approval: bool,
+        detach: Option<Arc<dyn Detacher>>,
+        arrivals: Vec<Arrival>,
+    ) -> TurnPlan {
+        let config = &self.checked.config;
+        TurnPlan {
+            system: config.system_prompt.clone(),
+            model_id: config.model.model_id.clone(),
+            options: config.model.options.clone(),
+            max_steps: config.max_steps,
+            max_parallel_tool_calls: settings.max_parallel_tool_calls,
+            max_duration: settings.max_turn_duration,
+            can_ask_approval,
+            detach,
+            arrivals,
+            history: self.history.clone(),
+            assistant: self.assistant.clone(),
+        }
+    }
+}
+
+/// Refuses with a 4xx whatever can be refused, then stores the request's
+/// message and holds the conversation.
+pub async fn start_turn(
+    state: &AppState,
+    account: &AccountId,
+    agent_id: &str,
+    body: ChatRequest,
+) -> ApiResult<StartedTurn> {
+    let id = parse_agent_id(agent_id)?;
+    let (conversation_id, sent, trigger) = body.parse()?;
+    tracing::Span::current().record("conversation.id", conversation_id.as_str());
+    let harness = state.harness();
+    let record = agents::get(state.pool(), account, id)
+        .await
+        .map_err(agent_not_found)?;
+    let checked = checked_agent(harness, account, &record).await?;
+    let provider = harness.provider(&checked.config)?;
+    let settings = harness.settings();
+    let lease = ConversationLease::take(state, account, &conversation_id, id).await?;
+    let prepared = prepare_turn(
+        lease.stored_messages()?,
+        sent,
+        trigger,
+        format!("msg_{}", uuid::Uuid::now_v7().simple()),
+    )
+    .map_err(|err| match err {
+        PrepareError::Invalid { field, message } => ApiError::bad_field(&field, message),
+        PrepareError::ApprovalMismatch(message) => ApiError::Conflict {
+            code: "approval_not_pending",
+            message,
+        },
+    })?;
+    let mut snapshot = prepared.history.clone();
+    if !prepared.assistant.parts.is_empty() {
+        snapshot.push(prepared.assistant.clone());
+    }
+    check_size(
+        &snapshot,
+        settings.max_conversation_messages,
+        settings.max_conversation_bytes,
+    )?;
+    lease.save(&snapshot).await?;
+    Ok(StartedTurn {
+        checked,
+        provider,
+        lease,
+        history: prepared.history,
+        assistant: prepared.assistant,
+    })
+}
+
+fn check_size(messages: &[UiMessage], max_messages: usize, max_bytes: usize) -> ApiResult<()> {
+    // The new assistant message counts too.
+    if messages.len() + 1 > max_messages {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the conversation has {} messages; the limit is {max_messages}",
+            messages.len()
+        )));
+    }
+    let bytes = serde_json::to_vec(messages).map_or(usize::MAX, |v| v.len());
+    if bytes > max_bytes {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the conversation is {bytes} bytes of JSON; the limit is {max_bytes}"
+        )));
+    }
+    Ok(())
+}

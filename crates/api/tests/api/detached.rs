@@ -1,0 +1,174 @@
+//! Detached turns end to end: `/async` with two async uploaded tools in one
+//! pass; the runners post both results themselves; exactly one continuation
+//! runs and the model sees both results; `GET /async/{id}` shows the answer.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_testsupport::Reply;
+
+use crate::live::{user_turn, LiveApp};
+use crate::support::*;
+
+const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 150)); return { finished: input.job }; } };";
+
+/// Starts a detached turn and returns its status id.
+async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str) -> String {
+    let (status, accepted) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/agents/{agent}/async"),
+            ACCOUNT_A,
+            Some(user_turn(conversation, text)),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    accepted["statusId"].as_str().unwrap().to_owned()
+}
+
+async fn wait_for_status(app: &LiveApp, id: &str, wanted: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let (status, body) = app
+            .request(
+                reqwest::Method::GET,
+                &format!("/async/{id}"),
+                ACCOUNT_A,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        if body["status"] == wanted {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the detached turn never became {wanted}: {last}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_detached_turn_continues_once_with_both_results(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let tool = app
+        .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
+        .await;
+    app.model.script(
+        "detached",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "a"})).and_tool_call(
+                "c2",
+                "job",
+                json!({"job": "b"}),
+            ),
+            Reply::text("Both jobs started."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("Both jobs finished."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "detached", json!({ &tool: {"async": true} }))
+        .await;
+    let id = start_async(&app, &agent, "conv-detached", "run both").await;
+
+    let done = wait_for_status(&app, &id, "completed").await;
+    let messages = done["messages"].as_array().unwrap();
+    let parts = messages.last().unwrap()["parts"].as_array().unwrap();
+    let text: String = parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert!(text.ends_with("Both jobs finished."), "{text}");
+    let pending: Vec<&Value> = parts.iter().filter(|p| p["type"] == "tool-job").collect();
+    assert_eq!(pending.len(), 2);
+    assert!(pending.iter().all(|p| p["output"]["status"] == "pending"));
+    let arrived: Vec<&Value> = parts
+        .iter()
+        .filter(|p| p["type"] == "tool-async_status")
+        .collect();
+    assert_eq!(arrived.len(), 2, "{parts:?}");
+    let mut results: Vec<Value> = arrived
+        .iter()
+        .map(|p| p["output"]["result"].clone())
+        .collect();
+    results.sort_by_key(|r| r.to_string());
+    assert_eq!(
+        results,
+        [json!({"finished": "a"}), json!({"finished": "b"})]
+    );
+
+    let requests = app.model.requests("detached");
+    assert_eq!(
+        requests.len(),
+        3,
+        "launch pass, its answer, one continuation"
+    );
+    let last = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let told: Vec<&str> = last
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        told.iter().any(|c| c.contains("\"finished\":\"a\""))
+            && told.iter().any(|c| c.contains("\"finished\":\"b\"")),
+        "{told:?}"
+    );
+    let outbox: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM continuation_outbox WHERE done_at IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(outbox, 1);
+    let (status, _) = app
+        .request(
+            reqwest::Method::GET,
+            &format!("/async/{id}"),
+            ACCOUNT_B,
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_detached_turn_denies_approvals_visibly(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app
+        .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
+        .await;
+    app.model.script(
+        "detached-approval",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "x"})),
+            Reply::text("Could not run it."),
+        ],
+    );
+    let agent = app
+        .agent(
+            ACCOUNT_A,
+            "detached-approval",
+            json!({ &tool: {"needsApproval": true} }),
+        )
+        .await;
+    let id = start_async(&app, &agent, "conv-deny", "run").await;
+    let done = wait_for_status(&app, &id, "completed").await;
+    let parts = done["messages"].as_array().unwrap().last().unwrap()["parts"].clone();
+    let job = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-job")
+        .unwrap()
+        .clone();
+    assert_eq!(job["state"], "output-error");
+    assert!(
+        job["errorText"].as_str().unwrap().contains("cannot ask"),
+        "{job}"
+    );
+}
