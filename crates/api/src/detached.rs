@@ -24,9 +24,6 @@ use uuid::Uuid;
 use crate::routes::conversations::ConversationLease;
 use crate::state::AppState;
 
-/// How long a claimed continuation may run before another worker takes it.
-const CLAIM_VISIBILITY: Duration = Duration::from_secs(300);
-
 /// Records a detached turn's launched calls in one dispatch group per pass.
 pub struct GroupDetacher {
     pool: sqlx::PgPool,
@@ -184,11 +181,17 @@ pub async fn run_detached(state: AppState, run: DetachedRun) {
     lease.release().await;
 }
 
-/// Claims and runs continuations until the process ends, polling every `idle`.
-pub fn spawn_continuations(state: AppState, idle: Duration) -> tokio::task::JoinHandle<()> {
+/// Claims and runs continuations until the process ends, polling every
+/// `idle`; a claim older than `visibility` is presumed lost with its worker
+/// and is claimed again.
+pub fn spawn_continuations(
+    state: AppState,
+    idle: Duration,
+    visibility: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            match async_results::claim_continuation(state.pool(), CLAIM_VISIBILITY).await {
+            match async_results::claim_continuation(state.pool(), visibility).await {
                 Ok(Some(job)) => {
                     if let Err(err) = continue_turn(&state, &job).await {
                         tracing::warn!(error = %err, job = %job.id, "continuation failed; it will be retried");

@@ -269,11 +269,13 @@ pub async fn of_group(pool: &PgPool, group_id: Uuid) -> Result<Vec<AsyncResultRe
     .await?)
 }
 
-/// Gives a claimed continuation back, to be claimed again at once (its
-/// conversation was busy).
+/// Gives a claimed continuation back without having run it (its
+/// conversation was busy), to be claimed again at once; the claim does not
+/// count as an attempt.
 pub async fn release_continuation(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE continuation_outbox SET claimed_at = NULL WHERE id = $1 AND done_at IS NULL",
+        "UPDATE continuation_outbox SET claimed_at = NULL, attempts = attempts - 1 \
+         WHERE id = $1 AND done_at IS NULL",
     )
     .bind(id)
     .execute(pool)

@@ -1,4 +1,4 @@
-//! Subcommands: `serve`, `migrate`, `openapi`, `token`.
+//! Subcommands: `serve`, `worker`, `migrate`, `openapi`, `token`.
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP server (migrating the database first).
     Serve(Box<ServeConfig>),
+    /// Run continuations of detached turns and expiry sweeps, without HTTP
+    /// (takes the same settings as `serve`).
+    Worker(Box<ServeConfig>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document (YAML) of the HTTP API.
@@ -49,6 +52,7 @@ pub struct TokenArgs {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(config) => startup::serve(*config).await,
+        Command::Worker(config) => startup::worker(*config).await,
         Command::Migrate(config) => startup::migrate_only(&config).await,
         Command::Openapi => {
             print!("{}", toolserver_api::openapi().to_yaml()?);

@@ -388,6 +388,14 @@ pub struct AgentsConfig {
     /// empty (`TOOLSERVER_CONTINUATION_POLL_MS`).
     #[arg(long, env = "TOOLSERVER_CONTINUATION_POLL_MS", default_value_t = 200)]
     pub continuation_poll_ms: u64,
+    /// Seconds a claimed continuation may run before it is presumed lost
+    /// with its process and claimed again (`TOOLSERVER_CONTINUATION_VISIBILITY_SECS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_CONTINUATION_VISIBILITY_SECS",
+        default_value_t = 300
+    )]
+    pub continuation_visibility_secs: u64,
     /// Seconds between sweeps that expire detached async calls past their
     /// expiry (`TOOLSERVER_ASYNC_REAPER_SECS`).
     #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_SECS", default_value_t = 10)]

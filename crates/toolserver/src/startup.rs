@@ -76,8 +76,17 @@ pub async fn migrate_only(config: &DatabaseConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `toolserver serve`.
-pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+/// Everything a server process runs with, and its background loops.
+struct Assembled {
+    state: AppState,
+    db: Database,
+    public_url: Url,
+    _loops: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Builds the shared state and starts the background loops: idle runner
+/// reaping, expiry of detached calls, and continuations.
+async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     telemetry::init(&config.log)?;
     let public_url = match &config.public_url {
         Some(url) => url.clone(),
@@ -88,15 +97,15 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
     let executor = local_executor(&config.runners, &config.database)?;
-    let _reaper = executor.spawn_reaper();
-    let _async_reaper = spawn_async_reaper(
+    let runner_reaper = executor.spawn_reaper();
+    let async_reaper = spawn_async_reaper(
         db.pool.clone(),
         Duration::from_secs(config.agents.async_reaper_secs.max(1)),
     );
     let executor: Arc<dyn Executor> = Arc::new(executor);
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
-        &config,
+        config,
         &public_url,
         &api,
         db.pool.clone(),
@@ -104,27 +113,56 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         executor.clone(),
     )?;
     let state = AppState::new(db.pool.clone(), bundles, executor, auth, api, harness);
-    let _continuations = toolserver_api::detached::spawn_continuations(
+    let continuations = toolserver_api::detached::spawn_continuations(
         state.clone(),
         Duration::from_millis(config.agents.continuation_poll_ms.max(10)),
+        Duration::from_secs(config.agents.continuation_visibility_secs.max(1)),
     );
+    Ok(Assembled {
+        state,
+        db,
+        public_url,
+        _loops: vec![runner_reaper, async_reaper, continuations],
+    })
+}
+
+impl Assembled {
+    async fn close(self) {
+        self.db.pool.close().await;
+        if let Some(cluster) = self.db.embedded {
+            cluster.stop();
+        }
+    }
+}
+
+/// `toolserver serve`.
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let assembled = assemble(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, public_url = %public_url, "listening");
+    tracing::info!(addr = %listener.local_addr()?, public_url = %assembled.public_url, "listening");
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     let result = toolserver_api::server::serve(
         listener,
-        toolserver_api::app(state),
+        toolserver_api::app(assembled.state.clone()),
         toolserver_api::server::termination_signal(),
         grace,
     )
     .await;
-    db.pool.close().await;
-    if let Some(cluster) = db.embedded {
-        cluster.stop();
-    }
+    assembled.close().await;
     result.context("serving")
+}
+
+/// `toolserver worker`: runs continuations and expiry sweeps without
+/// serving HTTP, until SIGTERM or Ctrl-C. Any number may run beside the
+/// servers against one database.
+pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
+    let assembled = assemble(&config).await?;
+    tracing::info!("worker running continuations");
+    toolserver_api::server::termination_signal().await;
+    assembled.close().await;
+    Ok(())
 }
 
 /// Expires detached async calls past their expiry, on an interval, so their

@@ -102,8 +102,11 @@ impl LiveApp {
             ApiSettings::default(),
             harness,
         );
-        let continuations =
-            toolserver_api::detached::spawn_continuations(state.clone(), Duration::from_millis(20));
+        let continuations = toolserver_api::detached::spawn_continuations(
+            state.clone(),
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        );
         let app = toolserver_api::app(state);
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {

@@ -1,0 +1,292 @@
+//! Crash safety of detached turns, with the real binary killed by SIGKILL:
+//! a continuation enqueued before the crash runs exactly once after the
+//! restart, and a continuation cut off mid-run is run again and the turn
+//! completes once.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_testsupport::{Reply, ScriptedModel};
+
+const SECRET: &str = "crash-secret";
+const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { finished: input.job }; } };";
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Setup {
+    database_url: String,
+    dir: tempfile::TempDir,
+    port: u16,
+    client: reqwest::Client,
+    token: String,
+}
+
+impl Setup {
+    fn new(pool: &PgPool) -> Self {
+        let name = pool.connect_options().get_database().unwrap().to_owned();
+        let admin = std::env::var("DATABASE_URL").unwrap();
+        let mut url = url::Url::parse(&admin).unwrap();
+        url.set_path(&name);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let exp = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
+        let token = jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &json!({"account_id": "crash", "exp": exp}),
+            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        Self {
+            database_url: url.to_string(),
+            dir,
+            port,
+            client: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    /// Starts the binary; `poll_ms` is how often it looks for continuations.
+    async fn start(&self, poll_ms: u64) -> Server {
+        let child = Command::new(env!("CARGO_BIN_EXE_toolserver"))
+            .arg("serve")
+            .env("DATABASE_URL", &self.database_url)
+            .env("TOOLSERVER_BIND", format!("127.0.0.1:{}", self.port))
+            .env("TOOLSERVER_DATA_DIR", self.dir.path())
+            .env("TOOLSERVER_JWT_SECRET", SECRET)
+            .env("TOOLSERVER_SECRETS_KEY", "22".repeat(32))
+            .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
+            .env("TOOLSERVER_CONTINUATION_POLL_MS", poll_ms.to_string())
+            .env("TOOLSERVER_CONTINUATION_VISIBILITY_SECS", "2")
+            .env("TOOLSERVER_TURN_LEASE_SECS", "3")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{}", self.port);
+        let started = Instant::now();
+        while !self
+            .client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "server did not come up"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Server { child, base }
+    }
+
+    async fn post(&self, server: &Server, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}{path}", server.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    /// Uploads the job tool, creates an agent on `model`, starts a detached
+    /// turn that calls the tool twice, and returns its status id.
+    async fn detached_turn(&self, server: &Server, model: &ScriptedModel) -> String {
+        let tool = self
+            .post(
+                server,
+                "/accounts/me/tools",
+                json!({
+                    "name": "job", "description": "a job", "inputSchema": {"type": "object"},
+                    "bundle": base64::engine::general_purpose::STANDARD.encode(JOB),
+                }),
+            )
+            .await["toolId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let agent = self
+            .post(
+                server,
+                "/agents",
+                json!({"name": "crash", "config": {
+                    "model": {"provider": "openai", "modelId": "crash"},
+                    "provider": {"openai": {"baseUrl": model.base_url()}},
+                    "tools": { &tool: {"async": true} },
+                }}),
+            )
+            .await["agentId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let body = json!({"id": "conv-crash", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "run"}]}], "trigger": "submit-message"});
+        self.post(server, &format!("/agents/{agent}/async"), body)
+            .await["statusId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn status(&self, server: &Server, id: &str) -> Value {
+        self.client
+            .get(format!("{}/async/{id}", server.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+fn script(model: &ScriptedModel, continuation: Reply) {
+    model.script(
+        "crash",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "a"})).and_tool_call(
+                "c2",
+                "job",
+                json!({"job": "b"}),
+            ),
+            Reply::text("Started."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            continuation,
+        ],
+    );
+}
+
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn outbox(pool: &PgPool) -> (i64, i64, i32) {
+    sqlx::query_as(
+        "SELECT count(*), count(done_at), COALESCE(max(attempts), 0) FROM continuation_outbox",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_continuation_enqueued_before_a_crash_runs_once_after_restart(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let model = ScriptedModel::start().await;
+    script(&model, Reply::text("Both finished."));
+    // This server looks for continuations only every ten minutes.
+    let mut server = setup.start(600_000).await;
+    let id = setup.detached_turn(&server, &model).await;
+    until("both completions and the outbox row", || async {
+        outbox(&pool).await.0 == 1
+    })
+    .await;
+    let (rows, done, attempts) = outbox(&pool).await;
+    assert_eq!(
+        (rows, done, attempts),
+        (1, 0, 0),
+        "enqueued, not yet claimed"
+    );
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = setup.start(50).await;
+    until("the turn to complete", || async {
+        setup.status(&server, &id).await["status"] == "completed"
+    })
+    .await;
+    until("the outbox row to be done", || async {
+        outbox(&pool).await.1 == 1
+    })
+    .await;
+    assert_eq!(outbox(&pool).await, (1, 1, 1));
+    assert_eq!(model.request_count("crash"), 3, "one continuation pass");
+    let answer = setup.status(&server, &id).await;
+    assert!(
+        answer["messages"].to_string().contains("Both finished."),
+        "{answer}"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_continuation_cut_off_by_a_crash_runs_again_and_completes_once(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let model = ScriptedModel::start().await;
+    // The continuation's model pass hangs, so the crash lands mid-run.
+    script(
+        &model,
+        Reply::text("never").delay_first(Duration::from_secs(600)),
+    );
+    let mut server = setup.start(50).await;
+    let id = setup.detached_turn(&server, &model).await;
+    until("the continuation's model pass", || async {
+        model.request_count("crash") == 3
+    })
+    .await;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    script(&model, Reply::text("Finished after all."));
+    let server = setup.start(50).await;
+    until("the turn to complete", || async {
+        setup.status(&server, &id).await["status"] == "completed"
+    })
+    .await;
+    until("the outbox row to be done", || async {
+        outbox(&pool).await.1 == 1
+    })
+    .await;
+    let (rows, done, attempts) = outbox(&pool).await;
+    assert_eq!((rows, done), (1, 1));
+    assert_eq!(attempts, 2, "claimed again after the crash");
+    let answer = setup.status(&server, &id).await;
+    let text = answer["messages"].to_string();
+    assert!(text.contains("Finished after all."), "{answer}");
+    assert!(!text.contains("never"), "{answer}");
+    let settled: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM async_turns WHERE settle_event_id IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(settled, 1);
+}
