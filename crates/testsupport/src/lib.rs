@@ -4,6 +4,7 @@
 #![allow(clippy::expect_used)]
 
 pub mod bench;
+pub mod http;
 pub mod s3;
 pub mod scripted_model;
 

@@ -19,6 +19,7 @@ use base64::Engine;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
+use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SEQUENTIAL_TURNS: usize = 200;
@@ -37,11 +38,7 @@ struct Server {
 
 impl Server {
     async fn start(database_url: &str, data_dir: &std::path::Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
             .env("DATABASE_URL", database_url)
@@ -61,24 +58,8 @@ impl Server {
             .pool_max_idle_per_host(OPEN_TURNS)
             .build()
             .unwrap();
-        for _ in 0..200 {
-            if client
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let exp = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
-        let token = jsonwebtoken::encode(
-            &jsonwebtoken::Header::default(),
-            &json!({"account_id": "bench", "exp": exp}),
-            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-        )
-        .unwrap();
+        wait_ready(&client, &base).await;
+        let token = hs256_token(SECRET, "bench");
         Self {
             base,
             child,
@@ -88,20 +69,13 @@ impl Server {
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{path}: {}",
-            response.status()
-        );
-        response.json().await.unwrap()
+        post_json(
+            &self.client,
+            &format!("{}{path}", self.base),
+            &self.token,
+            body,
+        )
+        .await
     }
 
     /// Resident and peak resident memory of the server, in MiB.

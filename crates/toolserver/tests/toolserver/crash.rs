@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SECRET: &str = "crash-secret";
@@ -43,18 +44,8 @@ impl Setup {
         url.set_path(&name);
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let exp = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
-        let token = jsonwebtoken::encode(
-            &jsonwebtoken::Header::default(),
-            &json!({"account_id": "crash", "exp": exp}),
-            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-        )
-        .unwrap();
+        let port = free_port();
+        let token = hs256_token(SECRET, "crash");
         Self {
             database_url: url.to_string(),
             dir,
@@ -82,38 +73,18 @@ impl Setup {
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{}", self.port);
-        let started = Instant::now();
-        while !self
-            .client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "server did not come up"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(&self.client, &base).await;
         Server { child, base }
     }
 
     async fn post(&self, server: &Server, path: &str, body: Value) -> Value {
-        let response = self
-            .client
-            .post(format!("{}{path}", server.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{path}: {}",
-            response.status()
-        );
-        response.json().await.unwrap()
+        post_json(
+            &self.client,
+            &format!("{}{path}", server.base),
+            &self.token,
+            body,
+        )
+        .await
     }
 
     /// Uploads the job tool, creates an agent on `model`, starts a detached
