@@ -11,11 +11,12 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, Mutex};
-use toolserver_domain::{AccountId, AgentId};
+use toolserver_domain::{AccountId, AgentId, ToolId};
 use toolserver_harness::provider::ModelProvider;
 use toolserver_harness::tools::ToolRegistry;
-use toolserver_harness::turn::{run_turn, Arrival, Detacher, Settled, TurnPlan};
+use toolserver_harness::turn::{run_turn, Arrival, Detacher, DurableStatus, Settled, TurnPlan};
 use toolserver_harness::ui::{UiMessage, UiPart};
+use toolserver_sandbox::{Executor, ReservationKey};
 use toolserver_store::async_results::{self, ClaimedContinuation, NewAsyncResult};
 use toolserver_store::{agents, async_turns, StoreError};
 use url::Url;
@@ -55,6 +56,7 @@ impl Detacher for GroupDetacher {
         &self,
         tool_call_id: &str,
         tool_name: &str,
+        tool_id: Option<ToolId>,
     ) -> Result<(String, Value), String> {
         let fail = |err: StoreError| format!("could not record the detached call: {err}");
         let mut group = self.group.lock().await;
@@ -74,7 +76,7 @@ impl Detacher for GroupDetacher {
         let call = NewAsyncResult {
             group_id,
             tool_call_id: tool_call_id.to_owned(),
-            tool_id: None,
+            tool_id,
             tool_name: tool_name.to_owned(),
             token_sha256: Sha256::digest(token.as_bytes()).into(),
             ttl: self.ttl,
@@ -114,6 +116,84 @@ impl Detacher for GroupDetacher {
             .await
             .map_err(|err| format!("could not seal the dispatch group: {err}"))?;
         Ok(true)
+    }
+}
+
+/// `async_status` over one account's durable detached calls.
+pub struct AccountStatus {
+    pool: sqlx::PgPool,
+    account: AccountId,
+    executor: Arc<dyn Executor>,
+}
+
+impl AccountStatus {
+    /// The status source of `account`.
+    pub fn shared(state: &AppState, account: AccountId) -> Arc<dyn DurableStatus> {
+        Arc::new(Self {
+            pool: state.pool().clone(),
+            account,
+            executor: state.executor().clone(),
+        })
+    }
+
+    async fn runner_key(&self, id: Uuid) -> Result<ReservationKey, String> {
+        match async_results::tool_of(&self.pool, &self.account, id).await {
+            Ok(Some(tool)) => Ok(ReservationKey::new(self.account.clone(), tool)),
+            Ok(None) => Err("this call has no runner".into()),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
+#[async_trait]
+impl DurableStatus for AccountStatus {
+    async fn answer(&self, status_id: &str, action: &str) -> Option<Result<Value, String>> {
+        let id = Uuid::try_parse(status_id).ok()?;
+        let record = async_results::get(&self.pool, &self.account, id)
+            .await
+            .ok()?;
+        let describe = |record: &async_results::AsyncResultRecord| {
+            let mut status =
+                json!({"statusId": status_id, "tool": record.tool_name, "status": record.status});
+            if let Some(response) = &record.response {
+                status["result"] = response.clone();
+            }
+            if let Some(error) = &record.error {
+                status["error"] = json!(error);
+            }
+            status
+        };
+        Some(match action {
+            "status" => Ok(describe(&record)),
+            "logs" => match self.runner_key(id).await {
+                Ok(key) => self
+                    .executor
+                    .logs(&key, status_id)
+                    .await
+                    .map(|logs| json!({"statusId": status_id, "logs": logs}))
+                    .map_err(|err| format!("the logs are not available: {err}")),
+                Err(error) => Err(error),
+            },
+            "stop" => {
+                if record.status == "pending" {
+                    if let Ok(key) = self.runner_key(id).await {
+                        if let Err(err) = self.executor.cancel(&key, status_id).await {
+                            tracing::warn!(error = %err, "could not cancel a detached call on its runner");
+                        }
+                    }
+                    if let Err(err) = async_results::cancel(&self.pool, &self.account, id).await {
+                        return Some(Err(err.to_string()));
+                    }
+                }
+                match async_results::get(&self.pool, &self.account, id).await {
+                    Ok(record) => Ok(describe(&record)),
+                    Err(err) => Err(err.to_string()),
+                }
+            }
+            other => Err(format!(
+                "unknown action {other:?}: use status, logs or stop"
+            )),
+        })
     }
 }
 
@@ -294,6 +374,7 @@ async fn continue_turn(state: &AppState, job: &ClaimedContinuation) -> Result<()
             tool_name: sibling.tool_name,
             outcome: match (sibling.status.as_str(), sibling.response) {
                 ("completed", Some(value)) => Settled::Completed(value),
+                ("cancelled", _) => Settled::Cancelled(sibling.error.unwrap_or_default()),
                 (status, _) => Settled::Failed(sibling.error.unwrap_or_else(|| status.to_owned())),
             },
         })
@@ -315,6 +396,7 @@ async fn continue_turn(state: &AppState, job: &ClaimedContinuation) -> Result<()
         max_duration: settings.max_turn_duration,
         can_ask_approval: false,
         detach: None,
+        durable_status: Some(AccountStatus::shared(state, account.clone())),
         arrivals,
         history: messages,
         assistant,

@@ -119,6 +119,7 @@ async fn turn(
         max_duration: Duration::from_secs(30),
         can_ask_approval: can_ask,
         detach: None,
+        durable_status: None,
         arrivals: Vec::new(),
         history,
         assistant: UiMessage::assistant("m".into()),

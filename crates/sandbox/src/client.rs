@@ -92,6 +92,17 @@ impl WorkerClient {
         Ok(answer["cancelled"].as_bool().unwrap_or(false))
     }
 
+    /// `GET /logs?callId=`: the kept log lines of a background call.
+    pub async fn logs(&self, call_id: &str) -> Result<Value, SandboxError> {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("callId", call_id)
+            .finish();
+        let answer = self
+            .json(Method::GET, &format!("/logs?{query}"), Bytes::new())
+            .await?;
+        Ok(answer["logs"].clone())
+    }
+
     /// `POST /invoke`: frames are sent on the returned channel as they arrive.
     /// If the stream breaks before a terminal frame, the channel closes
     /// without one; the caller decides what that means.

@@ -1,6 +1,7 @@
 //! The executor abstraction every runner backend implements.
 
 use async_trait::async_trait;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::{Frame, InvokeRequest, ReservationKey, SandboxError};
@@ -33,6 +34,9 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Asks the runner to abort a call; `false` when it was not running.
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError>;
+
+    /// The kept log lines of a background (detached) call.
+    async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError>;
 
     /// Stops the runner for `key` (its cache survives for the next start).
     async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError>;

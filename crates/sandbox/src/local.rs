@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -486,6 +487,12 @@ impl Executor for LocalExecutor {
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {
         WorkerClient::new(self.runner(key).socket())
             .cancel(call_id)
+            .await
+    }
+
+    async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError> {
+        WorkerClient::new(self.runner(key).socket())
+            .logs(call_id)
             .await
     }
 

@@ -257,6 +257,46 @@ pub async fn get(
     .await?)
 }
 
+/// Stops one of `account`'s pending calls: it settles as `cancelled` (its
+/// group can still continue, once). Returns false when it was not pending.
+pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let cancelled: Option<(Uuid,)> = sqlx::query_as(
+        "UPDATE async_tool_results SET status = 'cancelled', settled_at = now(), \
+             error = 'stopped before it finished' \
+         WHERE id = $1 AND account_id = $2 AND status = 'pending' RETURNING group_id",
+    )
+    .bind(id)
+    .bind(account.as_str())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((group_id,)) = cancelled else {
+        return Ok(false);
+    };
+    sqlx::query("UPDATE dispatch_groups SET remaining = remaining - 1 WHERE id = $1")
+        .bind(group_id)
+        .execute(&mut *tx)
+        .await?;
+    enqueue_if_ready(&mut tx, group_id).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The uploaded tool of a call, if any.
+pub async fn tool_of(
+    pool: &PgPool,
+    account: &AccountId,
+    id: Uuid,
+) -> Result<Option<ToolId>, StoreError> {
+    let (tool,): (Option<Uuid>,) =
+        sqlx::query_as("SELECT tool_id FROM async_tool_results WHERE id = $1 AND account_id = $2")
+            .bind(id)
+            .bind(account.as_str())
+            .fetch_one(pool)
+            .await?;
+    Ok(tool.map(ToolId::from_uuid))
+}
+
 /// Every call of a group, in registration order.
 pub async fn of_group(pool: &PgPool, group_id: Uuid) -> Result<Vec<AsyncResultRecord>, StoreError> {
     Ok(sqlx::query_as(

@@ -172,3 +172,89 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool) {
         "{job}"
     );
 }
+
+const LONG: &str = "export default { async execute(ctx) { ctx.log('started the long job'); await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let tool = app
+        .upload(ACCOUNT_A, "long", LONG, json!({"type": "object"}))
+        .await;
+    app.model.script(
+        "stop-origin",
+        vec![
+            Reply::tool_call("c1", "long", json!({})),
+            Reply::text("Waiting for the long job."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("The long job was stopped."),
+        ],
+    );
+    let origin = app
+        .agent(ACCOUNT_A, "stop-origin", json!({ &tool: {"async": true} }))
+        .await;
+    let id = start_async(&app, &origin, "conv-origin", "start the long job").await;
+    wait_for_status(&app, &id, "waiting").await;
+    let (result_id,): (uuid::Uuid,) = sqlx::query_as("SELECT id FROM async_tool_results")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let result_id = result_id.to_string();
+    for _ in 0..100 {
+        if app.inflight(ACCOUNT_A, &tool).await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        app.inflight(ACCOUNT_A, &tool).await,
+        1,
+        "the detached call runs"
+    );
+
+    // Another turn of the account asks about it, by status id.
+    app.model.script(
+        "stop-asker",
+        vec![
+            Reply::tool_call(
+                "s1",
+                "async_status",
+                json!({"statusId": result_id, "action": "logs"}),
+            )
+            .and_tool_call(
+                "s2",
+                "async_status",
+                json!({"statusId": result_id, "action": "stop"}),
+            ),
+            Reply::text("Stopped it."),
+        ],
+    );
+    let asker = app
+        .agent(ACCOUNT_A, "stop-asker", json!({ &tool: {"async": true} }))
+        .await;
+    let turn = app
+        .say(ACCOUNT_A, &asker, "conv-asker", "stop the long job")
+        .await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let outputs = turn.of_type("tool-output-available");
+    assert_eq!(
+        outputs[0]["output"]["logs"][0]["message"], "started the long job",
+        "{outputs:?}"
+    );
+    assert_eq!(outputs[1]["output"]["status"], "cancelled", "{outputs:?}");
+
+    let mut stopped = false;
+    for _ in 0..100 {
+        if app.inflight(ACCOUNT_A, &tool).await == 0 {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(stopped, "the runner call was not cancelled");
+    // The group still continues once, and the model hears the call was stopped.
+    let done = wait_for_status(&app, &id, "completed").await;
+    let text = done["messages"].to_string();
+    assert!(text.contains("The long job was stopped."), "{done}");
+    assert!(text.contains("\"status\":\"cancelled\""), "{done}");
+}

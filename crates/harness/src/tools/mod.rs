@@ -72,6 +72,8 @@ pub trait ToolImpl: Send + Sync {
 pub struct RegisteredTool {
     /// Model-facing name.
     pub name: String,
+    /// The uploaded tool behind it, if any.
+    pub tool_id: Option<toolserver_domain::ToolId>,
     /// Model-facing description.
     pub description: String,
     /// JSON Schema of the input.

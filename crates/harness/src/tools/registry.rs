@@ -172,6 +172,10 @@ impl ToolRegistry {
                 name.clone(),
                 RegisteredTool {
                     name,
+                    tool_id: match key {
+                        ToolKey::Uploaded(id) => Some(id),
+                        ToolKey::Builtin(_) => None,
+                    },
                     description,
                     input_schema: schema,
                     validator: Arc::new(validator),

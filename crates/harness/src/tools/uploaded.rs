@@ -46,7 +46,11 @@ impl ToolImpl for UploadedTool {
 
 impl UploadedTool {
     async fn start(self, invocation: Invocation, async_meta: Option<Value>) -> ToolEvents {
-        let call_id = uuid::Uuid::new_v4().to_string();
+        // A detached call is known by its result id, so it can be stopped later.
+        let call_id = async_meta
+            .as_ref()
+            .and_then(|meta| meta["resultId"].as_str())
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let spec = CallSpec {
             call_id: call_id.clone(),
             idempotency_key: invocation.tool_call_id.clone(),

@@ -9,6 +9,7 @@ use super::detach::Detacher;
 use super::emitter::{ClientGone, Emitter};
 use super::pass::ModelCall;
 use super::pending::PendingWork;
+use super::TurnPlan;
 use crate::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
@@ -26,10 +27,12 @@ pub(super) async fn handle_calls(
     registry: &ToolRegistry,
     pending: &mut PendingWork,
     calls: Vec<ModelCall>,
-    max_parallel: usize,
-    can_ask_approval: bool,
-    detach: Option<&dyn Detacher>,
+    plan: &TurnPlan,
 ) -> Result<bool, ClientGone> {
+    let max_parallel = plan.max_parallel_tool_calls;
+    let can_ask_approval = plan.can_ask_approval;
+    let detach = plan.detach.as_deref();
+    let durable = plan.durable_status.as_deref();
     let mut ready = Vec::new();
     let mut awaiting_approval = false;
     for call in calls {
@@ -54,7 +57,21 @@ pub(super) async fn handle_calls(
         };
         if call.name == ASYNC_STATUS_TOOL && registry.has_async() {
             emitter.emit(input_available(&call, &input)).await?;
-            let chunk = match pending.status_call(&input) {
+            let answer = match pending.status_call(&input) {
+                Err(unknown) => match durable {
+                    Some(durable) => {
+                        let status_id = input["statusId"].as_str().unwrap_or_default();
+                        let action = input["action"].as_str().unwrap_or("status");
+                        durable
+                            .answer(status_id, action)
+                            .await
+                            .unwrap_or(Err(unknown))
+                    }
+                    None => Err(unknown),
+                },
+                known => known,
+            };
+            let chunk = match answer {
                 Ok(output) => output_chunk(&call.id, output, None),
                 Err(error_text) => UiChunk::ToolOutputError {
                     tool_call_id: call.id.clone(),
@@ -165,7 +182,10 @@ async fn launch_detached(
         tool_call_id: tool_call_id.to_owned(),
         error_text,
     };
-    let (status_id, meta) = match detach.register(tool_call_id, &tool.name).await {
+    let (status_id, meta) = match detach
+        .register(tool_call_id, &tool.name, tool.tool_id)
+        .await
+    {
         Ok(registered) => registered,
         Err(error) => return Ok(failed(error)),
     };

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
+use toolserver_domain::ToolId;
 
 /// Where a detached turn records its launched calls.
 #[async_trait]
@@ -14,6 +15,7 @@ pub trait Detacher: Send + Sync {
         &self,
         tool_call_id: &str,
         tool_name: &str,
+        tool_id: Option<ToolId>,
     ) -> Result<(String, Value), String>;
 
     /// Settles a registered call whose runner never launched it as failed,
@@ -22,4 +24,12 @@ pub trait Detacher: Send + Sync {
 
     /// Seals this pass's group, if it has calls; returns whether it had.
     async fn seal_pass(&self) -> Result<bool, String>;
+}
+
+/// `async_status` over durable detached calls of the caller's account.
+#[async_trait]
+pub trait DurableStatus: Send + Sync {
+    /// Answers `action` (`status`, `logs` or `stop`) for `status_id`;
+    /// `None` when the account has no such call.
+    async fn answer(&self, status_id: &str, action: &str) -> Option<Result<Value, String>>;
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-pub use detach::Detacher;
+pub use detach::{Detacher, DurableStatus};
 pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
 
@@ -47,6 +47,8 @@ pub struct TurnPlan {
     /// On detached paths: where uploaded async calls are recorded (they
     /// then complete through the completion route, not in this turn).
     pub detach: Option<Arc<dyn Detacher>>,
+    /// Answers `async_status` for the account's durable detached calls.
+    pub durable_status: Option<Arc<dyn DurableStatus>>,
     /// Results of detached calls to tell the model before its first pass
     /// (a continuation).
     pub arrivals: Vec<Arrival>,
@@ -229,9 +231,7 @@ impl Turn {
                 &self.registry,
                 &mut self.pending,
                 calls,
-                self.plan.max_parallel_tool_calls,
-                self.plan.can_ask_approval,
-                self.plan.detach.as_deref(),
+                &self.plan,
             )
             .await?;
             self.emitter.emit(UiChunk::FinishStep).await?;
@@ -320,6 +320,10 @@ impl Turn {
                 }
                 Settled::Failed(message) => {
                     output["status"] = json!("failed");
+                    output["error"] = json!(message);
+                }
+                Settled::Cancelled(message) => {
+                    output["status"] = json!("cancelled");
                     output["error"] = json!(message);
                 }
             }

@@ -20,6 +20,8 @@ pub enum Settled {
     Completed(Value),
     /// What went wrong.
     Failed(String),
+    /// Stopped before it finished (`async_status` stop), and why.
+    Cancelled(String),
 }
 
 /// A finished background call, ready to be told to the model.
@@ -215,6 +217,10 @@ fn describe(status_id: &str, entry: &Entry) -> Value {
             }
             Settled::Failed(message) => {
                 status["status"] = json!("failed");
+                status["error"] = json!(message);
+            }
+            Settled::Cancelled(message) => {
+                status["status"] = json!("cancelled");
                 status["error"] = json!(message);
             }
         },

@@ -22,6 +22,7 @@ use toolserver_harness::ui::UiChunk;
 use super::chat_request::ChatRequest;
 use super::turn_request::start_turn;
 use crate::auth::Account;
+use crate::detached::AccountStatus;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -51,7 +52,8 @@ pub async fn chat(
     let turn = start_turn(&state, &account, &agent_id, body).await?;
     let settings = state.harness().settings().clone();
     let history = turn.history.clone();
-    let plan = turn.plan(&settings, true, None, Vec::new());
+    let durable = AccountStatus::shared(&state, account.clone());
+    let plan = turn.plan(&settings, true, None, Some(durable), Vec::new());
     let (lease, provider, registry) = (turn.lease, turn.provider, turn.checked.registry);
     let (chunks, receiver) = mpsc::channel(64);
     tokio::spawn(async move {

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::chat_request::ChatRequest;
 use super::turn_request::start_turn;
 use crate::auth::Account;
-use crate::detached::{run_detached, DetachedRun};
+use crate::detached::{run_detached, AccountStatus, DetachedRun};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -82,7 +82,8 @@ pub async fn start_async(
     let agent = turn.lease.agent();
     let turn_id =
         async_turns::create(state.pool(), &account, agent, turn.lease.conversation_id()).await?;
-    let plan = turn.plan(&settings, false, None, Vec::new());
+    let durable = AccountStatus::shared(&state, account.clone());
+    let plan = turn.plan(&settings, false, None, Some(durable), Vec::new());
     let run = DetachedRun {
         account,
         turn_id,

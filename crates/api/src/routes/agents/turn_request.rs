@@ -7,7 +7,7 @@ use std::sync::Arc;
 use toolserver_domain::AccountId;
 use toolserver_harness::conversation::{prepare_turn, PrepareError};
 use toolserver_harness::provider::ModelProvider;
-use toolserver_harness::turn::{Arrival, Detacher, TurnPlan};
+use toolserver_harness::turn::{Arrival, Detacher, DurableStatus, TurnPlan};
 use toolserver_harness::ui::UiMessage;
 use toolserver_harness::{CheckedAgent, HarnessSettings};
 use toolserver_store::agents;
@@ -39,6 +39,7 @@ impl StartedTurn {
         settings: &HarnessSettings,
         can_ask_approval: bool,
         detach: Option<Arc<dyn Detacher>>,
+        durable_status: Option<Arc<dyn DurableStatus>>,
         arrivals: Vec<Arrival>,
     ) -> TurnPlan {
         let config = &self.checked.config;
@@ -51,6 +52,7 @@ impl StartedTurn {
             max_duration: settings.max_turn_duration,
             can_ask_approval,
             detach,
+            durable_status,
             arrivals,
             history: self.history.clone(),
             assistant: self.assistant.clone(),
