@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure what the tests need is present and running: PostgreSQL on
-# 127.0.0.1:5432, the s3s-fs S3-compatible server binary, and Node.js.
+# 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
+# binary, Node.js and the AI SDK client test's packages.
 # Installs missing pieces from Debian's packages and crates.io when run as root.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +65,22 @@ ensure_node() {
   apt_install nodejs
 }
 
+# NATS with JetStream on 127.0.0.1:4222 (turns requested over NATS).
+ensure_nats() {
+  if (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+    return
+  fi
+  command -v nats-server >/dev/null 2>&1 || apt_install nats-server
+  echo "test-services: starting nats-server on 127.0.0.1:4222" >&2
+  nohup nats-server -js -a 127.0.0.1 -p 4222 -sd "${TMPDIR:-/tmp}/toolserver-nats" >/dev/null 2>&1 &
+  for _ in $(seq 50); do
+    (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null && return
+    sleep 0.1
+  done
+  echo "test-services: NATS did not come up on 127.0.0.1:4222" >&2
+  return 1
+}
+
 # The AI SDK client test's packages (both pinned majors), from the lockfile.
 ensure_ai_sdk() {
   command -v npm >/dev/null 2>&1 || apt_install npm
@@ -86,6 +103,7 @@ ensure_bubblewrap() {
 ensure_postgres
 ensure_s3s_fs
 ensure_node
+ensure_nats
 ensure_ai_sdk
 ensure_bubblewrap
-echo "test-services: postgres, s3s-fs, node, the AI SDK and bubblewrap are ready"
+echo "test-services: postgres, s3s-fs, node, NATS, the AI SDK and bubblewrap are ready"

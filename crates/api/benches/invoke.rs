@@ -103,6 +103,7 @@ async fn main() {
         auth,
         ApiSettings::default(),
         harness,
+        None,
     );
     tokio::spawn(async move { axum::serve(listener, toolserver_api::app(state)).await });
 

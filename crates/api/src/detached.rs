@@ -255,8 +255,10 @@ pub async fn run_detached(state: AppState, run: DetachedRun) {
             }
         }
     };
-    if let Err(err) = recorded {
-        tracing::error!(error = %err, "could not record the detached turn's status");
+    match recorded {
+        Ok(true) if !outcome.detached_waiting => crate::nats::publish_final(&state, turn_id).await,
+        Ok(_) => {}
+        Err(err) => tracing::error!(error = %err, "could not record the detached turn's status"),
     }
     lease.release().await;
 }

@@ -95,6 +95,11 @@ impl ApiError {
         }
     }
 
+    /// The machine-readable code of the error body.
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),

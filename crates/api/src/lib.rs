@@ -7,6 +7,7 @@ pub mod detached;
 pub mod error;
 pub mod extract;
 pub mod layers;
+pub mod nats;
 pub mod openapi;
 pub mod routes;
 pub mod server;

@@ -65,6 +65,7 @@ struct Inner {
     auth: Authenticator,
     settings: ApiSettings,
     harness: Harness,
+    nats: Option<async_nats::Client>,
 }
 
 impl AppState {
@@ -76,6 +77,7 @@ impl AppState {
         auth: Authenticator,
         settings: ApiSettings,
         harness: Harness,
+        nats: Option<async_nats::Client>,
     ) -> Self {
         Self(Arc::new(Inner {
             pool,
@@ -84,7 +86,13 @@ impl AppState {
             auth,
             settings,
             harness,
+            nats,
         }))
+    }
+
+    /// The NATS connection, when turns are also taken over NATS.
+    pub fn nats(&self) -> Option<&async_nats::Client> {
+        self.0.nats.as_ref()
     }
 
     /// The agent harness.

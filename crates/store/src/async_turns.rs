@@ -35,17 +35,22 @@ pub async fn create(
     account: &AccountId,
     agent: AgentId,
     conversation_id: &str,
+    reply_subject: Option<&str>,
 ) -> Result<Uuid, StoreError> {
     let id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
-    sqlx::query("INSERT INTO async_turns (id, account_id, agent_id, conversation_id) VALUES ($1, $2, $3, $4)")
-        .bind(id)
-        .bind(account.as_str())
-        .bind(agent.as_uuid())
-        .bind(conversation_id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id, reply_subject) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(id)
+    .bind(account.as_str())
+    .bind(agent.as_uuid())
+    .bind(conversation_id)
+    .bind(reply_subject)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(id)
 }
@@ -113,4 +118,14 @@ pub async fn get_any(pool: &PgPool, id: Uuid) -> Result<(AccountId, AsyncTurnRec
         .map_err(|err| StoreError::Other(sqlx::Error::Decode(err.to_string().into())))?;
     let record = get(pool, &account, id).await?;
     Ok((account, record))
+}
+
+/// Where to publish a NATS-requested turn's final result, if anywhere.
+pub async fn reply_subject(pool: &PgPool, id: Uuid) -> Result<Option<String>, StoreError> {
+    let (subject,): (Option<String>,) =
+        sqlx::query_as("SELECT reply_subject FROM async_turns WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+    Ok(subject)
 }

@@ -396,6 +396,16 @@ pub struct AgentsConfig {
         default_value_t = 300
     )]
     pub continuation_visibility_secs: u64,
+    /// NATS server to take turn requests from (`TOOLSERVER_NATS_URL`; unset: no NATS).
+    #[arg(long, env = "TOOLSERVER_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// Subject of turn requests over NATS (`TOOLSERVER_NATS_SUBJECT`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_NATS_SUBJECT",
+        default_value = "toolserver.turns"
+    )]
+    pub nats_subject: String,
     /// Seconds between sweeps that expire detached async calls past their
     /// expiry (`TOOLSERVER_ASYNC_REAPER_SECS`).
     #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_SECS", default_value_t = 10)]

@@ -22,8 +22,8 @@ use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
-    AuthConfig, BundleBackend, BundleConfig, DatabaseConfig, JwtAlgorithm, LimitsConfig,
-    RunnerConfig, RunnerIsolation, ServeConfig,
+    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, DatabaseConfig, JwtAlgorithm,
+    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::{keys, telemetry};
@@ -112,7 +112,26 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         bundles.clone(),
         executor.clone(),
     )?;
-    let state = AppState::new(db.pool.clone(), bundles, executor, auth, api, harness);
+    let nats = connect_nats(&config.agents).await?;
+    let state = AppState::new(
+        db.pool.clone(),
+        bundles,
+        executor,
+        auth,
+        api,
+        harness,
+        nats.clone(),
+    );
+    let mut loops = Vec::new();
+    if let Some(client) = nats {
+        let subject = config.agents.nats_subject.clone();
+        tracing::info!(%subject, "taking turn requests over NATS");
+        loops.push(
+            toolserver_api::nats::spawn_turns(state.clone(), client, subject)
+                .await
+                .context("subscribing to the NATS turn subject")?,
+        );
+    }
     let continuations = toolserver_api::detached::spawn_continuations(
         state.clone(),
         Duration::from_millis(config.agents.continuation_poll_ms.max(10)),
@@ -122,7 +141,10 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         state,
         db,
         public_url,
-        _loops: vec![runner_reaper, async_reaper, continuations],
+        _loops: loops
+            .into_iter()
+            .chain([runner_reaper, async_reaper, continuations])
+            .collect(),
     })
 }
 
@@ -163,6 +185,17 @@ pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
     toolserver_api::server::termination_signal().await;
     assembled.close().await;
     Ok(())
+}
+
+/// Connects to NATS when `TOOLSERVER_NATS_URL` is set.
+async fn connect_nats(config: &AgentsConfig) -> anyhow::Result<Option<async_nats::Client>> {
+    let Some(url) = &config.nats_url else {
+        return Ok(None);
+    };
+    let client = async_nats::connect(url.as_str())
+        .await
+        .with_context(|| format!("connecting to NATS at {url}"))?;
+    Ok(Some(client))
 }
 
 /// Expires detached async calls past their expiry, on an interval, so their

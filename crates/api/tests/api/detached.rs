@@ -13,6 +13,16 @@ use crate::support::*;
 
 const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 150)); return { finished: input.job }; } };";
 
+/// The next message on a subscription, as JSON (at most 30 s away).
+async fn next_reply(replies: &mut async_nats::Subscriber) -> Value {
+    use futures::StreamExt;
+    let message = tokio::time::timeout(Duration::from_secs(30), replies.next())
+        .await
+        .expect("a reply within 30 s")
+        .expect("the subscription is open");
+    serde_json::from_slice(&message.payload).unwrap()
+}
+
 /// Starts a detached turn and returns its status id.
 async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str) -> String {
     let (status, accepted) = app
@@ -257,4 +267,60 @@ async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool) {
     let text = done["messages"].to_string();
     assert!(text.contains("The long job was stopped."), "{done}");
     assert!(text.contains("\"status\":\"cancelled\""), "{done}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool) {
+    let nats = async_nats::connect("127.0.0.1:4222")
+        .await
+        .expect("NATS on 127.0.0.1:4222 (make test-deps)");
+    let subject = format!("toolserver-test.{}.turns", uuid::Uuid::new_v4().simple());
+    let app = LiveApp::start_with_nats(pool, nats.clone(), &subject).await;
+    let tool = app
+        .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
+        .await;
+    app.model.script(
+        "over-nats",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "n"})),
+            Reply::text("Started over NATS."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("Finished over NATS."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "over-nats", json!({ &tool: {"async": true} }))
+        .await;
+    let inbox = nats.new_inbox();
+    let mut replies = nats.subscribe(inbox.clone()).await.unwrap();
+    let request = json!({"token": token(ACCOUNT_A), "agentId": agent, "request": user_turn("conv-nats", "run over nats")});
+    nats.publish_with_reply(
+        subject.clone(),
+        inbox.clone(),
+        serde_json::to_vec(&request).unwrap().into(),
+    )
+    .await
+    .unwrap();
+    let ack = next_reply(&mut replies).await;
+    assert_eq!(ack["status"], "running", "{ack}");
+    let status_id = ack["statusId"].as_str().unwrap().to_owned();
+    let last = next_reply(&mut replies).await;
+    assert_eq!(
+        (last["statusId"].as_str(), last["status"].as_str()),
+        (Some(status_id.as_str()), Some("completed")),
+        "{last}"
+    );
+    assert!(
+        last["messages"].to_string().contains("Finished over NATS."),
+        "{last}"
+    );
+
+    // A bad token is refused on the reply subject, and nothing runs.
+    let forged =
+        json!({"token": "not-a-jwt", "agentId": agent, "request": user_turn("conv-nats-2", "hi")});
+    nats.publish_with_reply(subject, inbox, serde_json::to_vec(&forged).unwrap().into())
+        .await
+        .unwrap();
+    let refused = next_reply(&mut replies).await;
+    assert_eq!(refused["error"]["code"], "unauthorized", "{refused}");
 }

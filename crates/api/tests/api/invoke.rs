@@ -43,7 +43,15 @@ impl LiveServer {
             None,
             Default::default(),
         );
-        let state = AppState::new(pool, bundles, executor, hs256_auth(), settings, harness);
+        let state = AppState::new(
+            pool,
+            bundles,
+            executor,
+            hs256_auth(),
+            settings,
+            harness,
+            None,
+        );
         let app = toolserver_api::app(state);
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {

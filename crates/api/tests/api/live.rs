@@ -15,6 +15,8 @@ use crate::support::*;
 
 pub struct LiveApp {
     _continuations: AbortOnDrop,
+    _nats: Option<AbortOnDrop>,
+    state: toolserver_api::AppState,
     pub base: String,
     pub client: reqwest::Client,
     pub model: ScriptedModel,
@@ -75,6 +77,26 @@ impl LiveApp {
         tavily: Option<url::Url>,
         settings: HarnessSettings,
     ) -> Self {
+        Self::start_full(pool, tavily, settings, None).await
+    }
+
+    /// The app with turns also taken over NATS, on `subject`.
+    pub async fn start_with_nats(pool: PgPool, nats: async_nats::Client, subject: &str) -> Self {
+        let mut app =
+            Self::start_full(pool, None, HarnessSettings::default(), Some(nats.clone())).await;
+        let turns = toolserver_api::nats::spawn_turns(app.state.clone(), nats, subject.to_owned())
+            .await
+            .unwrap();
+        app._nats = Some(AbortOnDrop(turns));
+        app
+    }
+
+    async fn start_full(
+        pool: PgPool,
+        tavily: Option<url::Url>,
+        settings: HarnessSettings,
+        nats: Option<async_nats::Client>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         // Runners post detached results under the public URL: this server.
@@ -101,15 +123,18 @@ impl LiveApp {
             hs256_auth(),
             ApiSettings::default(),
             harness,
+            nats.clone(),
         );
         let continuations = toolserver_api::detached::spawn_continuations(
             state.clone(),
             Duration::from_millis(20),
             Duration::from_secs(60),
         );
-        let app = toolserver_api::app(state);
+        let app = toolserver_api::app(state.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
+            _nats: None,
+            state,
             _continuations: AbortOnDrop(continuations),
             base,
             client: reqwest::Client::new(),

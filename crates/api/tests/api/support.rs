@@ -155,7 +155,15 @@ impl TestApp {
             None,
             HarnessSettings::default(),
         );
-        let state = AppState::new(pool, bundles.clone(), executor, auth, settings, harness);
+        let state = AppState::new(
+            pool,
+            bundles.clone(),
+            executor,
+            auth,
+            settings,
+            harness,
+            None,
+        );
         Self {
             router: toolserver_api::app(state),
             bundles,

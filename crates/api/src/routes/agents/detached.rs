@@ -9,12 +9,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_domain::AccountId;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::chat_request::ChatRequest;
-use super::turn_request::start_turn;
+use super::turn_request::{start_turn, StartedTurn};
 use crate::auth::Account;
 use crate::detached::{run_detached, AccountStatus, DetachedRun};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -78,10 +79,33 @@ pub async fn start_async(
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
     let turn = start_turn(&state, &account, &agent_id, body).await?;
+    let turn_id = launch(state, account, turn, None).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(AsyncAccepted {
+            status_id: turn_id.to_string(),
+        }),
+    ))
+}
+
+/// Records a detached turn and runs it in the background; `reply_subject`
+/// is where a NATS requester hears the final result.
+pub(crate) async fn launch(
+    state: AppState,
+    account: AccountId,
+    turn: StartedTurn,
+    reply_subject: Option<&str>,
+) -> ApiResult<Uuid> {
     let settings = state.harness().settings().clone();
     let agent = turn.lease.agent();
-    let turn_id =
-        async_turns::create(state.pool(), &account, agent, turn.lease.conversation_id()).await?;
+    let turn_id = async_turns::create(
+        state.pool(),
+        &account,
+        agent,
+        turn.lease.conversation_id(),
+        reply_subject,
+    )
+    .await?;
     let durable = AccountStatus::shared(&state, account.clone());
     let plan = turn.plan(&settings, false, None, Some(durable), Vec::new());
     let run = DetachedRun {
@@ -93,12 +117,7 @@ pub async fn start_async(
         lease: turn.lease,
     };
     tokio::spawn(run_detached(state, run));
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(AsyncAccepted {
-            status_id: turn_id.to_string(),
-        }),
-    ))
+    Ok(turn_id)
 }
 
 /// Reads a detached turn's state.

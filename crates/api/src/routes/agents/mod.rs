@@ -3,10 +3,10 @@
 //! they are sealed at rest and read back as `"[redacted]"`.
 
 mod chat;
-mod chat_request;
+pub(crate) mod chat_request;
 mod crud;
-mod detached;
-mod turn_request;
+pub(crate) mod detached;
+pub(crate) mod turn_request;
 mod wire;
 
 use toolserver_domain::{AccountId, AgentId};

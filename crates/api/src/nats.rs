@@ -1,0 +1,92 @@
+//! Turns requested over NATS. A request on the configured subject (served
+//! by a queue group, so one server takes each) is
+//! `{"token": "<JWT>", "agentId": "agent_…", "request": <the useChat body>}`
+//! with a reply subject. The requester, still subscribed to that subject,
+//! hears `{"statusId", "status": "running"}` (or `{"error": {code, message}}`)
+//! at once, and the final `{"statusId", "status", "messages" | "error"}`
+//! when the detached turn settles, from whichever process settles it.
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use toolserver_store::async_turns;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::routes::agents::chat_request::ChatRequest;
+use crate::routes::agents::detached::launch;
+use crate::routes::agents::turn_request::start_turn;
+use crate::state::AppState;
+
+/// A turn request as it arrives over NATS.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NatsTurnRequest {
+    token: String,
+    agent_id: String,
+    request: ChatRequest,
+}
+
+/// Serves turn requests on `subject` until the connection closes.
+pub async fn spawn_turns(
+    state: AppState,
+    client: async_nats::Client,
+    subject: String,
+) -> Result<tokio::task::JoinHandle<()>, async_nats::SubscribeError> {
+    let queue = format!("{subject}.servers");
+    let mut requests = client.queue_subscribe(subject, queue).await?;
+    Ok(tokio::spawn(async move {
+        while let Some(message) = requests.next().await {
+            let (state, client) = (state.clone(), client.clone());
+            tokio::spawn(async move {
+                let Some(reply) = message.reply else { return };
+                let answer = match start(&state, &message.payload, reply.as_str()).await {
+                    Ok(status_id) => json!({"statusId": status_id, "status": "running"}),
+                    Err(err) => json!({"error": {"code": err.code(), "message": err.to_string()}}),
+                };
+                publish(&client, reply.to_string(), &answer).await;
+            });
+        }
+    }))
+}
+
+async fn start(state: &AppState, payload: &[u8], reply: &str) -> Result<Uuid, ApiError> {
+    let request: NatsTurnRequest =
+        serde_json::from_slice(payload).map_err(|err| ApiError::BadRequest {
+            field: None,
+            message: format!("not a turn request: {err}"),
+        })?;
+    let account = state.auth().authenticate(&request.token).await?;
+    let turn = start_turn(state, &account, &request.agent_id, request.request).await?;
+    launch(state.clone(), account, turn, Some(reply)).await
+}
+
+/// Publishes a settled turn's result to its requester, if it came over NATS.
+pub async fn publish_final(state: &AppState, turn_id: Uuid) {
+    let Some(client) = state.nats() else { return };
+    let pool = state.pool();
+    let Ok(Some(subject)) = async_turns::reply_subject(pool, turn_id).await else {
+        return;
+    };
+    let Ok((_, record)) = async_turns::get_any(pool, turn_id).await else {
+        return;
+    };
+    let mut result = json!({"statusId": turn_id, "status": record.status});
+    if let Some(messages) = record.messages {
+        result["messages"] = messages;
+    }
+    if let Some(error) = record.error {
+        result["error"] = json!(error);
+    }
+    publish(client, subject, &result).await;
+}
+
+async fn publish(client: &async_nats::Client, subject: String, body: &Value) {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    if let Err(err) = client.publish(subject, bytes.into()).await {
+        tracing::warn!(error = %err, "could not publish to NATS");
+    }
+    if let Err(err) = client.flush().await {
+        tracing::warn!(error = %err, "could not flush NATS");
+    }
+}
