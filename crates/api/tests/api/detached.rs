@@ -324,3 +324,59 @@ async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool) {
     let refused = next_reply(&mut replies).await;
     assert_eq!(refused["error"]["code"], "unauthorized", "{refused}");
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool) {
+    let app = LiveApp::start(pool.clone()).await;
+    let tool = app
+        .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
+        .await;
+    let mut calls = Reply::tool_call("c0", "job", json!({"job": 0}));
+    for i in 1..200 {
+        calls = calls.and_tool_call(&format!("c{i}"), "job", json!({"job": i}));
+    }
+    app.model.script(
+        "two-hundred",
+        vec![
+            calls,
+            Reply::text("All started."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("All two hundred finished."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "two-hundred", json!({ &tool: {"async": true} }))
+        .await;
+    let id = start_async(&app, &agent, "conv-200", "run them all").await;
+    let done = wait_for_status(&app, &id, "completed").await;
+    assert!(done["messages"]
+        .to_string()
+        .contains("All two hundred finished."));
+    assert_eq!(
+        app.model.request_count("two-hundred"),
+        3,
+        "exactly one continuation pass"
+    );
+    let (rows, completed, outbox): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM async_tool_results), \
+                (SELECT count(*) FROM async_tool_results WHERE status = 'completed'), \
+                (SELECT count(*) FROM continuation_outbox)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((rows, completed, outbox), (200, 200, 1));
+    let told = app.model.requests("two-hundred")[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["role"] == "tool"
+                && m["content"]
+                    .as_str()
+                    .unwrap()
+                    .contains("\"status\":\"completed\"")
+        })
+        .count();
+    assert_eq!(told, 200, "the model saw every sibling's result");
+}
