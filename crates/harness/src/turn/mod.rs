@@ -313,20 +313,7 @@ impl Turn {
         self.emitter.emit(UiChunk::StartStep).await?;
         for arrival in arrivals {
             let mut output = json!({"statusId": arrival.status_id, "tool": arrival.tool_name});
-            match arrival.outcome {
-                Settled::Completed(value) => {
-                    output["status"] = json!("completed");
-                    output["result"] = value;
-                }
-                Settled::Failed(message) => {
-                    output["status"] = json!("failed");
-                    output["error"] = json!(message);
-                }
-                Settled::Cancelled(message) => {
-                    output["status"] = json!("cancelled");
-                    output["error"] = json!(message);
-                }
-            }
+            arrival.outcome.describe_into(&mut output);
             for chunk in arrival_chunks(&arrival.status_id, output) {
                 self.emitter.emit(chunk).await?;
             }

@@ -24,6 +24,19 @@ pub enum Settled {
     Cancelled(String),
 }
 
+impl Settled {
+    /// Writes `status` and `result` or `error` into an `async_status` answer.
+    pub(super) fn describe_into(&self, status: &mut Value) {
+        let (name, key, detail) = match self {
+            Self::Completed(value) => ("completed", "result", value.clone()),
+            Self::Failed(message) => ("failed", "error", json!(message)),
+            Self::Cancelled(message) => ("cancelled", "error", json!(message)),
+        };
+        status["status"] = json!(name);
+        status[key] = detail;
+    }
+}
+
 /// A finished background call, ready to be told to the model.
 #[derive(Debug, Clone)]
 pub struct Arrival {
@@ -210,20 +223,9 @@ fn describe(status_id: &str, entry: &Entry) -> Value {
     match &entry.state {
         EntryState::Running => status["status"] = json!("running"),
         EntryState::Stopped => status["status"] = json!("cancelled"),
-        EntryState::Arrived(outcome) | EntryState::Delivered(outcome) => match outcome {
-            Settled::Completed(value) => {
-                status["status"] = json!("completed");
-                status["result"] = value.clone();
-            }
-            Settled::Failed(message) => {
-                status["status"] = json!("failed");
-                status["error"] = json!(message);
-            }
-            Settled::Cancelled(message) => {
-                status["status"] = json!("cancelled");
-                status["error"] = json!(message);
-            }
-        },
+        EntryState::Arrived(outcome) | EntryState::Delivered(outcome) => {
+            outcome.describe_into(&mut status)
+        }
     }
     status
 }
