@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/toolserver/target
 export S3S_FS_BIN ?= $(HOME)/.cache/toolserver/bin/s3s-fs
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
-.PHONY: run build test test-deps lint test-rust test-worker bench openapi clean
+.PHONY: run build test test-deps lint test-rust test-worker bench openapi clean kind-test
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
 run:
@@ -30,10 +30,17 @@ test-rust:
 test-worker:
 	cd crates/sandbox/worker && node --test test/
 
-## Invocation latency: API vs worker socket (the floor), and runner cold start.
+## Invocation latency: API vs worker socket (the floor), runner cold start,
+## turns, and the Kubernetes exec transport vs local sockets.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench turns
+	cargo bench -p toolserver-kubernetes --bench exec
+
+## The Kubernetes end-to-end suite on a local kind cluster (needs docker, kind,
+## kubectl; skipped with a message when one is missing). KIND_KEEP=1 keeps the cluster.
+kind-test:
+	bash scripts/kind-test.sh
 
 ## Regenerate openapi.yaml from the routes.
 openapi:

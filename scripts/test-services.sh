@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure what the tests need is present and running: PostgreSQL on
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
-# binary, Node.js and the AI SDK client test's packages.
+# binary, Node.js, the AI SDK client test's packages, and kubectl (the
+# manifest tests render deploy/kubernetes with `kubectl kustomize`).
 # Installs missing pieces from Debian's packages and crates.io when run as root.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -100,10 +101,25 @@ ensure_bubblewrap() {
   apt_install bubblewrap || echo "test-services: bubblewrap unavailable; runners use plain processes" >&2
 }
 
+# kubectl is not in Debian's archive, so it cannot be installed from here.
+ensure_kubectl() {
+  if command -v kubectl >/dev/null 2>&1; then
+    return
+  fi
+  cat >&2 <<'MSG'
+test-services: kubectl is missing: the manifest tests render deploy/kubernetes
+test-services: with `kubectl kustomize`. Debian does not package kubectl; install
+test-services: it from the Kubernetes project's packages or release binaries
+test-services: (https://kubernetes.io/docs/tasks/tools/) and run `make test` again.
+MSG
+  exit 1
+}
+
 ensure_postgres
+ensure_kubectl
 ensure_s3s_fs
 ensure_node
 ensure_nats
 ensure_ai_sdk
 ensure_bubblewrap
-echo "test-services: postgres, s3s-fs, node, NATS, the AI SDK and bubblewrap are ready"
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK and bubblewrap are ready"

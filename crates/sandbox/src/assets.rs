@@ -6,10 +6,13 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 6] = [
     ("runtime.mjs", include_str!("../worker/runtime.mjs")),
     ("worker.mjs", include_str!("../worker/worker.mjs")),
     ("oneshot.mjs", include_str!("../worker/oneshot.mjs")),
+    ("launch.mjs", include_str!("../worker/launch.mjs")),
+    ("bridge.mjs", include_str!("../worker/bridge.mjs")),
+    ("hold.mjs", include_str!("../worker/hold.mjs")),
 ];
 
 /// The worker sources installed on disk.

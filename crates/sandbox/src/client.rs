@@ -1,74 +1,79 @@
-//! HTTP/1.1 over the worker's unix socket, one connection per request
-//! (connecting to a local socket costs microseconds).
+//! HTTP/1.1 to a worker. A [`WorkerConnection`] runs over any byte stream: a
+//! unix socket for local runners, an exec stream into a pod for Kubernetes
+//! ones. Requests on one connection go one after another (keep-alive), so a
+//! health check and the call it guards can share a connection.
+//! [`WorkerClient`] opens one socket connection per request (connecting to a
+//! local socket costs microseconds).
 
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use crate::protocol::FrameDecoder;
 use crate::{Frame, InvokeRequest, SandboxError};
 
-/// Talks to one worker's socket.
-#[derive(Debug, Clone)]
-pub struct WorkerClient {
-    socket: PathBuf,
+fn transport(err: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Transport(err.to_string())
 }
 
-impl WorkerClient {
-    /// A client for the worker listening on `socket`.
-    pub fn new(socket: impl Into<PathBuf>) -> Self {
-        Self {
-            socket: socket.into(),
-        }
-    }
+/// One HTTP/1.1 connection to a worker.
+pub struct WorkerConnection {
+    sender: SendRequest<Full<Bytes>>,
+}
 
-    /// The socket path.
-    pub fn socket(&self) -> &Path {
-        &self.socket
+impl WorkerConnection {
+    /// Speaks HTTP/1.1 over `io`; the connection is driven by a spawned task
+    /// and closes once this value and every response body are dropped.
+    pub async fn handshake<IO>(io: IO) -> Result<Self, SandboxError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(transport)?;
+        tokio::spawn(connection);
+        Ok(Self { sender })
     }
 
     async fn send(
-        &self,
+        &mut self,
         method: Method,
         path: &str,
         body: Bytes,
     ) -> Result<Response<Incoming>, SandboxError> {
-        let transport = |e: &dyn std::fmt::Display| SandboxError::Transport(e.to_string());
-        let stream = UnixStream::connect(&self.socket)
-            .await
-            .map_err(|e| transport(&e))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| transport(&e))?;
-        tokio::spawn(connection);
+        self.sender.ready().await.map_err(transport)?;
         let request = Request::builder()
             .method(method)
             .uri(path)
             .header("host", "worker")
             .header("content-type", "application/json")
             .body(Full::new(body))
-            .map_err(|e| transport(&e))?;
-        sender
-            .send_request(request)
-            .await
-            .map_err(|e| transport(&e))
+            .map_err(transport)?;
+        self.sender.send_request(request).await.map_err(transport)
     }
 
-    async fn json(&self, method: Method, path: &str, body: Bytes) -> Result<Value, SandboxError> {
+    async fn json(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Value, SandboxError> {
         let response = self.send(method, path, body).await?;
         let status = response.status();
         let bytes = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| SandboxError::Transport(e.to_string()))?
+            .map_err(transport)?
             .to_bytes();
         if !status.is_success() {
             return Err(SandboxError::Protocol(format!(
@@ -80,12 +85,12 @@ impl WorkerClient {
     }
 
     /// `GET /health`: the worker's counters.
-    pub async fn health(&self) -> Result<Value, SandboxError> {
+    pub async fn health(&mut self) -> Result<Value, SandboxError> {
         self.json(Method::GET, "/health", Bytes::new()).await
     }
 
     /// `POST /cancel`: whether the call was running.
-    pub async fn cancel(&self, call_id: &str) -> Result<bool, SandboxError> {
+    pub async fn cancel(&mut self, call_id: &str) -> Result<bool, SandboxError> {
         let body = serde_json::to_vec(&serde_json::json!({ "callId": call_id }))
             .map_err(|e| SandboxError::Protocol(e.to_string()))?;
         let answer = self.json(Method::POST, "/cancel", body.into()).await?;
@@ -93,7 +98,7 @@ impl WorkerClient {
     }
 
     /// `GET /logs?callId=`: the kept log lines of a background call.
-    pub async fn logs(&self, call_id: &str) -> Result<Value, SandboxError> {
+    pub async fn logs(&mut self, call_id: &str) -> Result<Value, SandboxError> {
         let query = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("callId", call_id)
             .finish();
@@ -105,9 +110,10 @@ impl WorkerClient {
 
     /// `POST /invoke`: frames are sent on the returned channel as they arrive.
     /// If the stream breaks before a terminal frame, the channel closes
-    /// without one; the caller decides what that means.
+    /// without one; the caller decides what that means. Dropping the receiver
+    /// closes the connection, which makes the worker abort the call.
     pub async fn invoke(
-        &self,
+        mut self,
         request: &InvokeRequest,
     ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
         let body =
@@ -129,6 +135,55 @@ impl WorkerClient {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(pump_frames(response.into_body(), tx));
         Ok(rx)
+    }
+}
+
+/// Talks to one worker's unix socket.
+#[derive(Debug, Clone)]
+pub struct WorkerClient {
+    socket: PathBuf,
+}
+
+impl WorkerClient {
+    /// A client for the worker listening on `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+        }
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// A fresh connection to the socket.
+    pub async fn connect(&self) -> Result<WorkerConnection, SandboxError> {
+        let stream = UnixStream::connect(&self.socket).await.map_err(transport)?;
+        WorkerConnection::handshake(stream).await
+    }
+
+    /// `GET /health`: the worker's counters.
+    pub async fn health(&self) -> Result<Value, SandboxError> {
+        self.connect().await?.health().await
+    }
+
+    /// `POST /cancel`: whether the call was running.
+    pub async fn cancel(&self, call_id: &str) -> Result<bool, SandboxError> {
+        self.connect().await?.cancel(call_id).await
+    }
+
+    /// `GET /logs?callId=`: the kept log lines of a background call.
+    pub async fn logs(&self, call_id: &str) -> Result<Value, SandboxError> {
+        self.connect().await?.logs(call_id).await
+    }
+
+    /// `POST /invoke` on a connection of its own; see [`WorkerConnection::invoke`].
+    pub async fn invoke(
+        &self,
+        request: &InvokeRequest,
+    ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
+        self.connect().await?.invoke(request).await
     }
 }
 

@@ -2,6 +2,8 @@
 //! (`worker/worker.mjs`) serving HTTP on a unix socket; one runner serves one
 //! (account, tool) reservation key. The [`Executor`] trait is what callers
 //! use; [`LocalExecutor`] runs workers as local child processes (the default).
+//! Backends share the worker protocol ([`WorkerConnection`]) and the call
+//! relay ([`relay_call`]); the Kubernetes backend lives in its own crate.
 
 mod assets;
 mod client;
@@ -9,12 +11,14 @@ mod error;
 mod executor;
 mod local;
 mod protocol;
+mod relay;
 mod reservation;
 
 pub use assets::WorkerAssets;
-pub use client::WorkerClient;
+pub use client::{WorkerClient, WorkerConnection};
 pub use error::SandboxError;
 pub use executor::{Executor, FrameStream, RunnerInfo};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};
 pub use protocol::{BundleRef, Frame, InvokeRequest};
+pub use relay::{forward_frames, relay_call, RunnerControl};
 pub use reservation::ReservationKey;

@@ -3,12 +3,9 @@
 //! directory, plus the socket).
 //!
 //! Sequence of a call: `ensure` (start the worker if it is not running, then
-//! health-check it) → `POST /invoke` on its socket → relay frames until a
-//! terminal one. If the worker yields no frame at all (socket gone, crash
-//! before answering), the call runs once in the one-shot runner instead. If no
-//! terminal frame arrives by the deadline plus the kill grace, the worker is
-//! hung: it is killed (SIGKILL) and the next call starts a fresh one. Workers
-//! idle longer than `idle_timeout` are stopped; their on-disk cache stays.
+//! health-check it) → `POST /invoke` on its socket → the shared relay
+//! (`relay.rs`: one-shot fallback, kill on a missed deadline). Workers idle
+//! longer than `idle_timeout` are stopped; their on-disk cache stays.
 //!
 //! Isolation: the worker gets an empty environment except `PATH`, `HOME`,
 //! `TMPDIR`, `NODE_ENV` and its cache root; runs as `nobody` when the server
@@ -28,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use crate::protocol::FrameDecoder;
+use crate::relay::{forward_frames, relay_call, RunnerControl};
 use crate::{
     Executor, Frame, FrameStream, InvokeRequest, ReservationKey, RunnerInfo, SandboxError,
     WorkerAssets, WorkerClient,
@@ -339,35 +336,57 @@ impl LocalExecutor {
         Ok(true)
     }
 
-    /// Runs `request` in a one-shot process and sends its frames to `tx`.
-    async fn run_oneshot(
-        &self,
-        runner: &Runner,
-        request: &InvokeRequest,
-        tx: &mpsc::Sender<Frame>,
+    /// Relays one call's frames (see [`relay_call`]) and marks the runner idle.
+    async fn relay(
+        self,
+        runner: Arc<Runner>,
+        request: InvokeRequest,
+        worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+        tx: mpsc::Sender<Frame>,
     ) {
-        let limit = Duration::from_millis(request.deadline_ms) + self.inner.settings.kill_grace;
-        let outcome = tokio::time::timeout(limit, self.oneshot_frames(runner, request, tx)).await;
-        let message = match outcome {
-            Ok(Ok(())) => return,
-            Ok(Err(err)) => Frame::error("RunnerError", format!("one-shot runner failed: {err}")),
-            Err(_) => Frame::error(
-                "DeadlineExceeded",
-                format!("the call ran past its {} ms deadline", request.deadline_ms),
-            ),
+        let control = LocalRunner {
+            executor: &self,
+            runner: &runner,
         };
-        let _ = tx.send(message).await;
+        relay_call(
+            &control,
+            &request,
+            worker,
+            &tx,
+            self.inner.settings.kill_grace,
+        )
+        .await;
+        runner.inflight.fetch_sub(1, Ordering::SeqCst);
+        runner.touch();
+    }
+}
+
+/// One local runner as the shared relay sees it.
+struct LocalRunner<'a> {
+    executor: &'a LocalExecutor,
+    runner: &'a Runner,
+}
+
+#[async_trait]
+impl RunnerControl for LocalRunner<'_> {
+    fn runner_name(&self) -> &str {
+        &self.runner.name
     }
 
-    async fn oneshot_frames(
+    async fn kill_worker(&self) {
+        self.runner.kill().await;
+    }
+
+    async fn oneshot(
         &self,
-        runner: &Runner,
         request: &InvokeRequest,
         tx: &mpsc::Sender<Frame>,
     ) -> Result<(), SandboxError> {
-        self.prepare_dirs(runner)?;
+        let runner = self.runner;
+        self.executor.prepare_dirs(runner)?;
         let mut child = self
-            .command(runner, &self.inner.assets.oneshot(), &[])
+            .executor
+            .command(runner, &self.executor.inner.assets.oneshot(), &[])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -379,78 +398,18 @@ impl LocalExecutor {
         if let Some(mut stdin) = child.stdin.take() {
             stdin.write_all(&body).await?;
         }
-        let mut stdout = child
+        let stdout = child
             .stdout
             .take()
             .ok_or_else(|| SandboxError::Start("no stdout".into()))?;
-        let mut decoder = FrameDecoder::default();
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let read = tokio::io::AsyncReadExt::read(&mut stdout, &mut buf).await?;
-            if read == 0 {
-                break;
-            }
-            for frame in decoder.push(&buf[..read]).map_err(SandboxError::Protocol)? {
-                let terminal = frame.is_terminal();
-                let _ = tx.send(frame).await;
-                if terminal {
-                    let _ = child.wait().await;
-                    return Ok(());
-                }
-            }
-        }
+        let finished = forward_frames(stdout, tx).await?;
         let status = child.wait().await?;
+        if finished {
+            return Ok(());
+        }
         Err(SandboxError::Protocol(format!(
             "one-shot runner exited ({status}) without a result"
         )))
-    }
-
-    /// Relays the worker's frames for one call, with the fallbacks described above.
-    async fn relay(
-        self,
-        runner: Arc<Runner>,
-        request: InvokeRequest,
-        worker: Result<mpsc::Receiver<Frame>, SandboxError>,
-        tx: mpsc::Sender<Frame>,
-    ) {
-        let limit = Duration::from_millis(request.deadline_ms) + self.inner.settings.kill_grace;
-        let mut relayed = 0usize;
-        let end = match worker {
-            Err(err) => RelayEnd::Broken(err.to_string()),
-            Ok(mut frames) => tokio::time::timeout(limit, async {
-                while let Some(frame) = frames.recv().await {
-                    relayed += 1;
-                    let terminal = frame.is_terminal();
-                    let _ = tx.send(frame).await;
-                    if terminal {
-                        return RelayEnd::Done;
-                    }
-                }
-                RelayEnd::Broken("the worker closed the stream without a result".to_owned())
-            })
-            .await
-            .unwrap_or(RelayEnd::Deadline),
-        };
-        match end {
-            RelayEnd::Done => {}
-            RelayEnd::Deadline => {
-                tracing::warn!(runner = %runner.name, call.id = %request.call_id, "worker missed the deadline; killing it");
-                runner.kill().await;
-                let message = format!("the call ran past its {} ms deadline", request.deadline_ms);
-                let _ = tx.send(Frame::error("DeadlineExceeded", message)).await;
-            }
-            RelayEnd::Broken(reason) if relayed == 0 => {
-                tracing::warn!(runner = %runner.name, call.id = %request.call_id, %reason, "worker produced no frames; using the one-shot runner");
-                runner.kill().await;
-                self.run_oneshot(&runner, &request, &tx).await;
-            }
-            RelayEnd::Broken(reason) => {
-                runner.kill().await;
-                let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
-            }
-        }
-        runner.inflight.fetch_sub(1, Ordering::SeqCst);
-        runner.touch();
     }
 }
 
@@ -500,16 +459,6 @@ impl Executor for LocalExecutor {
         self.runner(key).kill().await;
         Ok(())
     }
-}
-
-/// How relaying a worker's frames ended.
-enum RelayEnd {
-    /// A terminal frame was relayed.
-    Done,
-    /// No terminal frame by the deadline plus grace.
-    Deadline,
-    /// The stream could not be opened or broke off.
-    Broken(String),
 }
 
 /// What every bubblewrapped worker sees of the system: a read-only root,

@@ -1,12 +1,15 @@
-//! Helpers for integration tests: real services started on loopback, and a scripted model
-//! speaking the OpenAI wire format (where a real model cannot run).
+//! Helpers for integration tests: real services started on loopback, a scripted model
+//! speaking the OpenAI wire format (where a real model cannot run), and a fake Kubernetes
+//! API server whose pods run as local processes (where no cluster can run).
 //! A helper that cannot start its service panics: the test cannot run without it.
 #![allow(clippy::expect_used)]
 
 pub mod bench;
 pub mod http;
+pub mod kube;
 pub mod s3;
 pub mod scripted_model;
 
+pub use kube::FakeCluster;
 pub use s3::S3Server;
 pub use scripted_model::{Reply, ScriptedModel};

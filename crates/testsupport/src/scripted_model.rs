@@ -1,5 +1,5 @@
-//! A scripted model served over real HTTP on loopback, speaking the OpenAI
-//! Chat Completions streaming wire format.
+//! A scripted model served over real HTTP (on loopback unless asked
+//! otherwise), speaking the OpenAI Chat Completions streaming wire format.
 //!
 //! Scripts are keyed by model id. The reply to a request is chosen by its
 //! step: the number of assistant messages after the last user message. So
@@ -12,6 +12,7 @@ mod reply;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +40,7 @@ type Shared = Arc<Mutex<Book>>;
 /// The scripted model server; stops when dropped.
 pub struct ScriptedModel {
     base_url: String,
+    port: u16,
     book: Shared,
     server: tokio::task::JoinHandle<()>,
 }
@@ -49,19 +51,37 @@ impl ScriptedModel {
     /// # Panics
     /// When no loopback port can be bound.
     pub async fn start() -> Self {
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
+    /// Serves `POST /v1/chat/completions` on a free port of `ip`. With an
+    /// unspecified address (`0.0.0.0`) other hosts, such as a cluster's pods,
+    /// reach it at one of this host's addresses and [`port`](Self::port);
+    /// [`base_url`](Self::base_url) then names loopback.
+    ///
+    /// # Panics
+    /// When no port of `ip` can be bound.
+    pub async fn start_on(ip: IpAddr) -> Self {
         let book = Shared::default();
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
             .with_state(book.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
             .await
-            .expect("bind a loopback port for the scripted model");
-        let addr = listener.local_addr().expect("the scripted model's address");
+            .expect("bind a port for the scripted model");
+        let mut addr = listener.local_addr().expect("the scripted model's address");
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            });
+        }
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         Self {
             base_url: format!("http://{addr}/v1"),
+            port: addr.port(),
             book,
             server,
         }
@@ -70,6 +90,11 @@ impl ScriptedModel {
     /// The base URL to configure, e.g. `http://127.0.0.1:40123/v1`.
     pub fn base_url(&self) -> String {
         self.base_url.clone()
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Sets the replies of `model_id`, one per step, replacing any before.
@@ -162,5 +187,38 @@ fn error(status: u16, body: Value) -> Response {
 async fn pause(delay: Duration) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unspecified_address_listens_everywhere_and_names_loopback() {
+        let model = ScriptedModel::start_on(IpAddr::V4(Ipv4Addr::UNSPECIFIED)).await;
+        assert_eq!(
+            model.base_url(),
+            format!("http://127.0.0.1:{}/v1", model.port())
+        );
+        model.script("m", vec![Reply::text("hello")]);
+        let response = reqwest::Client::new()
+            .post(format!("{}/chat/completions", model.base_url()))
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .expect("the model answers");
+        assert_eq!(response.status(), 200);
+        assert!(response.text().await.expect("a body").contains("hello"));
+        assert_eq!(model.request_count("m"), 1);
+    }
+
+    #[tokio::test]
+    async fn start_listens_on_loopback() {
+        let model = ScriptedModel::start().await;
+        assert_eq!(
+            model.base_url(),
+            format!("http://127.0.0.1:{}/v1", model.port())
+        );
     }
 }

@@ -241,9 +241,33 @@ pub enum RunnerIsolation {
     None,
 }
 
+/// Which runner backend runs uploaded tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    /// Local child processes (the embedded default).
+    Local,
+    /// One persistent pod per (account, tool) in a Kubernetes cluster.
+    Kubernetes,
+}
+
+/// The module cache volume of Kubernetes runners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheVolumeKind {
+    /// A PersistentVolumeClaim per runner, kept while it is scaled to zero.
+    Persistent,
+    /// An `emptyDir`, lost with the pod.
+    Ephemeral,
+}
+
 /// Where and how uploaded tools run.
 #[derive(Debug, Clone, Args)]
 pub struct RunnerConfig {
+    /// `local` or `kubernetes` (`TOOLSERVER_EXECUTOR`).
+    #[arg(long, env = "TOOLSERVER_EXECUTOR", value_enum, default_value = "local")]
+    pub executor: ExecutorKind,
+    /// Settings of the `kubernetes` executor.
+    #[command(flatten)]
+    pub kubernetes: KubernetesConfig,
     /// The `node` executable that runs bundles (`TOOLSERVER_NODE_BINARY`).
     #[arg(long, env = "TOOLSERVER_NODE_BINARY", default_value = "node")]
     pub node_binary: PathBuf,
@@ -291,6 +315,83 @@ pub struct RunnerConfig {
         default_value_t = 65_536
     )]
     pub inline_bundle_max_bytes: u64,
+}
+
+/// Settings of the `kubernetes` executor. The cluster connection is
+/// inferred: the in-cluster service account, else `KUBECONFIG`.
+#[derive(Debug, Clone, Args)]
+pub struct KubernetesConfig {
+    /// Namespace of runner pods (`TOOLSERVER_K8S_NAMESPACE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_NAMESPACE",
+        default_value = "toolserver-runners"
+    )]
+    pub k8s_namespace: String,
+    /// Runner image: Node and the worker (`TOOLSERVER_K8S_RUNNER_IMAGE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_RUNNER_IMAGE",
+        default_value = "toolserver-runner:dev"
+    )]
+    pub k8s_runner_image: String,
+    /// `Always`, `IfNotPresent` or `Never` (`TOOLSERVER_K8S_IMAGE_PULL_POLICY`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent",
+        value_parser = ["Always", "IfNotPresent", "Never"]
+    )]
+    pub k8s_image_pull_policy: String,
+    /// `runtimeClassName` of runner pods, e.g. `gvisor` (`TOOLSERVER_K8S_RUNTIME_CLASS`).
+    #[arg(long, env = "TOOLSERVER_K8S_RUNTIME_CLASS")]
+    pub k8s_runtime_class: Option<String>,
+    /// CPU request per runner (`TOOLSERVER_K8S_CPU_REQUEST`).
+    #[arg(long, env = "TOOLSERVER_K8S_CPU_REQUEST", default_value = "100m")]
+    pub k8s_cpu_request: String,
+    /// CPU limit per runner (`TOOLSERVER_K8S_CPU_LIMIT`).
+    #[arg(long, env = "TOOLSERVER_K8S_CPU_LIMIT", default_value = "1")]
+    pub k8s_cpu_limit: String,
+    /// Memory request per runner (`TOOLSERVER_K8S_MEMORY_REQUEST`).
+    #[arg(long, env = "TOOLSERVER_K8S_MEMORY_REQUEST", default_value = "128Mi")]
+    pub k8s_memory_request: String,
+    /// Memory limit per runner (`TOOLSERVER_K8S_MEMORY_LIMIT`).
+    #[arg(long, env = "TOOLSERVER_K8S_MEMORY_LIMIT", default_value = "512Mi")]
+    pub k8s_memory_limit: String,
+    /// Size limit of a runner's writable `/tmp` (`TOOLSERVER_K8S_TMP_SIZE`).
+    #[arg(long, env = "TOOLSERVER_K8S_TMP_SIZE", default_value = "256Mi")]
+    pub k8s_tmp_size: String,
+    /// `persistent` (a claim per runner, survives scale to zero) or
+    /// `ephemeral` (`TOOLSERVER_K8S_CACHE_VOLUME`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_CACHE_VOLUME",
+        value_enum,
+        default_value = "persistent"
+    )]
+    pub k8s_cache_volume: CacheVolumeKind,
+    /// Size of a runner's module cache (`TOOLSERVER_K8S_CACHE_SIZE`).
+    #[arg(long, env = "TOOLSERVER_K8S_CACHE_SIZE", default_value = "1Gi")]
+    pub k8s_cache_size: String,
+    /// Storage class of cache claims; unset: the cluster default
+    /// (`TOOLSERVER_K8S_CACHE_STORAGE_CLASS`).
+    #[arg(long, env = "TOOLSERVER_K8S_CACHE_STORAGE_CLASS")]
+    pub k8s_cache_storage_class: Option<String>,
+    /// Seconds a new runner pod may take to become ready (`TOOLSERVER_K8S_POD_READY_TIMEOUT_SECS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_POD_READY_TIMEOUT_SECS",
+        default_value_t = 120
+    )]
+    pub k8s_pod_ready_timeout_secs: u64,
+    /// NetworkPolicy that must exist in the runner namespace before the
+    /// server starts; empty skips the check (`TOOLSERVER_K8S_NETWORK_POLICY`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_NETWORK_POLICY",
+        default_value = "toolserver-runners"
+    )]
+    pub k8s_network_policy: String,
 }
 
 /// Agents, model providers, built-in tools and turn limits.

@@ -17,13 +17,14 @@ use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::tools::{TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
+use toolserver_kubernetes::{CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerResources};
 use toolserver_sandbox::{Executor, IsolationMode, LocalExecutor, LocalSettings};
 use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
-    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, DatabaseConfig, JwtAlgorithm,
-    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
+    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, DatabaseConfig,
+    ExecutorKind, JwtAlgorithm, LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::{keys, telemetry};
@@ -96,13 +97,11 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
-    let executor = local_executor(&config.runners, &config.database)?;
-    let runner_reaper = executor.spawn_reaper();
+    let (executor, runner_reaper) = executor(&config.runners, &config.database).await?;
     let async_reaper = spawn_async_reaper(
         db.pool.clone(),
         Duration::from_secs(config.agents.async_reaper_secs.max(1)),
     );
-    let executor: Arc<dyn Executor> = Arc::new(executor);
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
         config,
@@ -280,6 +279,58 @@ fn harness(
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
+}
+
+/// The configured runner backend and its idle reaper.
+async fn executor(
+    config: &RunnerConfig,
+    db: &DatabaseConfig,
+) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
+    Ok(match config.executor {
+        ExecutorKind::Local => {
+            let executor = local_executor(config, db)?;
+            let reaper = executor.spawn_reaper();
+            (Arc::new(executor), reaper)
+        }
+        ExecutorKind::Kubernetes => {
+            let client = toolserver_kubernetes::cluster_client().await?;
+            let executor = KubernetesExecutor::new(client, kubernetes_settings(config))
+                .await
+                .context("starting the kubernetes runner backend")?;
+            let reaper = executor.spawn_reaper();
+            (Arc::new(executor), reaper)
+        }
+    })
+}
+
+fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
+    let k8s = &config.kubernetes;
+    let mut settings = KubernetesSettings::new(&k8s.k8s_namespace, &k8s.k8s_runner_image);
+    settings.image_pull_policy = k8s.k8s_image_pull_policy.clone();
+    settings.runtime_class = k8s.k8s_runtime_class.clone();
+    settings.resources = RunnerResources {
+        cpu_request: k8s.k8s_cpu_request.clone(),
+        cpu_limit: k8s.k8s_cpu_limit.clone(),
+        memory_request: k8s.k8s_memory_request.clone(),
+        memory_limit: k8s.k8s_memory_limit.clone(),
+    };
+    settings.tmp_size = k8s.k8s_tmp_size.clone();
+    settings.cache = match k8s.k8s_cache_volume {
+        CacheVolumeKind::Persistent => CacheVolume::Persistent {
+            size: k8s.k8s_cache_size.clone(),
+            storage_class: k8s.k8s_cache_storage_class.clone(),
+        },
+        CacheVolumeKind::Ephemeral => CacheVolume::Ephemeral {
+            size: k8s.k8s_cache_size.clone(),
+        },
+    };
+    settings.idle_timeout = Duration::from_secs(config.runner_idle_secs);
+    settings.ready_timeout = Duration::from_secs(k8s.k8s_pod_ready_timeout_secs);
+    settings.worker_start_timeout = Duration::from_millis(config.runner_start_timeout_ms);
+    settings.kill_grace = Duration::from_millis(config.runner_kill_grace_ms);
+    settings.network_policy =
+        (!k8s.k8s_network_policy.is_empty()).then(|| k8s.k8s_network_policy.clone());
+    settings
 }
 
 fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<LocalExecutor> {

@@ -16,9 +16,9 @@ use toolserver_testsupport::{Reply, ScriptedModel};
 const SECRET: &str = "crash-secret";
 const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { finished: input.job }; } };";
 
-struct Server {
-    child: Child,
-    base: String,
+pub struct Server {
+    pub child: Child,
+    pub base: String,
 }
 
 impl Drop for Server {
@@ -28,16 +28,16 @@ impl Drop for Server {
     }
 }
 
-struct Setup {
+pub struct Setup {
     database_url: String,
-    dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     port: u16,
     client: reqwest::Client,
     token: String,
 }
 
 impl Setup {
-    fn new(pool: &PgPool) -> Self {
+    pub fn new(pool: &PgPool) -> Self {
         let name = pool.connect_options().get_database().unwrap().to_owned();
         let admin = std::env::var("DATABASE_URL").unwrap();
         let mut url = url::Url::parse(&admin).unwrap();
@@ -57,8 +57,14 @@ impl Setup {
 
     /// Starts the binary; `poll_ms` is how often it looks for continuations.
     async fn start(&self, poll_ms: u64) -> Server {
+        self.start_with(poll_ms, &[]).await
+    }
+
+    /// [`Self::start`] with extra settings.
+    pub async fn start_with(&self, poll_ms: u64, settings: &[(&str, &str)]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
+            .envs(settings.iter().copied())
             .env("DATABASE_URL", &self.database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{}", self.port))
             .env("TOOLSERVER_DATA_DIR", self.dir.path())
@@ -77,7 +83,7 @@ impl Setup {
         Server { child, base }
     }
 
-    async fn post(&self, server: &Server, path: &str, body: Value) -> Value {
+    pub async fn post(&self, server: &Server, path: &str, body: Value) -> Value {
         post_json(
             &self.client,
             &format!("{}{path}", server.base),
@@ -89,7 +95,7 @@ impl Setup {
 
     /// Uploads the job tool, creates an agent on `model`, starts a detached
     /// turn that calls the tool twice, and returns its status id.
-    async fn detached_turn(&self, server: &Server, model: &ScriptedModel) -> String {
+    pub async fn detached_turn(&self, server: &Server, model: &ScriptedModel) -> String {
         let tool = self
             .post(
                 server,
@@ -125,7 +131,7 @@ impl Setup {
             .to_owned()
     }
 
-    async fn status(&self, server: &Server, id: &str) -> Value {
+    pub async fn status(&self, server: &Server, id: &str) -> Value {
         self.client
             .get(format!("{}/async/{id}", server.base))
             .bearer_auth(&self.token)
@@ -138,7 +144,7 @@ impl Setup {
     }
 }
 
-fn script(model: &ScriptedModel, continuation: Reply) {
+pub fn script(model: &ScriptedModel, continuation: Reply) {
     model.script(
         "crash",
         vec![
@@ -154,7 +160,7 @@ fn script(model: &ScriptedModel, continuation: Reply) {
     );
 }
 
-async fn until<F, Fut>(what: &str, mut check: F)
+pub async fn until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,

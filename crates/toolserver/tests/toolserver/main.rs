@@ -1,8 +1,10 @@
-//! Tests of the toolserver program: the embedded database, and the settings
-//! that packaging files and the README refer to.
+//! Tests of the toolserver program: the embedded database, crash safety,
+//! the kubernetes executor behind the unchanged API, and the settings that
+//! packaging files and the README refer to.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod crash;
 mod embedded;
+mod kubernetes;
 mod serve;
 mod settings;

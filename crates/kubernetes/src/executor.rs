@@ -1,0 +1,384 @@
+//! [`KubernetesExecutor`]: the [`Executor`] over runner pods. Sequence of a
+//! call: make sure the pod is up (`pods.rs`) → exec the bridge into it and
+//! health-check the worker on that connection → if nothing healthy answers,
+//! exec the launcher (which starts the worker detached) and bridge again →
+//! `POST /invoke` on the same connection → the shared relay (one-shot
+//! fallback by exec, kill on a missed deadline). A pod that vanished under a
+//! call (deleted by another server at idle) is looked up again once.
+//! The idle clock lives on the pod (an annotation), so every server sees it;
+//! a touch is written at most every quarter of the idle timeout.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use toolserver_sandbox::{
+    forward_frames, relay_call, Executor, Frame, FrameStream, InvokeRequest, ReservationKey,
+    RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
+};
+
+use crate::exec::ExecStream;
+use crate::manifests;
+use crate::pods::RunnerPods;
+use crate::settings::KubernetesSettings;
+
+/// Runs tool calls in runner pods.
+#[derive(Clone)]
+pub struct KubernetesExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pods: RunnerPods,
+    settings: KubernetesSettings,
+    runners: Mutex<HashMap<String, Arc<Runner>>>,
+}
+
+/// What this server knows of one runner.
+struct Runner {
+    name: String,
+    key: ReservationKey,
+    /// Serializes pod creation and worker start for this key in this server.
+    starting: tokio::sync::Mutex<()>,
+    inflight: AtomicUsize,
+    touched: Mutex<Option<Instant>>,
+}
+
+impl KubernetesExecutor {
+    /// The backend over `client`. Refuses to start when the configured
+    /// NetworkPolicy is missing from the runner namespace, since runners
+    /// would then reach the cluster.
+    pub async fn new(client: Client, settings: KubernetesSettings) -> Result<Self, SandboxError> {
+        if let Some(policy) = &settings.network_policy {
+            let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &settings.namespace);
+            let found = policies
+                .get_opt(policy)
+                .await
+                .map_err(|e| SandboxError::Start(format!("reading NetworkPolicy {policy}: {e}")))?;
+            if found.is_none() {
+                return Err(SandboxError::Start(format!(
+                    "NetworkPolicy {policy} is missing from namespace {}; install deploy/kubernetes first",
+                    settings.namespace
+                )));
+            }
+        }
+        tracing::info!(namespace = %settings.namespace, image = %settings.image, "kubernetes runner backend ready");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pods: RunnerPods::new(client, settings.clone()),
+                settings,
+                runners: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The pod lifecycle this executor uses.
+    pub fn pods(&self) -> &RunnerPods {
+        &self.inner.pods
+    }
+
+    fn runner(&self, key: &ReservationKey) -> Arc<Runner> {
+        let name = manifests::pod_name(key);
+        let mut runners = match self.inner.runners.lock() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        runners
+            .entry(name.clone())
+            .or_insert_with(|| {
+                Arc::new(Runner {
+                    name,
+                    key: key.clone(),
+                    starting: tokio::sync::Mutex::new(()),
+                    inflight: AtomicUsize::new(0),
+                    touched: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    fn command(&self, script: &str, args: &[&str]) -> Vec<String> {
+        let mut command = vec!["node".to_owned(), self.inner.settings.script(script)];
+        command.extend(args.iter().map(|arg| (*arg).to_owned()));
+        command
+    }
+
+    async fn exec(
+        &self,
+        pod: &str,
+        script: &str,
+        args: &[&str],
+    ) -> Result<ExecStream, SandboxError> {
+        let command = self.command(script, args);
+        ExecStream::open(self.inner.pods.api(), pod, &command).await
+    }
+
+    /// A connection to the worker of pod `pod`, through the bridge.
+    async fn bridge(&self, pod: &str) -> Result<WorkerConnection, SandboxError> {
+        let socket = self.inner.settings.socket_path.clone();
+        let stream = self.exec(pod, "bridge.mjs", &["--socket", &socket]).await?;
+        WorkerConnection::handshake(stream).await
+    }
+
+    /// Starts the worker in pod `pod` unless a healthy one runs; true if started.
+    async fn launch(&self, pod: &str) -> Result<bool, SandboxError> {
+        let socket = self.inner.settings.socket_path.clone();
+        let timeout = self
+            .inner
+            .settings
+            .worker_start_timeout
+            .as_millis()
+            .to_string();
+        let line = self
+            .exec(
+                pod,
+                "launch.mjs",
+                &["--socket", &socket, "--timeout-ms", &timeout],
+            )
+            .await?
+            .first_line()
+            .await
+            .map_err(|e| SandboxError::Start(format!("starting the worker in {pod}: {e}")))?;
+        let answer: Value = serde_json::from_str(&line)
+            .map_err(|e| SandboxError::Protocol(format!("launcher said {line:?}: {e}")))?;
+        Ok(answer["started"].as_bool().unwrap_or(false))
+    }
+
+    /// Pod up, worker healthy: a connection whose health check passed.
+    async fn connect(&self, runner: &Runner) -> Result<(WorkerConnection, bool), SandboxError> {
+        let _starting = runner.starting.lock().await;
+        let pod = self.inner.pods.ensure(&runner.key).await?;
+        if let Ok(mut connection) = self.bridge(&runner.name).await {
+            if connection.health().await.is_ok() {
+                return Ok((connection, pod.created));
+            }
+        }
+        let launched = self.launch(&runner.name).await?;
+        if launched {
+            tracing::info!(runner = %runner.name, pod.uid = %pod.uid, "worker started");
+        }
+        let mut connection = self.bridge(&runner.name).await?;
+        connection.health().await?;
+        Ok((connection, pod.created || launched))
+    }
+
+    /// [`Self::connect`], looking the pod up again once if it went away.
+    async fn connect_retrying(
+        &self,
+        runner: &Runner,
+    ) -> Result<(WorkerConnection, bool), SandboxError> {
+        match self.connect(runner).await {
+            Ok(connected) => Ok(connected),
+            Err(err) => {
+                tracing::warn!(runner = %runner.name, error = %err, "runner unreachable; trying once more");
+                self.connect(runner).await
+            }
+        }
+    }
+
+    /// Restarts the runner's idle clock, at most every quarter idle timeout.
+    async fn touch(&self, runner: &Runner) {
+        let every = self.inner.settings.idle_timeout / 4;
+        let due = match runner.touched.lock() {
+            Ok(mut touched) => {
+                let due = touched.is_none_or(|at| at.elapsed() >= every);
+                if due {
+                    *touched = Some(Instant::now());
+                }
+                due
+            }
+            Err(_) => true,
+        };
+        if due {
+            if let Err(err) = self.inner.pods.touch(&runner.name).await {
+                tracing::warn!(runner = %runner.name, error = %err, "could not record runner use");
+            }
+        }
+    }
+
+    /// Deletes runner pods idle past the idle timeout (none with calls in
+    /// flight here); their cache claims stay for the next start.
+    pub async fn reap_idle(&self) -> Result<Vec<String>, SandboxError> {
+        let busy: Vec<String> = match self.inner.runners.lock() {
+            Ok(map) => map
+                .values()
+                .filter(|runner| runner.inflight.load(Ordering::SeqCst) > 0)
+                .map(|runner| runner.name.clone())
+                .collect(),
+            Err(_) => return Ok(Vec::new()),
+        };
+        let reaped = self.inner.pods.reap_idle(&busy).await?;
+        if let Ok(map) = self.inner.runners.lock() {
+            for name in &reaped {
+                if let Some(runner) = map.get(name) {
+                    if let Ok(mut touched) = runner.touched.lock() {
+                        *touched = None;
+                    }
+                }
+            }
+        }
+        Ok(reaped)
+    }
+
+    /// Runs [`Self::reap_idle`] periodically until the executor is dropped.
+    pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        let every = (self.inner.settings.idle_timeout / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                if let Err(err) = (KubernetesExecutor { inner }).reap_idle().await {
+                    tracing::warn!(error = %err, "reaping idle runner pods failed");
+                }
+            }
+        })
+    }
+
+    async fn relay(
+        self,
+        runner: Arc<Runner>,
+        request: InvokeRequest,
+        worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+        tx: mpsc::Sender<Frame>,
+    ) {
+        let control = PodRunner {
+            executor: &self,
+            runner: &runner,
+        };
+        relay_call(
+            &control,
+            &request,
+            worker,
+            &tx,
+            self.inner.settings.kill_grace,
+        )
+        .await;
+        runner.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.touch(&runner).await;
+    }
+}
+
+/// One runner pod as the shared relay sees it.
+struct PodRunner<'a> {
+    executor: &'a KubernetesExecutor,
+    runner: &'a Runner,
+}
+
+#[async_trait]
+impl RunnerControl for PodRunner<'_> {
+    fn runner_name(&self) -> &str {
+        &self.runner.name
+    }
+
+    async fn kill_worker(&self) {
+        let socket = self.executor.inner.settings.socket_path.clone();
+        let stopped = match self
+            .executor
+            .exec(
+                &self.runner.name,
+                "launch.mjs",
+                &["--socket", &socket, "--stop"],
+            )
+            .await
+        {
+            Ok(stream) => stream.first_line().await.map(|_| ()).or_else(|err| {
+                // `--stop` prints nothing; only a failed exit is an error.
+                if err.to_string().contains("Failure") {
+                    Err(err)
+                } else {
+                    Ok(())
+                }
+            }),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = stopped {
+            tracing::warn!(runner = %self.runner.name, error = %err, "could not stop the worker");
+        }
+    }
+
+    async fn oneshot(
+        &self,
+        request: &InvokeRequest,
+        tx: &mpsc::Sender<Frame>,
+    ) -> Result<(), SandboxError> {
+        let mut stream = self
+            .executor
+            .exec(&self.runner.name, "oneshot.mjs", &[])
+            .await?;
+        let body =
+            serde_json::to_vec(request).map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await?;
+        if forward_frames(&mut stream, tx).await? {
+            return Ok(());
+        }
+        Err(SandboxError::Protocol(format!(
+            "one-shot runner ended without a result: {}",
+            stream.stderr().trim()
+        )))
+    }
+}
+
+#[async_trait]
+impl Executor for KubernetesExecutor {
+    async fn ensure(&self, key: &ReservationKey) -> Result<RunnerInfo, SandboxError> {
+        let runner = self.runner(key);
+        let (_connection, started) = self.connect_retrying(&runner).await?;
+        self.touch(&runner).await;
+        Ok(RunnerInfo {
+            name: runner.name.clone(),
+            started,
+        })
+    }
+
+    async fn invoke(
+        &self,
+        key: &ReservationKey,
+        request: InvokeRequest,
+    ) -> Result<FrameStream, SandboxError> {
+        let runner = self.runner(key);
+        runner.inflight.fetch_add(1, Ordering::SeqCst);
+        let connection = match self.connect_retrying(&runner).await {
+            Ok((connection, _)) => connection,
+            Err(err) => {
+                runner.inflight.fetch_sub(1, Ordering::SeqCst);
+                return Err(err);
+            }
+        };
+        self.touch(&runner).await;
+        let worker = connection.invoke(&request).await;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(self.clone().relay(runner, request, worker, tx));
+        Ok(rx)
+    }
+
+    async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {
+        self.bridge(&manifests::pod_name(key))
+            .await?
+            .cancel(call_id)
+            .await
+    }
+
+    async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError> {
+        self.bridge(&manifests::pod_name(key))
+            .await?
+            .logs(call_id)
+            .await
+    }
+
+    async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError> {
+        self.inner
+            .pods
+            .delete(&manifests::pod_name(key), None)
+            .await
+    }
+}

@@ -1,0 +1,344 @@
+//! The objects the backend creates, built purely from settings and a
+//! reservation key: the runner pod, its cache claim, and the runner
+//! NetworkPolicy that `deploy/kubernetes/base` ships (a test compares the two).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::{Digest, Sha256};
+use toolserver_sandbox::ReservationKey;
+
+use crate::settings::{CacheVolume, KubernetesSettings};
+
+/// Label every runner pod carries; the NetworkPolicy selects on it.
+pub const RUNNER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "toolserver-runner");
+/// Label marking objects this backend manages.
+pub const MANAGED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "toolserver");
+/// Label with the account (verbatim when label-safe, else a hash).
+pub const ACCOUNT_LABEL: &str = "toolserver.dev/account";
+/// Label with the tool id.
+pub const TOOL_LABEL: &str = "toolserver.dev/tool";
+/// Annotation with the exact account id (labels cannot hold every id).
+pub const ACCOUNT_ANNOTATION: &str = "toolserver.dev/account";
+/// Annotation with the exact tool id.
+pub const TOOL_ANNOTATION: &str = "toolserver.dev/tool";
+/// Annotation with the time of the runner's last call (RFC 3339).
+pub const LAST_USED_ANNOTATION: &str = "toolserver.dev/last-used";
+/// Name of the runner container.
+pub const CONTAINER: &str = "runner";
+/// Name of the NetworkPolicy the runner namespace must hold.
+pub const NETWORK_POLICY_NAME: &str = "toolserver-runners";
+
+/// IPv4 ranges runner pods may not reach: private, shared, loopback,
+/// link-local (node metadata) and "this network". A cluster whose pod or
+/// service ranges lie elsewhere adds them in its overlay.
+pub const BLOCKED_IPV4: [&str; 7] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+];
+/// IPv6 ranges runner pods may not reach: loopback, unique-local, link-local.
+pub const BLOCKED_IPV6: [&str; 3] = ["::1/128", "fc00::/7", "fe80::/10"];
+
+/// The name of the runner pod for `key`.
+pub fn pod_name(key: &ReservationKey) -> String {
+    key.runner_name()
+}
+
+/// The name of the cache claim for `key`.
+pub fn claim_name(key: &ReservationKey) -> String {
+    format!("{}-cache", key.runner_name())
+}
+
+/// A label value for `value`: itself when it is a valid label value, else
+/// `sha256-` and 40 hex characters of its hash.
+fn label_value(value: &str) -> String {
+    let valid = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && value.as_bytes()[0].is_ascii_alphanumeric()
+        && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric();
+    if valid {
+        return value.to_owned();
+    }
+    let digest = hex::encode(Sha256::digest(value.as_bytes()));
+    format!("sha256-{}", &digest[..40])
+}
+
+/// The labels of every object belonging to `key`'s runner.
+pub fn runner_labels(key: &ReservationKey) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (RUNNER_LABEL.0.into(), RUNNER_LABEL.1.into()),
+        (MANAGED_LABEL.0.into(), MANAGED_LABEL.1.into()),
+        (ACCOUNT_LABEL.into(), label_value(key.account().as_str())),
+        (TOOL_LABEL.into(), label_value(&key.tool().to_string())),
+    ])
+}
+
+/// The annotations that tie an object to exactly one key.
+pub fn runner_annotations(key: &ReservationKey) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (ACCOUNT_ANNOTATION.into(), key.account().as_str().to_owned()),
+        (TOOL_ANNOTATION.into(), key.tool().to_string()),
+    ])
+}
+
+/// Whether `meta` belongs to `key` (pod names are hashes; this rules out a
+/// collision or a foreign object of the same name).
+pub fn belongs_to(meta: &ObjectMeta, key: &ReservationKey) -> bool {
+    let expected = runner_annotations(key);
+    meta.annotations.as_ref().is_some_and(|annotations| {
+        expected
+            .iter()
+            .all(|(name, value)| annotations.get(name) == Some(value))
+    })
+}
+
+fn quantity(value: &str) -> Quantity {
+    Quantity(value.to_owned())
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(name: &str, size: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(quantity(size)),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The runner pod for `key`: the worker image, idle until the server execs
+/// the worker into it; non-root, read-only root filesystem, no capabilities,
+/// no privilege escalation, RuntimeDefault seccomp, no service-account
+/// token, bounded CPU and memory, writable `/tmp` and `/cache` only.
+pub fn runner_pod(settings: &KubernetesSettings, key: &ReservationKey, now: &str) -> Pod {
+    let mut annotations = runner_annotations(key);
+    annotations.insert(LAST_USED_ANNOTATION.into(), now.to_owned());
+    let cache = match &settings.cache {
+        CacheVolume::Persistent { .. } => Volume {
+            name: "cache".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(key),
+                read_only: None,
+            }),
+            ..Volume::default()
+        },
+        CacheVolume::Ephemeral { size } => empty_dir("cache", size),
+    };
+    let limits = &settings.resources;
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(settings.image.clone()),
+        image_pull_policy: Some(settings.image_pull_policy.clone()),
+        command: Some(vec![
+            "/usr/bin/tini".into(),
+            "--".into(),
+            "node".into(),
+            settings.script("hold.mjs"),
+        ]),
+        env: Some(vec![
+            env("HOME", "/tmp"),
+            env("TMPDIR", "/tmp"),
+            env("NODE_ENV", "production"),
+            env("TOOLSERVER_CACHE_ROOTS", "/cache/tools"),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), quantity(&limits.cpu_request)),
+                ("memory".into(), quantity(&limits.memory_request)),
+            ])),
+            limits: Some(BTreeMap::from([
+                ("cpu".into(), quantity(&limits.cpu_limit)),
+                ("memory".into(), quantity(&limits.memory_limit)),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(settings.run_as_user),
+            run_as_group: Some(settings.run_as_user),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![mount("tmp", "/tmp"), mount("cache", "/cache")]),
+        ..Container::default()
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(key)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(runner_labels(key)),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            restart_policy: Some("Always".into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            runtime_class_name: settings.runtime_class.clone(),
+            termination_grace_period_seconds: Some(5),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(settings.run_as_user),
+                run_as_group: Some(settings.run_as_user),
+                fs_group: Some(settings.run_as_user),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            volumes: Some(vec![empty_dir("tmp", &settings.tmp_size), cache]),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The cache claim for `key`, when the cache is persistent.
+pub fn cache_claim(
+    settings: &KubernetesSettings,
+    key: &ReservationKey,
+) -> Option<PersistentVolumeClaim> {
+    let CacheVolume::Persistent {
+        size,
+        storage_class,
+    } = &settings.cache
+    else {
+        return None;
+    };
+    Some(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(key)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(runner_labels(key)),
+            annotations: Some(runner_annotations(key)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage_class.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".into(), quantity(size))])),
+                limits: None,
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    })
+}
+
+fn ip_block(cidr: &str, except: &[&str]) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.into(),
+            except: Some(except.iter().map(|range| (*range).to_owned()).collect()),
+        }),
+        ..NetworkPolicyPeer::default()
+    }
+}
+
+fn dns_port(protocol: &str) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some(protocol.into()),
+        port: Some(IntOrString::Int(53)),
+        end_port: None,
+    }
+}
+
+fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            pairs
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+        ),
+        match_expressions: None,
+    }
+}
+
+/// The runner namespace's NetworkPolicy: no ingress; egress to cluster DNS
+/// and to public addresses only (every range in [`BLOCKED_IPV4`] and
+/// [`BLOCKED_IPV6`] is excepted).
+pub fn runner_network_policy(namespace: &str) -> NetworkPolicy {
+    let dns = NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(&[(
+                "kubernetes.io/metadata.name",
+                "kube-system",
+            )])),
+            pod_selector: Some(match_labels(&[("k8s-app", "kube-dns")])),
+            ip_block: None,
+        }]),
+        ports: Some(vec![dns_port("UDP"), dns_port("TCP")]),
+    };
+    let public = |peer| NetworkPolicyEgressRule {
+        to: Some(vec![peer]),
+        ports: None,
+    };
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(NETWORK_POLICY_NAME.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(match_labels(&[RUNNER_LABEL])),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: None,
+            egress: Some(vec![
+                dns,
+                public(ip_block("0.0.0.0/0", &BLOCKED_IPV4)),
+                public(ip_block("::/0", &BLOCKED_IPV6)),
+            ]),
+        }),
+    }
+}

@@ -1,0 +1,107 @@
+//! Settings of the Kubernetes backend; each is a server setting (see the
+//! README for the variables).
+
+use std::time::Duration;
+
+/// Where a runner's module cache lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheVolume {
+    /// One PersistentVolumeClaim per runner, kept while the runner is scaled
+    /// to zero, so a resumed runner finds its modules.
+    Persistent {
+        /// Requested size, e.g. `1Gi`.
+        size: String,
+        /// Storage class; `None` uses the cluster default.
+        storage_class: Option<String>,
+    },
+    /// An `emptyDir`, lost whenever the pod is deleted.
+    Ephemeral {
+        /// Size limit, e.g. `1Gi`.
+        size: String,
+    },
+}
+
+/// CPU and memory of one runner pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerResources {
+    /// CPU request, e.g. `100m`.
+    pub cpu_request: String,
+    /// CPU limit, e.g. `1`.
+    pub cpu_limit: String,
+    /// Memory request, e.g. `128Mi`.
+    pub memory_request: String,
+    /// Memory limit, e.g. `512Mi`.
+    pub memory_limit: String,
+}
+
+/// How runner pods are made and used.
+#[derive(Debug, Clone)]
+pub struct KubernetesSettings {
+    /// Namespace of the runner pods.
+    pub namespace: String,
+    /// Runner image: Node and the worker sources under `worker_dir`.
+    pub image: String,
+    /// `Always`, `IfNotPresent` or `Never`.
+    pub image_pull_policy: String,
+    /// Optional `runtimeClassName` (e.g. gVisor).
+    pub runtime_class: Option<String>,
+    /// CPU and memory.
+    pub resources: RunnerResources,
+    /// Size limit of the writable `/tmp`.
+    pub tmp_size: String,
+    /// The module cache volume.
+    pub cache: CacheVolume,
+    /// Non-root user and group the runner runs as.
+    pub run_as_user: i64,
+    /// Directory of the worker sources inside the image.
+    pub worker_dir: String,
+    /// The worker's unix socket inside the pod.
+    pub socket_path: String,
+    /// Delete a runner's pod after this long without calls (scale to zero).
+    pub idle_timeout: Duration,
+    /// How long a new pod may take to become ready.
+    pub ready_timeout: Duration,
+    /// How long the worker may take to start inside a ready pod.
+    pub worker_start_timeout: Duration,
+    /// Extra time past a call's deadline before a silent worker is killed.
+    pub kill_grace: Duration,
+    /// The NetworkPolicy that must exist in `namespace` before any runner
+    /// starts; `None` skips the check.
+    pub network_policy: Option<String>,
+}
+
+impl KubernetesSettings {
+    /// Settings with the documented defaults for `namespace` and `image`.
+    pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            image: image.into(),
+            image_pull_policy: "IfNotPresent".into(),
+            runtime_class: None,
+            resources: RunnerResources {
+                cpu_request: "100m".into(),
+                cpu_limit: "1".into(),
+                memory_request: "128Mi".into(),
+                memory_limit: "512Mi".into(),
+            },
+            tmp_size: "256Mi".into(),
+            cache: CacheVolume::Persistent {
+                size: "1Gi".into(),
+                storage_class: None,
+            },
+            run_as_user: 10001,
+            worker_dir: "/opt/toolserver/worker".into(),
+            socket_path: "/tmp/worker.sock".into(),
+            idle_timeout: Duration::from_secs(300),
+            ready_timeout: Duration::from_secs(120),
+            worker_start_timeout: Duration::from_secs(10),
+            kill_grace: Duration::from_secs(2),
+            network_policy: Some(crate::manifests::NETWORK_POLICY_NAME.into()),
+        }
+    }
+
+    /// The path of one worker script inside the image.
+    pub(crate) fn script(&self, name: &str) -> String {
+        format!("{}/{name}", self.worker_dir.trim_end_matches('/'))
+    }
+}

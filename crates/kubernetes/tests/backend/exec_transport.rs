@@ -1,0 +1,283 @@
+//! The exec transport and the whole executor against a local server that
+//! plays the API server and kubelet: pods are objects in memory, and exec
+//! really runs the command (the real Node worker) over the
+//! `v5.channel.k8s.io` WebSocket protocol. Everything above the transport is
+//! the code that runs in a cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use toolserver_domain::{AccountId, Sha256Digest, ToolId};
+use toolserver_kubernetes::manifests::runner_network_policy;
+use toolserver_kubernetes::{KubernetesExecutor, KubernetesSettings};
+use toolserver_sandbox::{
+    BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey, WorkerAssets,
+};
+use toolserver_testsupport::kube::{FakeCluster, FakeClusterOptions};
+
+const NS: &str = "runners";
+
+struct Cluster {
+    fake: FakeCluster,
+    executor: KubernetesExecutor,
+    _dir: tempfile::TempDir,
+}
+
+async fn cluster(adjust: impl FnOnce(&mut KubernetesSettings)) -> Cluster {
+    let dir = tempfile::Builder::new()
+        .prefix("k8s")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let assets = WorkerAssets::install(&dir.path().join("worker")).unwrap();
+    let fake = FakeCluster::start(FakeClusterOptions {
+        node_binary: PathBuf::from("node"),
+        worker_dir: assets.dir().to_owned(),
+        root: dir.path().join("r"),
+    });
+    fake.insert(
+        &format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"),
+        serde_json::to_value(runner_network_policy(NS)).unwrap(),
+    );
+    let config = kube::Config::new(fake.url().parse().unwrap());
+    let client = toolserver_kubernetes::client(config).unwrap();
+    let mut settings = KubernetesSettings::new(NS, "toolserver-runner:test");
+    settings.kill_grace = Duration::from_millis(500);
+    adjust(&mut settings);
+    let executor = KubernetesExecutor::new(client, settings).await.unwrap();
+    Cluster {
+        fake,
+        executor,
+        _dir: dir,
+    }
+}
+
+impl Cluster {
+    fn pod_uid(&self, key: &ReservationKey) -> Option<String> {
+        self.fake
+            .pod(NS, &key.runner_name())
+            .map(|pod| pod["metadata"]["uid"].as_str().unwrap().to_owned())
+    }
+
+    /// Runs one call to its terminal frame.
+    async fn call(&self, key: &ReservationKey, request: InvokeRequest) -> Frame {
+        terminal(self.executor.invoke(key, request).await.unwrap()).await
+    }
+
+    fn execs(&self, key: &ReservationKey) -> usize {
+        self.fake.exec_count(&key.runner_name())
+    }
+}
+
+fn key(account: &str) -> ReservationKey {
+    ReservationKey::new(AccountId::parse(account).unwrap(), ToolId::generate())
+}
+
+fn bundle(source: &str) -> BundleRef {
+    BundleRef {
+        sha256: Sha256Digest::of(source.as_bytes()).to_hex(),
+        inline: Some(base64::engine::general_purpose::STANDARD.encode(source)),
+        url: None,
+    }
+}
+
+fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
+    InvokeRequest {
+        call_id: uuid::Uuid::new_v4().to_string(),
+        idempotency_key: "idem".into(),
+        input,
+        config: Map::new(),
+        bundle,
+        deadline_ms: 10_000,
+        max_output_bytes: 1024 * 1024,
+        async_meta: None,
+    }
+}
+
+async fn next(frames: &mut FrameStream) -> Frame {
+    tokio::time::timeout(Duration::from_secs(30), frames.recv())
+        .await
+        .expect("a frame in time")
+        .expect("the stream goes on")
+}
+
+async fn terminal(mut frames: FrameStream) -> Frame {
+    loop {
+        let frame = next(&mut frames).await;
+        if frame.is_terminal() {
+            return frame;
+        }
+    }
+}
+
+fn final_of(value: Value) -> Frame {
+    Frame::Final { value }
+}
+
+const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input }; } };";
+
+#[tokio::test]
+async fn streamed_frames_cross_exec_as_they_are_produced() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    let gate = tempfile::tempdir().unwrap().keep().join("go");
+    let tool = r#"
+import { existsSync } from 'node:fs';
+export default {
+  async *execute(ctx, input) {
+    yield { step: 1 };
+    while (!existsSync(input.gate)) await new Promise((r) => setTimeout(r, 20));
+    yield { step: 2 };
+  },
+};"#;
+    let mut frames = cluster
+        .executor
+        .invoke(&key, request(bundle(tool), json!({ "gate": gate })))
+        .await
+        .unwrap();
+    // The second chunk waits for a file the test writes only after the first
+    // chunk arrived: a transport that buffered would never deliver it.
+    assert_eq!(
+        next(&mut frames).await,
+        Frame::Chunk {
+            value: json!({"step": 1})
+        }
+    );
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(
+        next(&mut frames).await,
+        Frame::Chunk {
+            value: json!({"step": 2})
+        }
+    );
+    assert_eq!(next(&mut frames).await, Frame::End);
+}
+
+#[tokio::test]
+async fn the_first_call_starts_pod_and_worker_and_later_calls_reuse_both() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    let first = cluster.executor.ensure(&key).await.unwrap();
+    assert!(first.started);
+    assert_eq!(first.name, key.runner_name());
+    let uid = cluster.pod_uid(&key).expect("pod created");
+    let second = cluster.executor.ensure(&key).await.unwrap();
+    assert!(!second.started);
+
+    let before = cluster.execs(&key);
+    let answer = cluster.call(&key, request(bundle(ECHO), json!(1))).await;
+    assert_eq!(answer, final_of(json!({"echo": 1})));
+    // A warm call is one exec: health check and invoke share the bridge.
+    assert_eq!(cluster.execs(&key) - before, 1);
+    assert_eq!(cluster.pod_uid(&key), Some(uid));
+}
+
+#[tokio::test]
+async fn a_dead_worker_is_started_again_in_the_same_pod() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    cluster.executor.ensure(&key).await.unwrap();
+    let uid = cluster.pod_uid(&key);
+    cluster.fake.kill_pod_processes(NS, &key.runner_name());
+    let info = cluster.executor.ensure(&key).await.unwrap();
+    assert!(info.started, "the worker had to be started again");
+    assert_eq!(cluster.pod_uid(&key), uid);
+    let answer = cluster.call(&key, request(bundle(ECHO), json!(2))).await;
+    assert_eq!(answer, final_of(json!({"echo": 2})));
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_before_answering_falls_back_to_the_one_shot_runner() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    let tool = r#"
+if (process.argv[1].endsWith('worker.mjs')) process.exit(1);
+export default { async *execute() { yield 'partial'; yield 'from the one-shot runner'; } };"#;
+    let answer = cluster.call(&key, request(bundle(tool), json!(null))).await;
+    assert_eq!(answer, final_of(json!("from the one-shot runner")));
+}
+
+#[tokio::test]
+async fn a_hung_worker_is_killed_at_the_deadline_and_replaced() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    let mut hung = request(
+        bundle("export default { execute() { for (;;) {} } };"),
+        json!(null),
+    );
+    hung.deadline_ms = 300;
+    let answer = terminal(cluster.executor.invoke(&key, hung).await.unwrap()).await;
+    assert!(
+        matches!(answer, Frame::Error { ref name, .. } if name == "DeadlineExceeded"),
+        "{answer:?}"
+    );
+    let info = cluster.executor.ensure(&key).await.unwrap();
+    assert!(
+        info.started,
+        "the hung worker was killed, so a new one starts"
+    );
+    let answer = cluster.call(&key, request(bundle(ECHO), json!(3))).await;
+    assert_eq!(answer, final_of(json!({"echo": 3})));
+}
+
+#[tokio::test]
+async fn two_accounts_never_share_a_pod() {
+    let cluster = cluster(|_| {}).await;
+    let tool = ToolId::generate();
+    let a = ReservationKey::new(AccountId::parse("a").unwrap(), tool);
+    let b = ReservationKey::new(AccountId::parse("b").unwrap(), tool);
+    let pid = "export default { async execute() { return process.pid; } };";
+    let in_a = cluster.call(&a, request(bundle(pid), json!(null))).await;
+    let in_b = cluster.call(&b, request(bundle(pid), json!(null))).await;
+    assert_ne!(a.runner_name(), b.runner_name());
+    assert_ne!(cluster.pod_uid(&a), cluster.pod_uid(&b));
+    assert!(cluster.pod_uid(&a).is_some() && cluster.pod_uid(&b).is_some());
+    assert_ne!(in_a, in_b, "different worker processes");
+}
+
+#[tokio::test]
+async fn an_idle_runner_scales_to_zero_and_resumes_with_its_cache() {
+    let cluster = cluster(|settings| settings.idle_timeout = Duration::from_millis(400)).await;
+    let key = key("acct_1");
+    let cached = bundle(ECHO);
+    let answer = cluster.call(&key, request(cached.clone(), json!(4))).await;
+    assert_eq!(answer, final_of(json!({"echo": 4})));
+    let uid = cluster.pod_uid(&key).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        cluster.executor.reap_idle().await.unwrap(),
+        vec![key.runner_name()]
+    );
+    assert_eq!(cluster.pod_uid(&key), None, "scaled to zero");
+
+    // Resumed as a new pod; the bundle is no longer sent, only its hash and
+    // an unreachable URL: it can only come from the kept cache.
+    let by_hash_only = BundleRef {
+        sha256: cached.sha256.clone(),
+        inline: None,
+        url: Some("http://127.0.0.1:9/unreachable".into()),
+    };
+    let answer = cluster.call(&key, request(by_hash_only, json!(5))).await;
+    assert_eq!(answer, final_of(json!({"echo": 5})));
+    let resumed = cluster.pod_uid(&key).unwrap();
+    assert_ne!(resumed, uid);
+}
+
+#[tokio::test]
+async fn cancel_and_logs_reach_the_worker_through_exec() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    let slow = "export default { async execute(ctx) { console.log('started'); await new Promise((r, j) => { ctx.signal.addEventListener('abort', () => j(new Error('aborted'))); }); } };";
+    let call = request(bundle(slow), json!(null));
+    let call_id = call.call_id.clone();
+    let mut frames = cluster.executor.invoke(&key, call).await.unwrap();
+    assert!(
+        matches!(next(&mut frames).await, Frame::Log { ref message, .. } if message == "started")
+    );
+    assert!(cluster.executor.cancel(&key, &call_id).await.unwrap());
+    assert!(matches!(terminal(frames).await, Frame::Error { .. }));
+    assert!(!cluster.executor.cancel(&key, "no-such-call").await.unwrap());
+    let missing = cluster.executor.logs(&key, "no-such-call").await;
+    assert!(missing.is_err(), "logs of an unknown call are refused");
+}

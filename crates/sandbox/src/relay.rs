@@ -1,0 +1,138 @@
+//! The call relay every backend shares. Sequence: relay the worker's frames
+//! until a terminal one. If the worker yields no frame at all (it is gone, or
+//! crashed before answering), the call runs once in the one-shot runner
+//! instead. If no terminal frame arrives by the deadline plus the kill grace,
+//! the worker is hung: it is killed and the next call starts a fresh one. A
+//! worker that broke off mid-call is killed too, and the call ends in a
+//! `RunnerCrashed` error frame.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use crate::protocol::FrameDecoder;
+use crate::{Frame, InvokeRequest, SandboxError};
+
+/// What the relay needs of a backend's runner.
+#[async_trait]
+pub trait RunnerControl: Send + Sync {
+    /// The runner's name, for logs.
+    fn runner_name(&self) -> &str;
+
+    /// Kills the resident worker; the next call starts a fresh one.
+    async fn kill_worker(&self);
+
+    /// Runs `request` once in a one-shot runner, sending its frames to `tx`;
+    /// `Ok` once a terminal frame was sent.
+    async fn oneshot(
+        &self,
+        request: &InvokeRequest,
+        tx: &mpsc::Sender<Frame>,
+    ) -> Result<(), SandboxError>;
+}
+
+/// How relaying a worker's frames ended.
+enum RelayEnd {
+    /// A terminal frame was relayed.
+    Done,
+    /// No terminal frame by the deadline plus grace.
+    Deadline,
+    /// The stream could not be opened or broke off.
+    Broken(String),
+}
+
+fn deadline_frame(request: &InvokeRequest) -> Frame {
+    let message = format!("the call ran past its {} ms deadline", request.deadline_ms);
+    Frame::error("DeadlineExceeded", message)
+}
+
+/// Relays one call's frames from `worker` to `tx`, with the fallbacks above.
+pub async fn relay_call(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    tx: &mpsc::Sender<Frame>,
+    kill_grace: Duration,
+) {
+    let limit = Duration::from_millis(request.deadline_ms) + kill_grace;
+    let mut relayed = 0usize;
+    let end = match worker {
+        Err(err) => RelayEnd::Broken(err.to_string()),
+        Ok(mut frames) => tokio::time::timeout(limit, async {
+            while let Some(frame) = frames.recv().await {
+                relayed += 1;
+                let terminal = frame.is_terminal();
+                let _ = tx.send(frame).await;
+                if terminal {
+                    return RelayEnd::Done;
+                }
+            }
+            RelayEnd::Broken("the worker closed the stream without a result".to_owned())
+        })
+        .await
+        .unwrap_or(RelayEnd::Deadline),
+    };
+    let name = runner.runner_name();
+    match end {
+        RelayEnd::Done => {}
+        RelayEnd::Deadline => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, "worker missed the deadline; killing it");
+            runner.kill_worker().await;
+            let _ = tx.send(deadline_frame(request)).await;
+        }
+        RelayEnd::Broken(reason) if relayed == 0 => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames; using the one-shot runner");
+            runner.kill_worker().await;
+            run_oneshot(runner, request, tx, kill_grace).await;
+        }
+        RelayEnd::Broken(reason) => {
+            runner.kill_worker().await;
+            let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
+        }
+    }
+}
+
+/// Runs the one-shot fallback under the call's deadline plus grace.
+async fn run_oneshot(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    tx: &mpsc::Sender<Frame>,
+    kill_grace: Duration,
+) {
+    let limit = Duration::from_millis(request.deadline_ms) + kill_grace;
+    let message = match tokio::time::timeout(limit, runner.oneshot(request, tx)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(err)) => Frame::error("RunnerError", format!("one-shot runner failed: {err}")),
+        Err(_) => deadline_frame(request),
+    };
+    let _ = tx.send(message).await;
+}
+
+/// Reads NDJSON frames from `reader` (a one-shot runner's stdout) and sends
+/// them to `tx`. `Ok(true)` once a terminal frame was sent, `Ok(false)` if
+/// the output ended without one.
+pub async fn forward_frames<R>(
+    mut reader: R,
+    tx: &mpsc::Sender<Frame>,
+) -> Result<bool, SandboxError>
+where
+    R: AsyncRead + Unpin,
+{
+    let mut decoder = FrameDecoder::default();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let read = reader.read(&mut buf).await?;
+        if read == 0 {
+            return Ok(false);
+        }
+        for frame in decoder.push(&buf[..read]).map_err(SandboxError::Protocol)? {
+            let terminal = frame.is_terminal();
+            let _ = tx.send(frame).await;
+            if terminal {
+                return Ok(true);
+            }
+        }
+    }
+}
