@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, AttachedProcess};
 use kube::Api;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::io::{ReadHalf, SimplexStream, WriteHalf};
 use toolserver_sandbox::SandboxError;
 
@@ -65,29 +65,25 @@ impl ExecStream {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Reads the first line of stdout, then waits for the command to exit;
-    /// an error names the exit status and stderr.
-    pub async fn first_line(mut self) -> Result<String, SandboxError> {
-        let mut line = String::new();
-        let mut reader = BufReader::new(&mut self.stdout);
-        reader.read_line(&mut line).await?;
-        let mut rest = Vec::new();
-        let _ = reader.read_to_end(&mut rest).await;
+    /// Reads stdout to its end and waits for the command to exit; an exit
+    /// other than success is an error naming the status and stderr.
+    pub async fn output(mut self) -> Result<String, SandboxError> {
+        let mut stdout = String::new();
+        self.stdout.read_to_string(&mut stdout).await?;
         let status = match self.process.take_status() {
             Some(status) => status.await,
             None => None,
         };
-        let failed = status
-            .as_ref()
-            .is_some_and(|s| s.status.as_deref() == Some("Failure"));
-        if failed || line.trim().is_empty() {
-            let message = status.and_then(|s| s.message).unwrap_or_default();
-            return Err(SandboxError::Start(format!(
-                "{message} {}",
-                self.stderr().trim()
-            )));
+        match status {
+            Some(status) if status.status.as_deref() == Some("Failure") => {
+                Err(SandboxError::Start(format!(
+                    "{} {}",
+                    status.message.unwrap_or_default(),
+                    self.stderr().trim()
+                )))
+            }
+            _ => Ok(stdout),
         }
-        Ok(line)
     }
 }
 

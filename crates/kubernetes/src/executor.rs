@@ -1,10 +1,10 @@
 //! [`KubernetesExecutor`]: the [`Executor`] over runner pods. Sequence of a
-//! call: make sure the pod is up (`pods.rs`) → exec the bridge into it and
-//! health-check the worker on that connection → if nothing healthy answers,
-//! exec the launcher (which starts the worker detached) and bridge again →
-//! `POST /invoke` on the same connection → the shared relay (one-shot
-//! fallback by exec, kill on a missed deadline). A pod that vanished under a
-//! call (deleted by another server at idle) is looked up again once.
+//! call: exec the bridge into the pod and health-check the worker on that
+//! connection → if nothing healthy answers, make sure the pod is up
+//! (`pods.rs`), exec the launcher (which starts the worker detached) and
+//! bridge again → `POST /invoke` on the same connection → the shared relay
+//! (one-shot fallback by exec, kill on a missed deadline). A pod that vanished
+//! under a call (deleted by another server at idle) is looked up again once.
 //! The idle clock lives on the pod (an annotation), so every server sees it;
 //! a touch is written at most every quarter of the idle timeout.
 
@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use toolserver_sandbox::{
-    forward_frames, relay_call, Executor, Frame, FrameStream, InvokeRequest, ReservationKey,
+    forward_frames, spawn_relay, Executor, Frame, FrameStream, InvokeRequest, ReservationKey,
     RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
 };
 
@@ -136,29 +136,40 @@ impl KubernetesExecutor {
             .worker_start_timeout
             .as_millis()
             .to_string();
-        let line = self
+        let output = self
             .exec(
                 pod,
                 "launch.mjs",
                 &["--socket", &socket, "--timeout-ms", &timeout],
             )
             .await?
-            .first_line()
+            .output()
             .await
             .map_err(|e| SandboxError::Start(format!("starting the worker in {pod}: {e}")))?;
-        let answer: Value = serde_json::from_str(&line)
-            .map_err(|e| SandboxError::Protocol(format!("launcher said {line:?}: {e}")))?;
+        let answer: Value = serde_json::from_str(output.trim())
+            .map_err(|e| SandboxError::Protocol(format!("launcher said {output:?}: {e}")))?;
         Ok(answer["started"].as_bool().unwrap_or(false))
     }
 
-    /// Pod up, worker healthy: a connection whose health check passed.
+    /// A bridge to pod `pod`'s worker whose health check passed, if any.
+    async fn healthy_bridge(&self, pod: &str) -> Option<WorkerConnection> {
+        let mut connection = self.bridge(pod).await.ok()?;
+        connection.health().await.ok()?;
+        Some(connection)
+    }
+
+    /// A connection whose health check passed, and whether anything had to
+    /// start. A warm runner costs one exec and no API read: the bridge
+    /// fails if the pod is gone. Otherwise, one caller per runner at a time
+    /// makes sure of the pod and starts the worker.
     async fn connect(&self, runner: &Runner) -> Result<(WorkerConnection, bool), SandboxError> {
+        if let Some(connection) = self.healthy_bridge(&runner.name).await {
+            return Ok((connection, false));
+        }
         let _starting = runner.starting.lock().await;
         let pod = self.inner.pods.ensure(&runner.key).await?;
-        if let Ok(mut connection) = self.bridge(&runner.name).await {
-            if connection.health().await.is_ok() {
-                return Ok((connection, pod.created));
-            }
+        if let Some(connection) = self.healthy_bridge(&runner.name).await {
+            return Ok((connection, pod.created));
         }
         let launched = self.launch(&runner.name).await?;
         if launched {
@@ -242,39 +253,16 @@ impl KubernetesExecutor {
             }
         })
     }
-
-    async fn relay(
-        self,
-        runner: Arc<Runner>,
-        request: InvokeRequest,
-        worker: Result<mpsc::Receiver<Frame>, SandboxError>,
-        tx: mpsc::Sender<Frame>,
-    ) {
-        let control = PodRunner {
-            executor: &self,
-            runner: &runner,
-        };
-        relay_call(
-            &control,
-            &request,
-            worker,
-            &tx,
-            self.inner.settings.kill_grace,
-        )
-        .await;
-        runner.inflight.fetch_sub(1, Ordering::SeqCst);
-        self.touch(&runner).await;
-    }
 }
 
 /// One runner pod as the shared relay sees it.
-struct PodRunner<'a> {
-    executor: &'a KubernetesExecutor,
-    runner: &'a Runner,
+struct PodRunner {
+    executor: KubernetesExecutor,
+    runner: Arc<Runner>,
 }
 
 #[async_trait]
-impl RunnerControl for PodRunner<'_> {
+impl RunnerControl for PodRunner {
     fn runner_name(&self) -> &str {
         &self.runner.name
     }
@@ -290,14 +278,7 @@ impl RunnerControl for PodRunner<'_> {
             )
             .await
         {
-            Ok(stream) => stream.first_line().await.map(|_| ()).or_else(|err| {
-                // `--stop` prints nothing; only a failed exit is an error.
-                if err.to_string().contains("Failure") {
-                    Err(err)
-                } else {
-                    Ok(())
-                }
-            }),
+            Ok(stream) => stream.output().await,
             Err(err) => Err(err),
         };
         if let Err(err) = stopped {
@@ -325,6 +306,11 @@ impl RunnerControl for PodRunner<'_> {
             "one-shot runner ended without a result: {}",
             stream.stderr().trim()
         )))
+    }
+
+    async fn call_finished(&self) {
+        self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.executor.touch(&self.runner).await;
     }
 }
 
@@ -356,9 +342,12 @@ impl Executor for KubernetesExecutor {
         };
         self.touch(&runner).await;
         let worker = connection.invoke(&request).await;
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(self.clone().relay(runner, request, worker, tx));
-        Ok(rx)
+        let kill_grace = self.inner.settings.kill_grace;
+        let control = PodRunner {
+            executor: self.clone(),
+            runner,
+        };
+        Ok(spawn_relay(control, request, worker, kill_grace))
     }
 
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {

@@ -3,7 +3,7 @@
 //! (account, tool) reservation key. The [`Executor`] trait is what callers
 //! use; [`LocalExecutor`] runs workers as local child processes (the default).
 //! Backends share the worker protocol ([`WorkerConnection`]) and the call
-//! relay ([`relay_call`]); the Kubernetes backend lives in its own crate.
+//! relay ([`spawn_relay`]); the Kubernetes backend lives in its own crate.
 
 mod assets;
 mod client;
@@ -20,5 +20,5 @@ pub use error::SandboxError;
 pub use executor::{Executor, FrameStream, RunnerInfo};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};
 pub use protocol::{BundleRef, Frame, InvokeRequest};
-pub use relay::{forward_frames, relay_call, RunnerControl};
+pub use relay::{forward_frames, spawn_relay, RunnerControl};
 pub use reservation::ReservationKey;

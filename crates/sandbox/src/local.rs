@@ -25,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use crate::relay::{forward_frames, relay_call, RunnerControl};
+use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::{
     Executor, Frame, FrameStream, InvokeRequest, ReservationKey, RunnerInfo, SandboxError,
     WorkerAssets, WorkerClient,
@@ -335,40 +335,16 @@ impl LocalExecutor {
         *process = Some(self.start(runner).await?);
         Ok(true)
     }
-
-    /// Relays one call's frames (see [`relay_call`]) and marks the runner idle.
-    async fn relay(
-        self,
-        runner: Arc<Runner>,
-        request: InvokeRequest,
-        worker: Result<mpsc::Receiver<Frame>, SandboxError>,
-        tx: mpsc::Sender<Frame>,
-    ) {
-        let control = LocalRunner {
-            executor: &self,
-            runner: &runner,
-        };
-        relay_call(
-            &control,
-            &request,
-            worker,
-            &tx,
-            self.inner.settings.kill_grace,
-        )
-        .await;
-        runner.inflight.fetch_sub(1, Ordering::SeqCst);
-        runner.touch();
-    }
 }
 
 /// One local runner as the shared relay sees it.
-struct LocalRunner<'a> {
-    executor: &'a LocalExecutor,
-    runner: &'a Runner,
+struct LocalRunner {
+    executor: LocalExecutor,
+    runner: Arc<Runner>,
 }
 
 #[async_trait]
-impl RunnerControl for LocalRunner<'_> {
+impl RunnerControl for LocalRunner {
     fn runner_name(&self) -> &str {
         &self.runner.name
     }
@@ -382,7 +358,7 @@ impl RunnerControl for LocalRunner<'_> {
         request: &InvokeRequest,
         tx: &mpsc::Sender<Frame>,
     ) -> Result<(), SandboxError> {
-        let runner = self.runner;
+        let runner = &self.runner;
         self.executor.prepare_dirs(runner)?;
         let mut child = self
             .executor
@@ -411,6 +387,11 @@ impl RunnerControl for LocalRunner<'_> {
             "one-shot runner exited ({status}) without a result"
         )))
     }
+
+    async fn call_finished(&self) {
+        self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.runner.touch();
+    }
 }
 
 #[async_trait]
@@ -438,9 +419,12 @@ impl Executor for LocalExecutor {
             return Err(err);
         }
         let worker = WorkerClient::new(runner.socket()).invoke(&request).await;
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(self.clone().relay(runner, request, worker, tx));
-        Ok(rx)
+        let kill_grace = self.inner.settings.kill_grace;
+        let control = LocalRunner {
+            executor: self.clone(),
+            runner,
+        };
+        Ok(spawn_relay(control, request, worker, kill_grace))
     }
 
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {

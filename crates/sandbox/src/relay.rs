@@ -4,7 +4,8 @@
 //! instead. If no terminal frame arrives by the deadline plus the kill grace,
 //! the worker is hung: it is killed and the next call starts a fresh one. A
 //! worker that broke off mid-call is killed too, and the call ends in a
-//! `RunnerCrashed` error frame.
+//! `RunnerCrashed` error frame. Whatever the outcome, the runner hears that
+//! the call is over ([`RunnerControl::call_finished`]).
 
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::{Frame, InvokeRequest, SandboxError};
 
 /// What the relay needs of a backend's runner.
 #[async_trait]
-pub trait RunnerControl: Send + Sync {
+pub trait RunnerControl: Send + Sync + 'static {
     /// The runner's name, for logs.
     fn runner_name(&self) -> &str;
 
@@ -31,6 +32,26 @@ pub trait RunnerControl: Send + Sync {
         request: &InvokeRequest,
         tx: &mpsc::Sender<Frame>,
     ) -> Result<(), SandboxError>;
+
+    /// The call has ended (its terminal frame is sent): the runner's
+    /// in-flight count and idle clock are updated here.
+    async fn call_finished(&self);
+}
+
+/// Relays one call's frames from `worker`, with the fallbacks above, in a
+/// task of its own; returns the frames the caller receives.
+pub fn spawn_relay(
+    runner: impl RunnerControl,
+    request: InvokeRequest,
+    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    kill_grace: Duration,
+) -> mpsc::Receiver<Frame> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        relay_call(&runner, &request, worker, &tx, kill_grace).await;
+        runner.call_finished().await;
+    });
+    rx
 }
 
 /// How relaying a worker's frames ended.
@@ -49,7 +70,7 @@ fn deadline_frame(request: &InvokeRequest) -> Frame {
 }
 
 /// Relays one call's frames from `worker` to `tx`, with the fallbacks above.
-pub async fn relay_call(
+async fn relay_call(
     runner: &dyn RunnerControl,
     request: &InvokeRequest,
     worker: Result<mpsc::Receiver<Frame>, SandboxError>,

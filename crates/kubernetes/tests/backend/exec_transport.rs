@@ -166,10 +166,21 @@ async fn the_first_call_starts_pod_and_worker_and_later_calls_reuse_both() {
     assert!(!second.started);
 
     let before = cluster.execs(&key);
+    let requests_before = cluster.fake.requests().len();
     let answer = cluster.call(&key, request(bundle(ECHO), json!(1))).await;
     assert_eq!(answer, final_of(json!({"echo": 1})));
-    // A warm call is one exec: health check and invoke share the bridge.
+    // A warm call is one exec and no other API request: health check and
+    // invoke share the bridge, and a missing pod would fail the exec.
     assert_eq!(cluster.execs(&key) - before, 1);
+    let made: Vec<String> = cluster.fake.requests()[requests_before..]
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(
+        made[0].contains(&format!("/pods/{}/exec?", key.runner_name())),
+        "{made:?}"
+    );
     assert_eq!(cluster.pod_uid(&key), Some(uid));
 }
 
