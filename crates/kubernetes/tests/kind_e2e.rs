@@ -20,7 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, ListParams};
 use serde_json::{json, Value};
-use toolserver_testsupport::http::hs256_token;
+use toolserver_testsupport::http::{hs256_token, request_json};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const RUNNER_NAMESPACE: &str = "toolserver-runners";
@@ -90,18 +90,9 @@ impl Cluster {
         account: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(hs256_token(&self.secret, account));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("the server answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("a body");
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, body)
+        let url = format!("{}{path}", self.base);
+        let token = hs256_token(&self.secret, account);
+        request_json(&self.http, method, &url, &token, body).await
     }
 
     /// Uploads `source` as tool `name` of `account`; the tool as stored.

@@ -40,6 +40,26 @@ pub fn hs256_token(secret: &str, account: &str) -> String {
     .expect("an HS256 token")
 }
 
+/// Sends `method` to `url` with `token` and an optional JSON `body`; returns
+/// the status and the answer (JSON, or the text as a JSON string).
+pub async fn request_json(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = client.request(method, url).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("a body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
 /// POSTs `body` with `token` and returns the JSON answer; panics unless 2xx.
 pub async fn post_json(client: &reqwest::Client, url: &str, token: &str, body: Value) -> Value {
     let response = client

@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_harness::HarnessSettings;
 use toolserver_sandbox::{Executor, LocalExecutor, ReservationKey, WorkerClient};
+use toolserver_testsupport::http::request_json;
 use toolserver_testsupport::ScriptedModel;
 
 use crate::support::*;
@@ -152,17 +153,8 @@ impl LiveApp {
         account: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut request = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(token(account));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        let url = format!("{}{path}", self.base);
+        request_json(&self.client, method, &url, &token(account), body).await
     }
 
     /// Uploads a tool with `source` as its bundle and an input schema.
