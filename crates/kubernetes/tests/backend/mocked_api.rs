@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use toolserver_domain::{AccountId, ToolId};
 use toolserver_kubernetes::manifests::{self, runner_network_policy, runner_pod};
-use toolserver_kubernetes::pods::{classify, PodState, RunnerPods};
+use toolserver_kubernetes::pods::{classify, EnsuredPod, PodState, RunnerPods};
 use toolserver_kubernetes::{CacheVolume, KubernetesExecutor, KubernetesSettings};
-use toolserver_sandbox::ReservationKey;
+use toolserver_sandbox::{ReservationKey, SandboxError};
 
 use crate::mock::mocked;
 
@@ -39,6 +39,15 @@ fn served_pod(key: &ReservationKey, uid: &str, phase: &str, ready: bool) -> Valu
         "containerStatuses": [{"name": "runner", "ready": ready, "restartCount": 0, "image": "i", "imageID": ""}],
     });
     pod
+}
+
+/// Runs `ensure` in a task, so the test can answer its requests.
+fn spawn_ensure(
+    pods: &RunnerPods,
+    key: &ReservationKey,
+) -> tokio::task::JoinHandle<Result<EnsuredPod, SandboxError>> {
+    let (pods, key) = (pods.clone(), key.clone());
+    tokio::spawn(async move { pods.ensure(&key).await })
 }
 
 fn pod_path(key: &ReservationKey) -> String {
@@ -225,10 +234,7 @@ async fn an_absent_runner_gets_its_claim_and_pod_then_waits_until_ready() {
     let (client, mut api) = mocked();
     let key = key("acct_1");
     let pods = RunnerPods::new(client, settings());
-    let ensure = tokio::spawn({
-        let key = key.clone();
-        async move { pods.ensure(&key).await }
-    });
+    let ensure = spawn_ensure(&pods, &key);
     api.expect("GET", &pod_path(&key))
         .await
         .fail(404, "NotFound");
@@ -275,10 +281,7 @@ async fn a_ready_runner_is_reused_with_a_single_read() {
     let (client, mut api) = mocked();
     let key = key("acct_1");
     let pods = RunnerPods::new(client, settings());
-    let ensure = tokio::spawn({
-        let key = key.clone();
-        async move { pods.ensure(&key).await }
-    });
+    let ensure = spawn_ensure(&pods, &key);
     api.expect("GET", &pod_path(&key))
         .await
         .reply(200, served_pod(&key, "uid-1", "Running", true));
@@ -291,10 +294,7 @@ async fn an_ended_pod_is_deleted_by_uid_and_resumed_on_the_kept_claim() {
     let (client, mut api) = mocked();
     let key = key("acct_1");
     let pods = RunnerPods::new(client, settings());
-    let ensure = tokio::spawn({
-        let key = key.clone();
-        async move { pods.ensure(&key).await }
-    });
+    let ensure = spawn_ensure(&pods, &key);
     api.expect("GET", &pod_path(&key))
         .await
         .reply(200, served_pod(&key, "old", "Failed", false));
@@ -325,20 +325,14 @@ async fn a_pod_of_another_key_or_with_a_bad_image_is_refused() {
     let (client, mut api) = mocked();
     let key = key("acct_1");
     let pods = RunnerPods::new(client, settings());
-    let ensure = tokio::spawn({
-        let (key, pods) = (key.clone(), pods.clone());
-        async move { pods.ensure(&key).await }
-    });
+    let ensure = spawn_ensure(&pods, &key);
     api.expect("GET", &pod_path(&key))
         .await
         .reply(200, served_pod(&self::key("other"), "u", "Running", true));
     let err = ensure.await.unwrap().unwrap_err().to_string();
     assert!(err.contains("belongs to another runner"), "{err}");
 
-    let ensure = tokio::spawn({
-        let key = key.clone();
-        async move { pods.ensure(&key).await }
-    });
+    let ensure = spawn_ensure(&pods, &key);
     let mut pulling = served_pod(&key, "u", "Pending", false);
     pulling["status"]["containerStatuses"][0]["state"] =
         json!({"waiting": {"reason": "ErrImagePull", "message": "not found"}});
