@@ -4,8 +4,9 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/toolserver/target
 export S3S_FS_BIN ?= $(HOME)/.cache/toolserver/bin/s3s-fs
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TRIALS ?= 200
 
-.PHONY: run build test test-deps lint test-rust test-worker bench openapi clean kind-test
+.PHONY: run build test test-deps lint test-rust test-worker bench chaos openapi clean kind-test
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
 run:
@@ -31,11 +32,21 @@ test-worker:
 	cd crates/sandbox/worker && node --test test/
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
-## turns, and the Kubernetes exec transport vs local sockets.
+## job claims against history, turns, and the Kubernetes exec transport vs local sockets.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
+	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-store --bench claim
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench turns
 	cargo bench -p toolserver-kubernetes --bench exec
+
+## Crash trials of detached turns on the release binary: two servers on one
+## scratch database, a random one SIGKILLed and restarted per trial. Prints
+## `trials=N lost=L duplicated=D stuck=S leaked=K`; fails on any non-zero count.
+## TRIALS=1000 for a long run; CHAOS_FLAGS adds options (e.g. --seed 7).
+chaos: test-deps
+	cargo build --release -p toolserver -p toolserver-chaos
+	DATABASE_URL=$(TEST_DATABASE_URL) $(CARGO_TARGET_DIR)/release/toolserver-chaos \
+		--binary $(CARGO_TARGET_DIR)/release/toolserver --trials $(TRIALS) $(CHAOS_FLAGS)
 
 ## The Kubernetes end-to-end suite on a local kind cluster (needs docker, kind,
 ## kubectl; skipped with a message when one is missing). KIND_KEEP=1 keeps the cluster.

@@ -9,6 +9,7 @@ use axum::Json;
 use serde::Serialize;
 use toolserver_bundles::BundleError;
 use toolserver_domain::ValidationError;
+use toolserver_harness::lifecycle::{LeaseError, LifecycleError};
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
 
@@ -180,6 +181,33 @@ impl From<BundleError> for ApiError {
             BundleError::Expired => Self::Gone("download link expired".into()),
             BundleError::BadSignature => Self::NotFound("bundle"),
             BundleError::S3(cause) => Self::Unavailable(cause),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(err: LeaseError) -> Self {
+        match err {
+            LeaseError::Busy => Self::Conflict {
+                code: "conversation_busy",
+                message: err.to_string(),
+            },
+            LeaseError::OtherAgent => Self::Conflict {
+                code: "conversation_of_other_agent",
+                message: err.to_string(),
+            },
+            LeaseError::Malformed(_) => Self::Internal(err.to_string()),
+            LeaseError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<LifecycleError> for ApiError {
+    fn from(err: LifecycleError) -> Self {
+        match err {
+            LifecycleError::Store(store) => store.into(),
+            LifecycleError::Lease(lease) => lease.into(),
             other => Self::Internal(other.to_string()),
         }
     }

@@ -3,7 +3,6 @@
 //! same route definitions.
 
 pub mod auth;
-pub mod detached;
 pub mod error;
 pub mod extract;
 pub mod layers;

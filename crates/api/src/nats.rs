@@ -6,9 +6,12 @@
 //! at once, and the final `{"statusId", "status", "messages" | "error"}`
 //! when the detached turn settles, from whichever process settles it.
 
+use async_trait::async_trait;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_harness::lifecycle::TurnListener;
 use toolserver_store::async_turns;
 use uuid::Uuid;
 
@@ -58,27 +61,40 @@ async fn start(state: &AppState, payload: &[u8], reply: &str) -> Result<Uuid, Ap
         })?;
     let account = state.auth().authenticate(&request.token).await?;
     let turn = start_turn(state, &account, &request.agent_id, request.request).await?;
-    launch(state.clone(), account, turn, Some(reply)).await
+    launch(state, account, turn, Some(reply)).await
 }
 
-/// Publishes a settled turn's result to its requester, if it came over NATS.
-pub async fn publish_final(state: &AppState, turn_id: Uuid) {
-    let Some(client) = state.nats() else { return };
-    let pool = state.pool();
-    let Ok(Some(subject)) = async_turns::reply_subject(pool, turn_id).await else {
-        return;
-    };
-    let Ok((_, record)) = async_turns::get_any(pool, turn_id).await else {
-        return;
-    };
-    let mut result = json!({"statusId": turn_id, "status": record.status});
-    if let Some(messages) = record.messages {
-        result["messages"] = messages;
+/// Tells NATS requesters how their turns ended, whichever process settles them.
+pub struct NatsReplies {
+    client: async_nats::Client,
+    pool: PgPool,
+}
+
+impl NatsReplies {
+    /// Replies through `client`, reading turns from `pool`.
+    pub fn new(client: async_nats::Client, pool: PgPool) -> Self {
+        Self { client, pool }
     }
-    if let Some(error) = record.error {
-        result["error"] = json!(error);
+}
+
+#[async_trait]
+impl TurnListener for NatsReplies {
+    async fn turn_settled(&self, turn_id: Uuid) {
+        let Ok(Some(subject)) = async_turns::reply_subject(&self.pool, turn_id).await else {
+            return;
+        };
+        let Ok((_, record)) = async_turns::get_any(&self.pool, turn_id).await else {
+            return;
+        };
+        let mut result = json!({"statusId": turn_id, "status": record.status.as_str()});
+        if let Some(messages) = record.messages {
+            result["messages"] = messages;
+        }
+        if let Some(error) = record.error {
+            result["error"] = json!(error);
+        }
+        publish(&self.client, subject, &result).await;
     }
-    publish(client, subject, &result).await;
 }
 
 async fn publish(client: &async_nats::Client, subject: String, body: &Value) {

@@ -8,9 +8,11 @@ use toolserver_bundles::BundleStore;
 use toolserver_domain::ToolLimits;
 use toolserver_sandbox::Executor;
 
+use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
 use toolserver_harness::Harness;
 
 use crate::auth::Authenticator;
+use crate::nats::NatsReplies;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
 #[derive(Debug, Clone)]
@@ -64,8 +66,8 @@ struct Inner {
     executor: Arc<dyn Executor>,
     auth: Authenticator,
     settings: ApiSettings,
-    harness: Harness,
-    nats: Option<async_nats::Client>,
+    harness: Arc<Harness>,
+    lifecycle: Lifecycle,
 }
 
 impl AppState {
@@ -79,6 +81,12 @@ impl AppState {
         harness: Harness,
         nats: Option<async_nats::Client>,
     ) -> Self {
+        let harness = Arc::new(harness);
+        let listener: Arc<dyn TurnListener> = match &nats {
+            Some(client) => Arc::new(NatsReplies::new(client.clone(), pool.clone())),
+            None => Arc::new(NoListener),
+        };
+        let lifecycle = Lifecycle::new(pool.clone(), harness.clone(), executor.clone(), listener);
         Self(Arc::new(Inner {
             pool,
             bundles,
@@ -86,18 +94,18 @@ impl AppState {
             auth,
             settings,
             harness,
-            nats,
+            lifecycle,
         }))
-    }
-
-    /// The NATS connection, when turns are also taken over NATS.
-    pub fn nats(&self) -> Option<&async_nats::Client> {
-        self.0.nats.as_ref()
     }
 
     /// The agent harness.
     pub fn harness(&self) -> &Harness {
         &self.0.harness
+    }
+
+    /// The detached-turn lifecycle.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.0.lifecycle
     }
 
     /// The database pool.

@@ -4,6 +4,7 @@
 pub mod account;
 pub mod agent;
 pub mod digest;
+pub mod lifecycle;
 mod prefixed_id;
 pub mod tool;
 pub mod validation;
@@ -13,5 +14,6 @@ pub use agent::{
     AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, Secrets, ToolKey, ToolSetting,
 };
 pub use digest::Sha256Digest;
+pub use lifecycle::{CallStatus, TurnStatus};
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::ValidationError;

@@ -8,6 +8,7 @@ use serde_json::Value;
 use toolserver_domain::{AccountId, AgentConfig, AgentId, AgentLimits, Secrets, ValidationError};
 use url::Url;
 
+use crate::lifecycle::LifecycleSettings;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::ModelProvider;
 use crate::sealing::{SealError, SecretBox};
@@ -40,6 +41,8 @@ pub struct HarnessSettings {
     pub public_url: Url,
     /// How long a detached call may stay pending before it expires.
     pub async_result_ttl: Duration,
+    /// Knobs of the detached lifecycle.
+    pub lifecycle: LifecycleSettings,
 }
 
 impl Default for HarnessSettings {
@@ -58,6 +61,7 @@ impl Default for HarnessSettings {
             keep_alive: Duration::from_secs(15),
             public_url: Url::parse("http://127.0.0.1:8080/").expect("a constant URL"),
             async_result_ttl: Duration::from_secs(3600),
+            lifecycle: LifecycleSettings::default(),
         }
     }
 }

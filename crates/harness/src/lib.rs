@@ -4,6 +4,7 @@
 
 pub mod conversation;
 pub mod engine;
+pub mod lifecycle;
 pub mod outbound;
 pub mod provider;
 pub mod runner_call;

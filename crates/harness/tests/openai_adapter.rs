@@ -30,6 +30,7 @@ fn ask(model_id: &str) -> ModelRequest {
         tools: Vec::new(),
         provider_tools: Vec::new(),
         options: Map::new(),
+        idempotency_key: None,
     }
 }
 
@@ -208,6 +209,7 @@ async fn the_request_body_maps_messages_tools_and_options() {
         }],
         provider_tools: Vec::new(),
         options: options.as_object().unwrap().clone(),
+        idempotency_key: None,
     };
     run(&provider(&model, true), request).await;
 

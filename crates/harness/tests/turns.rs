@@ -123,6 +123,7 @@ async fn turn(
         arrivals: Vec::new(),
         history,
         assistant: UiMessage::assistant("m".into()),
+        request_key: None,
     };
     let (sender, mut receiver) = mpsc::channel(256);
     let collector = tokio::spawn(async move {

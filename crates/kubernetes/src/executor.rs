@@ -6,7 +6,10 @@
 //! (one-shot fallback by exec, kill on a missed deadline). A pod that vanished
 //! under a call (deleted by another server at idle) is looked up again once.
 //! The idle clock lives on the pod (an annotation), so every server sees it;
-//! a touch is written at most every quarter of the idle timeout.
+//! a touch is written at most every quarter of the idle timeout, at a call's
+//! start and end and every quarter idle timeout while it runs. The reaper
+//! asks an idle pod's worker before deleting it: a worker still running
+//! calls (detached ones outlive their request) keeps its pod, marked used.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -214,8 +217,32 @@ impl KubernetesExecutor {
         }
     }
 
+    /// Whether the worker in pod `pod` reports calls in flight. A worker
+    /// that cannot be reached or does not answer in time is not busy.
+    async fn worker_busy(&self, pod: &str) -> bool {
+        let asked = tokio::time::timeout(HEALTH_TIMEOUT, async {
+            self.bridge(pod).await?.inflight().await
+        })
+        .await;
+        matches!(asked, Ok(Ok(count)) if count > 0)
+    }
+
+    /// Keeps marking `runner`'s pod used, every quarter idle timeout, until
+    /// the returned guard is dropped.
+    fn keep_touched(&self, runner: &Arc<Runner>) -> KeepTouched {
+        let every = (self.inner.settings.idle_timeout / 4).max(Duration::from_millis(10));
+        let (executor, runner) = (self.clone(), runner.clone());
+        KeepTouched(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                executor.touch(&runner).await;
+            }
+        }))
+    }
+
     /// Deletes runner pods idle past the idle timeout (none with calls in
-    /// flight here); their cache claims stay for the next start.
+    /// flight here, none whose worker still runs calls); their cache claims
+    /// stay for the next start.
     pub async fn reap_idle(&self) -> Result<Vec<String>, SandboxError> {
         let busy: Vec<String> = match self.inner.runners.lock() {
             Ok(map) => map
@@ -225,7 +252,11 @@ impl KubernetesExecutor {
                 .collect(),
             Err(_) => return Ok(Vec::new()),
         };
-        let reaped = self.inner.pods.reap_idle(&busy).await?;
+        let reaped = self
+            .inner
+            .pods
+            .reap_idle(&busy, |pod| async move { self.worker_busy(&pod).await })
+            .await?;
         if let Ok(map) = self.inner.runners.lock() {
             for name in &reaped {
                 if let Some(runner) = map.get(name) {
@@ -255,10 +286,24 @@ impl KubernetesExecutor {
     }
 }
 
-/// One runner pod as the shared relay sees it.
+/// How long the reaper waits for a worker's `/health`.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Marks a runner's pod used periodically while alive; see
+/// [`KubernetesExecutor::keep_touched`].
+struct KeepTouched(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepTouched {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One runner pod as the shared relay sees it, for one call.
 struct PodRunner {
     executor: KubernetesExecutor,
     runner: Arc<Runner>,
+    _touching: KeepTouched,
 }
 
 #[async_trait]
@@ -308,6 +353,21 @@ impl RunnerControl for PodRunner {
         )))
     }
 
+    async fn knows_call(&self, call_id: &str) -> bool {
+        match self.executor.bridge(&self.runner.name).await {
+            Ok(mut connection) => connection.logs(call_id).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    async fn relaunch(
+        &self,
+        request: &InvokeRequest,
+    ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
+        let (connection, _) = self.executor.connect_retrying(&self.runner).await?;
+        connection.invoke(request).await
+    }
+
     async fn call_finished(&self) {
         self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
         self.executor.touch(&self.runner).await;
@@ -345,6 +405,7 @@ impl Executor for KubernetesExecutor {
         let kill_grace = self.inner.settings.kill_grace;
         let control = PodRunner {
             executor: self.clone(),
+            _touching: self.keep_touched(&runner),
             runner,
         };
         Ok(spawn_relay(control, request, worker, kill_grace))

@@ -5,6 +5,7 @@
 //! belongs to another key is refused. Scale to zero deletes idle pods; the
 //! next call's `ensure` resumes the runner as a new pod on the same claim.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -258,10 +259,20 @@ impl RunnerPods {
     }
 
     /// Deletes every runner pod whose last call is older than the idle
-    /// timeout, except those named in `busy`. The delete is conditional on
-    /// the pod's resource version, so a pod touched meanwhile (by another
-    /// server) survives. Returns the names deleted.
-    pub async fn reap_idle(&self, busy: &[String]) -> Result<Vec<String>, SandboxError> {
+    /// timeout, except those named in `busy` and those whose worker still
+    /// runs calls (`worker_busy(name)`: detached calls outlive the request
+    /// that launched them), which are marked used now instead. The delete is
+    /// conditional on the pod's resource version, so a pod touched meanwhile
+    /// (by another server) survives. Returns the names deleted.
+    pub async fn reap_idle<F, Fut>(
+        &self,
+        busy: &[String],
+        worker_busy: F,
+    ) -> Result<Vec<String>, SandboxError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = bool>,
+    {
         let selector = format!(
             "{}={},{}={}",
             RUNNER_LABEL.0, RUNNER_LABEL.1, MANAGED_LABEL.0, MANAGED_LABEL.1
@@ -288,6 +299,13 @@ impl RunnerPods {
                 .and_then(|at| OffsetDateTime::parse(at, &Rfc3339).ok());
             let idle = last_used.is_none_or(|at| now - at >= self.settings.idle_timeout);
             if !idle {
+                continue;
+            }
+            if worker_busy(name.clone()).await {
+                tracing::debug!(runner = %name, "idle runner pod still runs calls; kept");
+                if let Err(err) = self.touch(&name).await {
+                    tracing::warn!(runner = %name, error = %err, "could not mark a busy runner used");
+                }
                 continue;
             }
             let preconditions = Preconditions {

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-const FILES: [(&str, &str); 6] = [
+const FILES: [(&str, &str); 7] = [
     ("runtime.mjs", include_str!("../worker/runtime.mjs")),
+    ("callbacks.mjs", include_str!("../worker/callbacks.mjs")),
     ("worker.mjs", include_str!("../worker/worker.mjs")),
     ("oneshot.mjs", include_str!("../worker/oneshot.mjs")),
     ("launch.mjs", include_str!("../worker/launch.mjs")),

@@ -89,6 +89,15 @@ impl WorkerConnection {
         self.json(Method::GET, "/health", Bytes::new()).await
     }
 
+    /// `GET /health`'s in-flight count: the calls the worker runs, detached
+    /// ones included until their outcome is delivered.
+    pub async fn inflight(&mut self) -> Result<u64, SandboxError> {
+        let health = self.health().await?;
+        health["inflight"].as_u64().ok_or_else(|| {
+            SandboxError::Protocol(format!("/health answered no inflight count: {health}"))
+        })
+    }
+
     /// `POST /cancel`: whether the call was running.
     pub async fn cancel(&mut self, call_id: &str) -> Result<bool, SandboxError> {
         let body = serde_json::to_vec(&serde_json::json!({ "callId": call_id }))
@@ -166,6 +175,11 @@ impl WorkerClient {
     /// `GET /health`: the worker's counters.
     pub async fn health(&self) -> Result<Value, SandboxError> {
         self.connect().await?.health().await
+    }
+
+    /// `GET /health`'s in-flight count; see [`WorkerConnection::inflight`].
+    pub async fn inflight(&self) -> Result<u64, SandboxError> {
+        self.connect().await?.inflight().await
     }
 
     /// `POST /cancel`: whether the call was running.

@@ -5,7 +5,12 @@
 //! Sequence of a call: `ensure` (start the worker if it is not running, then
 //! health-check it) → `POST /invoke` on its socket → the shared relay
 //! (`relay.rs`: one-shot fallback, kill on a missed deadline). Workers idle
-//! longer than `idle_timeout` are stopped; their on-disk cache stays.
+//! longer than `idle_timeout` are stopped, unless the worker itself still
+//! runs calls (detached ones outlive the request that launched them); their
+//! on-disk cache stays.
+//!
+//! A worker never outlives the server: its stdin is a pipe the server holds
+//! (`--lifeline-stdin`), and under bubblewrap `--die-with-parent` kills it too.
 //!
 //! Isolation: the worker gets an empty environment except `PATH`, `HOME`,
 //! `TMPDIR`, `NODE_ENV` and its cache root; runs as `nobody` when the server
@@ -169,18 +174,36 @@ impl LocalExecutor {
         }
     }
 
-    /// Stops every worker idle for longer than the idle timeout.
+    /// Stops every worker idle for longer than the idle timeout. A worker
+    /// whose `/health` still counts calls in flight (detached calls run on
+    /// after their request ended) is kept and counts as used now.
     pub async fn reap_idle(&self) {
         let runners: Vec<Arc<Runner>> = match self.inner.runners.lock() {
             Ok(map) => map.values().cloned().collect(),
             Err(_) => return,
         };
+        let timeout = self.inner.settings.idle_timeout;
         for runner in runners {
-            let idle = runner.inflight.load(Ordering::SeqCst) == 0
-                && runner.idle_for() >= self.inner.settings.idle_timeout;
-            if idle && runner.process.lock().await.is_some() {
-                tracing::info!(runner = %runner.name, "stopping idle runner");
-                runner.kill().await;
+            let idle =
+                || runner.inflight.load(Ordering::SeqCst) == 0 && runner.idle_for() >= timeout;
+            if !idle() {
+                continue;
+            }
+            // Held until the kill: a call that starts meanwhile waits for it
+            // in `ensure_runner`, or had already raised the in-flight count.
+            let mut process = runner.process.lock().await;
+            if process.is_none() || !idle() {
+                continue;
+            }
+            if worker_busy(&runner.socket()).await {
+                tracing::debug!(runner = %runner.name, "idle runner still runs detached calls; kept");
+                runner.touch();
+                continue;
+            }
+            tracing::info!(runner = %runner.name, "stopping idle runner");
+            if let Some(mut child) = process.take() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
             }
         }
     }
@@ -289,9 +312,11 @@ impl LocalExecutor {
             .command(
                 runner,
                 &self.inner.assets.worker(),
-                &["--socket", &socket_arg],
+                &["--socket", &socket_arg, "--lifeline-stdin"],
             )
-            .stdin(Stdio::null())
+            // The lifeline: the `Child` keeps the write end, and when this
+            // process dies (even SIGKILLed) the worker reads its end and exits.
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -388,6 +413,23 @@ impl RunnerControl for LocalRunner {
         )))
     }
 
+    async fn knows_call(&self, call_id: &str) -> bool {
+        WorkerClient::new(self.runner.socket())
+            .logs(call_id)
+            .await
+            .is_ok()
+    }
+
+    async fn relaunch(
+        &self,
+        request: &InvokeRequest,
+    ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
+        self.executor.ensure_runner(&self.runner).await?;
+        WorkerClient::new(self.runner.socket())
+            .invoke(request)
+            .await
+    }
+
     async fn call_finished(&self) {
         self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
         self.runner.touch();
@@ -477,6 +519,16 @@ fn probe_bwrap(run_as: Option<(u32, u32)>) -> Option<PathBuf> {
         .status()
         .is_ok_and(|status| status.success());
     works.then_some(bwrap)
+}
+
+/// How long the reaper waits for a worker's `/health`.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the worker on `socket` reports calls in flight. A worker that
+/// does not answer in time is not busy (it is hung or gone).
+async fn worker_busy(socket: &Path) -> bool {
+    let asked = tokio::time::timeout(HEALTH_TIMEOUT, WorkerClient::new(socket).inflight()).await;
+    matches!(asked, Ok(Ok(count)) if count > 0)
 }
 
 fn forward_stderr(runner: &str, stderr: Option<tokio::process::ChildStderr>) {

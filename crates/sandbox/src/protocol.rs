@@ -42,6 +42,17 @@ pub struct InvokeRequest {
     pub async_meta: Option<Value>,
 }
 
+impl InvokeRequest {
+    /// Whether the call is detached: its async metadata names a completion
+    /// URL, so the worker answers one `launched` frame, runs the call in the
+    /// background and posts the outcome itself.
+    pub fn is_detached(&self) -> bool {
+        self.async_meta
+            .as_ref()
+            .is_some_and(|meta| meta.get("completeUrl").is_some())
+    }
+}
+
 /// One NDJSON line from a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]

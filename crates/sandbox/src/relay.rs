@@ -1,11 +1,17 @@
 //! The call relay every backend shares. Sequence: relay the worker's frames
 //! until a terminal one. If the worker yields no frame at all (it is gone, or
-//! crashed before answering), the call runs once in the one-shot runner
-//! instead. If no terminal frame arrives by the deadline plus the kill grace,
-//! the worker is hung: it is killed and the next call starts a fresh one. A
-//! worker that broke off mid-call is killed too, and the call ends in a
-//! `RunnerCrashed` error frame. Whatever the outcome, the runner hears that
-//! the call is over ([`RunnerControl::call_finished`]).
+//! crashed before answering), a plain call runs once in the one-shot runner
+//! instead. A detached call never does (the one-shot runner would run its
+//! body in the foreground and nobody would post its completion): unless the
+//! worker turns out to run it already (its `launched` frame was lost), the
+//! worker is replaced and the launch sent once more, and a second silence is
+//! a `LaunchFailed` error frame. Only a launch that produced no frame is ever
+//! sent again, so a detached body never runs twice. If no terminal frame
+//! arrives by the deadline plus the kill grace, the worker is hung: it is
+//! killed and the next call starts a fresh one. A worker that broke off
+//! mid-call is killed too, and the call ends in a `RunnerCrashed` error
+//! frame. Whatever the outcome, the runner hears that the call is over
+//! ([`RunnerControl::call_finished`]).
 
 use std::time::Duration;
 
@@ -33,10 +39,24 @@ pub trait RunnerControl: Send + Sync + 'static {
         tx: &mpsc::Sender<Frame>,
     ) -> Result<(), SandboxError>;
 
+    /// Whether the worker already knows the detached call `call_id` (it
+    /// keeps logs for it): asked before a silent launch is sent again.
+    async fn knows_call(&self, call_id: &str) -> bool;
+
+    /// Makes sure a worker runs (the previous one was killed) and sends it
+    /// `request`; the frames arrive on the returned channel.
+    async fn relaunch(
+        &self,
+        request: &InvokeRequest,
+    ) -> Result<mpsc::Receiver<Frame>, SandboxError>;
+
     /// The call has ended (its terminal frame is sent): the runner's
     /// in-flight count and idle clock are updated here.
     async fn call_finished(&self);
 }
+
+/// How long asking a worker about a call may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Relays one call's frames from `worker`, with the fallbacks above, in a
 /// task of its own; returns the frames the caller receives.
@@ -60,6 +80,8 @@ enum RelayEnd {
     Done,
     /// No terminal frame by the deadline plus grace.
     Deadline,
+    /// The worker answered the request with an HTTP error.
+    Refused(String),
     /// The stream could not be opened or broke off.
     Broken(String),
 }
@@ -77,9 +99,45 @@ async fn relay_call(
     tx: &mpsc::Sender<Frame>,
     kill_grace: Duration,
 ) {
+    let (end, relayed) = relay_frames(request, worker, tx, kill_grace).await;
+    let name = runner.runner_name();
+    let refused = matches!(end, RelayEnd::Refused(_));
+    match end {
+        RelayEnd::Done => {}
+        RelayEnd::Deadline => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, "worker missed the deadline; killing it");
+            runner.kill_worker().await;
+            let _ = tx.send(deadline_frame(request)).await;
+        }
+        RelayEnd::Refused(reason) | RelayEnd::Broken(reason)
+            if relayed == 0 && request.is_detached() =>
+        {
+            launch_again(runner, request, reason, refused, tx, kill_grace).await;
+        }
+        RelayEnd::Refused(reason) | RelayEnd::Broken(reason) if relayed == 0 => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames; using the one-shot runner");
+            runner.kill_worker().await;
+            run_oneshot(runner, request, tx, kill_grace).await;
+        }
+        RelayEnd::Refused(reason) | RelayEnd::Broken(reason) => {
+            runner.kill_worker().await;
+            let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
+        }
+    }
+}
+
+/// Relays frames from `worker` until a terminal one, under the call's
+/// deadline plus grace; also returns how many frames were relayed.
+async fn relay_frames(
+    request: &InvokeRequest,
+    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    tx: &mpsc::Sender<Frame>,
+    kill_grace: Duration,
+) -> (RelayEnd, usize) {
     let limit = Duration::from_millis(request.deadline_ms) + kill_grace;
     let mut relayed = 0usize;
     let end = match worker {
+        Err(SandboxError::Protocol(reason)) => RelayEnd::Refused(reason),
         Err(err) => RelayEnd::Broken(err.to_string()),
         Ok(mut frames) => tokio::time::timeout(limit, async {
             while let Some(frame) = frames.recv().await {
@@ -95,20 +153,61 @@ async fn relay_call(
         .await
         .unwrap_or(RelayEnd::Deadline),
     };
+    (end, relayed)
+}
+
+/// Whether the worker already runs the detached call (within [`PROBE_TIMEOUT`]).
+async fn already_launched(runner: &dyn RunnerControl, request: &InvokeRequest) -> bool {
+    tokio::time::timeout(PROBE_TIMEOUT, runner.knows_call(&request.call_id))
+        .await
+        .unwrap_or(false)
+}
+
+/// A detached call whose launch produced no frame: reported launched if the
+/// worker runs it after all; refused if the worker said no; otherwise sent
+/// once more to a fresh worker.
+async fn launch_again(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    reason: String,
+    refused: bool,
+    tx: &mpsc::Sender<Frame>,
+    kill_grace: Duration,
+) {
     let name = runner.runner_name();
-    match end {
-        RelayEnd::Done => {}
-        RelayEnd::Deadline => {
-            tracing::warn!(runner = %name, call.id = %request.call_id, "worker missed the deadline; killing it");
+    if already_launched(runner, request).await {
+        tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "the launched frame was lost; the worker runs the call");
+        let _ = tx.send(Frame::Launched).await;
+        return;
+    }
+    let failed = |reason: String| {
+        Frame::error(
+            "LaunchFailed",
+            format!("the detached call could not be launched: {reason}"),
+        )
+    };
+    if refused {
+        let _ = tx.send(failed(reason)).await;
+        return;
+    }
+    tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames for a detached call; launching it on a fresh worker");
+    runner.kill_worker().await;
+    let retry = runner.relaunch(request).await;
+    match relay_frames(request, retry, tx, kill_grace).await {
+        (RelayEnd::Done, _) => {}
+        (RelayEnd::Deadline, _) => {
             runner.kill_worker().await;
             let _ = tx.send(deadline_frame(request)).await;
         }
-        RelayEnd::Broken(reason) if relayed == 0 => {
-            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames; using the one-shot runner");
-            runner.kill_worker().await;
-            run_oneshot(runner, request, tx, kill_grace).await;
+        (RelayEnd::Refused(reason) | RelayEnd::Broken(reason), 0) => {
+            let frame = if already_launched(runner, request).await {
+                Frame::Launched
+            } else {
+                failed(reason)
+            };
+            let _ = tx.send(frame).await;
         }
-        RelayEnd::Broken(reason) => {
+        (RelayEnd::Refused(reason) | RelayEnd::Broken(reason), _) => {
             runner.kill_worker().await;
             let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
         }
@@ -157,3 +256,6 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

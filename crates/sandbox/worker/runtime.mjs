@@ -32,7 +32,8 @@ export class RequestError extends Error {
   }
 }
 
-function positiveIntFromEnv(name, fallback) {
+/** The positive integer in environment variable `name`, or `fallback` when unset; throws when malformed. */
+export function positiveIntFromEnv(name, fallback) {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
@@ -68,11 +69,16 @@ export function parseInvokeRequest(text) {
   }
   if (!isPositiveInt(maxOutputBytes)) throw new RequestError('maxOutputBytes must be a positive integer');
   if (body.async != null && !isObject(body.async)) throw new RequestError('async must be an object or null');
-  if (body.async?.completeUrl !== undefined) {
-    if (!isHttpUrl(body.async.completeUrl)) throw new RequestError('async.completeUrl must be an http(s) URL');
+  for (const field of ['completeUrl', 'heartbeatUrl']) {
+    if (body.async?.[field] === undefined) continue;
+    if (!isHttpUrl(body.async[field])) throw new RequestError(`async.${field} must be an http(s) URL`);
     if (!isNonEmptyString(body.async.completionToken)) {
-      throw new RequestError('async.completionToken must be a non-empty string with async.completeUrl');
+      throw new RequestError(`async.completionToken must be a non-empty string with async.${field}`);
     }
+  }
+  const livenessIntervalMs = body.async?.livenessIntervalMs;
+  if (livenessIntervalMs !== undefined && (!isPositiveInt(livenessIntervalMs) || livenessIntervalMs > MAX_DEADLINE_MS)) {
+    throw new RequestError(`async.livenessIntervalMs must be an integer between 1 and ${MAX_DEADLINE_MS}`);
   }
 
   if (!isObject(bundle)) throw new RequestError('bundle must be an object');
@@ -281,6 +287,7 @@ export class Call {
   #write;
   #drain;
   #receivedAt;
+  #asyncTool;
   #controller = new AbortController();
   #timer;
   #outputBytes = 0;
@@ -290,12 +297,17 @@ export class Call {
     this.#settle = resolve;
   });
 
-  /** `write(line)` receives each NDJSON line; `receivedAt` is a performance.now() timestamp. */
-  constructor(request, { write, drain = false, receivedAt = performance.now() }) {
+  /**
+   * `write(line)` receives each NDJSON line; `receivedAt` is a performance.now()
+   * timestamp; `asyncTool` holds members (e.g. `heartbeat`) added to
+   * `ctx.asyncTool`, which otherwise is a copy of the request's async metadata.
+   */
+  constructor(request, { write, drain = false, receivedAt = performance.now(), asyncTool = {} }) {
     this.#request = request;
     this.#write = write;
     this.#drain = drain;
     this.#receivedAt = receivedAt;
+    this.#asyncTool = asyncTool;
   }
 
   start(cache) {
@@ -335,7 +347,7 @@ export class Call {
         signal: this.#controller.signal,
         log: (...args) => logTo(this, 'info', args),
       };
-      if (this.#request.async !== null) ctx.asyncTool = this.#request.async;
+      if (this.#request.async !== null) ctx.asyncTool = { ...this.#request.async, ...this.#asyncTool };
 
       const result = await tool.execute(ctx, input);
       if (typeof result?.[Symbol.asyncIterator] !== 'function') {

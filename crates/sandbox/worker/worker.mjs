@@ -1,35 +1,43 @@
-// Resident worker: `node worker.mjs --socket <path>` serves HTTP/1.1 on a unix
-// socket and runs tool calls, streaming their frames as NDJSON.
+// Resident worker: `node worker.mjs --socket <path> [--lifeline-stdin]` serves
+// HTTP/1.1 on a unix socket and runs tool calls, streaming their frames as
+// NDJSON. With --lifeline-stdin, stdin is a pipe the parent (the server) holds
+// for as long as it lives: its end means the parent is gone, even SIGKILLed,
+// and the worker exits too.
 //
 //   POST /invoke  invoke request -> 200 NDJSON frames (400 bad body, 409 callId in flight);
 //                 with async.completeUrl: one {"t":"launched"} frame, then the call runs
-//                 in the background and its outcome is posted to completeUrl
+//                 in the background (pinging async.heartbeatUrl every async.livenessIntervalMs;
+//                 the tool may post progress with ctx.asyncTool.heartbeat) and its outcome
+//                 is posted to completeUrl (callbacks.mjs)
 //   POST /cancel  {"callId"}     -> {"cancelled":bool}
 //   GET  /logs?callId=<id>       -> {"logs":[...]} of a background call
-//   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}
+//   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}; inflight counts
+//                                   background calls until their outcome is delivered
 
 import { lstatSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { deliverCompletion, heartbeater, keepAlive } from './callbacks.mjs';
 import { BundleCache, Call, RequestError, captureConsole, parseInvokeRequest, resolveCacheRoot } from './runtime.mjs';
 
 // Inline bundles travel in the request body.
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
-const { values: args } = parseArgs({ options: { socket: { type: 'string' } } });
+const { values: args } = parseArgs({
+  options: { socket: { type: 'string' }, 'lifeline-stdin': { type: 'boolean', default: false } },
+});
 if (!args.socket) {
-  process.stderr.write('usage: node worker.mjs --socket <path>\n');
+  process.stderr.write('usage: node worker.mjs --socket <path> [--lifeline-stdin]\n');
   process.exit(2);
 }
 
 captureConsole();
 const cache = new BundleCache(resolveCacheRoot());
-const inflight = new Map(); // callId -> Call
+const inflight = new Map(); // callId -> Call (a background one until its outcome is delivered)
 const backgroundLogs = new Map(); // callId -> log frames of a background call (bounded)
 const MAX_BACKGROUND_LOGS = 1000; // calls whose logs are kept
 const MAX_LOG_LINES = 200; // lines kept per call
-const DELIVERY_ATTEMPTS = 6;
 
 function sendJson(res, status, body) {
   res.writeHead(status, { 'content-type': 'application/json' });
@@ -80,8 +88,9 @@ async function cancel(req, res) {
   sendJson(res, 200, { cancelled: inflight.get(body.callId)?.cancel() ?? false });
 }
 
-// A detached call: runs without a client, keeps its logs, and posts its
-// outcome to async.completeUrl with the call's job token.
+// A detached call: runs without a client, keeps its logs, proves the runner
+// alive while it runs, and posts its outcome to async.completeUrl with the
+// call's job token.
 function launch(request, receivedAt) {
   const logs = [];
   let terminal = null;
@@ -90,13 +99,17 @@ function launch(request, receivedAt) {
     if (frame.t !== 'log') terminal = frame;
     else if (logs.push({ level: frame.level, message: frame.message }) > MAX_LOG_LINES) logs.shift();
   };
-  const call = new Call(request, { write, drain: true, receivedAt });
+  const asyncTool = request.async.heartbeatUrl === undefined ? {} : { heartbeat: heartbeater(request.async) };
+  const call = new Call(request, { write, drain: true, receivedAt, asyncTool });
   inflight.set(request.callId, call);
   backgroundLogs.set(request.callId, logs);
   if (backgroundLogs.size > MAX_BACKGROUND_LOGS) backgroundLogs.delete(backgroundLogs.keys().next().value);
+  // Pings go on while the outcome is being delivered: the call is not over for the server yet.
+  const stopPinging = keepAlive(request.async);
   call.start(cache).then(async () => {
+    await deliverCompletion(request.async, completionOf(terminal));
+    stopPinging();
     inflight.delete(request.callId);
-    await deliver(request.async, completionOf(terminal));
   });
 }
 
@@ -104,28 +117,6 @@ function completionOf(frame) {
   if (frame?.t === 'final') return { status: 'completed', response: frame.value ?? null };
   if (frame?.t === 'error') return { status: 'failed', error: `${frame.name}: ${frame.message}` };
   return { status: 'failed', error: 'the call ended without a result' };
-}
-
-// Posts a completion; retries network errors, 429 and 5xx with backoff. Any
-// other answer is final (2xx accepted; 4xx: replayed, conflicting or refused).
-async function deliver({ completeUrl, completionToken }, completion) {
-  const body = JSON.stringify(completion);
-  for (let attempt = 0; attempt < DELIVERY_ATTEMPTS; attempt++) {
-    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** (attempt - 1)));
-    try {
-      const response = await fetch(completeUrl, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-job-token': completionToken },
-        body,
-        redirect: 'error',
-      });
-      await response.arrayBuffer();
-      if (response.status !== 429 && response.status < 500) return;
-    } catch {
-      // Unreachable for now; retried.
-    }
-  }
-  process.stderr.write(`worker: could not deliver the completion to ${completeUrl}\n`);
 }
 
 function logs(req, res) {
@@ -170,4 +161,14 @@ for (const signal of ['SIGTERM', 'SIGINT']) {
     rmSync(args.socket, { force: true });
     process.exit(0);
   });
+}
+
+// The socket stays: a successor may already listen on the same path, and a
+// stale socket is removed by the next worker anyway.
+if (args['lifeline-stdin']) {
+  const parentGone = () => {
+    process.stderr.write('worker: the parent process is gone; exiting\n');
+    process.exit(0);
+  };
+  process.stdin.on('end', parentGone).on('error', parentGone).resume();
 }

@@ -1,31 +1,36 @@
-//! Detached async tool calls (`async_tool_results`), the dispatch groups
-//! that gather the calls of one model pass, and the continuation outbox.
+//! Detached async tool calls (`async_tool_results`) and the dispatch groups
+//! that gather the calls of one model pass. States and moves:
+//! [`toolserver_domain::lifecycle`].
 //!
-//! Fan-in is decided in Postgres, never in memory: settling a row and
-//! sealing a group each lock the group row, and whichever transaction finds
-//! the group sealed with nothing remaining marks it continued (a conditional
-//! update only one transaction can win) and inserts its outbox row, in the
-//! same transaction. So a continuation is enqueued exactly once, whatever the
-//! order of the last settlement and the seal, and across crashes.
+//! Fan-in is decided in Postgres, never in memory. A pass's calls are
+//! recorded together with their group, which is born sealed (see
+//! [`register_pass`]); settling a row locks the group row, and whichever
+//! transaction finds the group sealed with nothing remaining marks it
+//! continued (a conditional update only one transaction can win) and inserts
+//! its `continue` job, in the same transaction. So a continuation is
+//! enqueued exactly once, under concurrent and duplicate settlements and
+//! across crashes. Groups left unsealed by earlier versions are sealed by
+//! the reaper ([`seal_orphaned_groups`]).
+//!
+//! A call leaves `pending` once: by its completion, by `async_status` stop,
+//! by its deadline (`expires_at`, which each tool heartbeat moves up to the
+//! hard cap `hard_expires_at`), or when its runner stops pinging before
+//! `alive_until` (the runner died, with its server or alone).
 
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::{FromRow, PgConnection, PgPool};
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, ToolId};
+use toolserver_domain::{AccountId, CallStatus, ToolId};
 use uuid::Uuid;
 
-use crate::{accounts, StoreError};
+use crate::text::storable;
+use crate::{accounts, jobs, StoreError};
 
-/// `Conflict` constraint name: the group is sealed; no more siblings.
-pub const GROUP_SEALED: &str = "dispatch_group_sealed";
-
-/// A call to register in a group.
+/// A call to register with its pass.
 #[derive(Debug, Clone)]
 pub struct NewAsyncResult {
-    /// The group of the model pass that made the call.
-    pub group_id: Uuid,
     /// The model's call id.
     pub tool_call_id: String,
     /// The uploaded tool, if the call is of one.
@@ -34,8 +39,15 @@ pub struct NewAsyncResult {
     pub tool_name: String,
     /// SHA-256 of the call's job token.
     pub token_sha256: [u8; 32],
-    /// How long the call may stay pending.
+    /// How long the call may stay pending at most (the hard cap).
     pub ttl: Duration,
+    /// When set, the call expires this long after its last tool heartbeat
+    /// (or its launch), before the hard cap.
+    pub heartbeat_timeout: Option<Duration>,
+    /// How long the runner may go without pinging before the call fails.
+    pub liveness_timeout: Duration,
+    /// The call's input.
+    pub input: Value,
 }
 
 /// How a call ended, as its completion reports it.
@@ -48,10 +60,11 @@ pub enum AsyncOutcome {
 }
 
 impl AsyncOutcome {
-    fn status(&self) -> &'static str {
+    /// The status this outcome settles a call in.
+    pub fn status(&self) -> CallStatus {
         match self {
-            Self::Completed(_) => "completed",
-            Self::Failed(_) => "failed",
+            Self::Completed(_) => CallStatus::Completed,
+            Self::Failed(_) => CallStatus::Failed,
         }
     }
 }
@@ -68,7 +81,7 @@ pub enum Settlement {
     /// The row was already settled with this same outcome; nothing changed.
     Replay,
     /// The row was already settled differently (status given); nothing changed.
-    Conflict(String),
+    Conflict(CallStatus),
     /// The row expired before the completion arrived; nothing changed.
     Expired,
 }
@@ -84,8 +97,8 @@ pub struct AsyncResultRecord {
     pub tool_call_id: String,
     /// Model-facing tool name.
     pub tool_name: String,
-    /// `pending`, `completed`, `failed`, `cancelled` or `expired`.
-    pub status: String,
+    /// Where the call stands.
+    pub status: CallStatus,
     /// The result, when completed.
     pub response: Option<Value>,
     /// The error, when failed.
@@ -96,89 +109,156 @@ pub struct AsyncResultRecord {
     pub settled_at: Option<OffsetDateTime>,
     /// When it expires if still pending.
     pub expires_at: OffsetDateTime,
+    /// The tool's last heartbeat, if any.
+    pub last_heartbeat_at: Option<OffsetDateTime>,
+    /// The progress its last heartbeat reported, if any.
+    pub progress: Option<Value>,
+    /// The call's input (absent on calls registered before it was kept).
+    pub input: Option<Value>,
 }
 
-/// Opens a group for the detached calls of one model pass of `parent`.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
-pub async fn create_group(
+const RECORD_COLUMNS: &str = "id, group_id, tool_call_id, tool_name, status, response, error, \
+     created_at, settled_at, expires_at, last_heartbeat_at, progress, input";
+
+/// What a heartbeat reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Beat {
+    /// The tool's own heartbeat, with optional progress (JSON text).
+    Tool(Option<String>),
+    /// The runner's automatic ping: it is alive and still running the call.
+    Liveness,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeartbeatAnswer {
+    /// The call is pending; it now expires at this time.
+    Pending(OffsetDateTime),
+    /// The call has settled already (the tool may stop).
+    Settled(CallStatus),
+    /// The call expired.
+    Expired,
+}
+
+/// Where a pass's calls are recorded: its turn and the job running it.
+#[derive(Debug, Clone, Copy)]
+pub struct PassOwner {
+    /// The detached turn.
+    pub turn_id: Uuid,
+    /// The job whose run made the pass.
+    pub job_id: Uuid,
+}
+
+/// Records every detached call of one model pass, before any is launched,
+/// in one transaction: a dispatch group born sealed (no call can join it
+/// later) and one row per call. So after a crash either the whole pass is
+/// recorded or none of it is. Returns the row ids, in the order given.
+#[tracing::instrument(skip(pool, calls), fields(account.id = %account, calls = calls.len()))]
+pub async fn register_pass(
     pool: &PgPool,
     account: &AccountId,
-    parent: &str,
-) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
+    owner: PassOwner,
+    calls: &[NewAsyncResult],
+) -> Result<Vec<Uuid>, StoreError> {
+    let group_id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
-    sqlx::query("INSERT INTO dispatch_groups (id, account_id, parent) VALUES ($1, $2, $3)")
-        .bind(id)
-        .bind(account.as_str())
-        .bind(parent)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(id)
-}
-
-/// Registers a call in its (unsealed) group; returns the row id.
-#[tracing::instrument(skip(pool, call), fields(account.id = %account), err)]
-pub async fn register(
-    pool: &PgPool,
-    account: &AccountId,
-    call: NewAsyncResult,
-) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
-    let mut tx = pool.begin().await?;
-    let open = sqlx::query(
-        "UPDATE dispatch_groups SET remaining = remaining + 1 \
-         WHERE id = $1 AND account_id = $2 AND sealed_at IS NULL",
-    )
-    .bind(call.group_id)
-    .bind(account.as_str())
-    .execute(&mut *tx)
-    .await?;
-    if open.rows_affected() == 0 {
-        return Err(StoreError::Conflict {
-            constraint: GROUP_SEALED.into(),
-        });
-    }
     sqlx::query(
-        "INSERT INTO async_tool_results \
-             (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))",
-    )
-    .bind(id)
-    .bind(account.as_str())
-    .bind(call.group_id)
-    .bind(&call.tool_call_id)
-    .bind(call.tool_id.map(|t| t.as_uuid()))
-    .bind(&call.tool_name)
-    .bind(call.token_sha256.as_slice())
-    .bind(call.ttl.as_secs_f64())
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(id)
-}
-
-/// Seals a group: every sibling is registered. Sealing again is a no-op that
-/// succeeds. Returns whether this call enqueued the continuation (when every
-/// sibling had already settled).
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
-pub async fn seal(pool: &PgPool, account: &AccountId, group_id: Uuid) -> Result<bool, StoreError> {
-    let mut tx = pool.begin().await?;
-    let found = sqlx::query(
-        "UPDATE dispatch_groups SET sealed_at = COALESCE(sealed_at, now()) \
-         WHERE id = $1 AND account_id = $2",
+        "INSERT INTO dispatch_groups \
+             (id, account_id, parent, turn_id, job_id, remaining, sealed_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, now())",
     )
     .bind(group_id)
     .bind(account.as_str())
+    .bind(owner.turn_id.to_string())
+    .bind(owner.turn_id)
+    .bind(owner.job_id)
+    .bind(i32::try_from(calls.len()).unwrap_or(i32::MAX))
     .execute(&mut *tx)
     .await?;
-    if found.rows_affected() == 0 {
-        return Err(StoreError::NotFound);
+    let mut ids = Vec::with_capacity(calls.len());
+    for call in calls {
+        let id = Uuid::now_v7();
+        let ttl = call.ttl.as_secs_f64();
+        let heartbeat = call.heartbeat_timeout.map(|t| t.as_secs_f64());
+        sqlx::query(
+            "INSERT INTO async_tool_results \
+                 (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, \
+                  hard_expires_at, expires_at, heartbeat_timeout_secs, alive_until, input) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), \
+                     now() + make_interval(secs => LEAST($8, COALESCE($9, $8))), $9, \
+                     now() + make_interval(secs => $10), $11::json)",
+        )
+        .bind(id)
+        .bind(account.as_str())
+        .bind(group_id)
+        .bind(&call.tool_call_id)
+        .bind(call.tool_id.map(|t| t.as_uuid()))
+        .bind(&call.tool_name)
+        .bind(call.token_sha256.as_slice())
+        .bind(ttl)
+        .bind(heartbeat)
+        .bind(call.liveness_timeout.as_secs_f64())
+        .bind(call.input.to_string())
+        .execute(&mut *tx)
+        .await?;
+        ids.push(id);
     }
-    let continued = enqueue_if_ready(&mut tx, group_id).await?;
     tx.commit().await?;
-    Ok(continued)
+    Ok(ids)
+}
+
+/// Whether the job `job_id` opened any group (an earlier attempt of it
+/// launched detached calls).
+pub async fn job_opened_groups(tx: &mut PgConnection, job_id: Uuid) -> Result<bool, StoreError> {
+    let (any,): (bool,) =
+        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM dispatch_groups WHERE job_id = $1)")
+            .bind(job_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    Ok(any)
+}
+
+/// Seals up to `limit` groups left open for longer than `grace` whose job
+/// no longer exists (a seal that failed, or a run that ended without one),
+/// so they continue once their calls settle. Returns how many.
+#[tracing::instrument(skip(pool))]
+pub async fn seal_orphaned_groups(
+    pool: &PgPool,
+    grace: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin().await?;
+    let sealed: Vec<(Uuid,)> = sqlx::query_as(
+        "UPDATE dispatch_groups SET sealed_at = now() WHERE id IN ( \
+             SELECT g.id FROM dispatch_groups g \
+             WHERE g.sealed_at IS NULL AND g.created_at < now() - make_interval(secs => $1) \
+               AND NOT EXISTS (SELECT 1 FROM continuation_outbox o WHERE o.id = g.job_id) \
+             LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING id",
+    )
+    .bind(grace.as_secs_f64())
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (group_id,) in &sealed {
+        enqueue_if_ready(&mut tx, *group_id).await?;
+    }
+    tx.commit().await?;
+    Ok(sealed.len() as u64)
+}
+
+/// Marks every group of `turn_id` that has not continued as done without a
+/// continuation (the turn ended for good), in the caller's transaction.
+pub async fn abandon_open_groups(tx: &mut PgConnection, turn_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE dispatch_groups SET continued_at = now(), sealed_at = COALESCE(sealed_at, now()) \
+         WHERE turn_id = $1 AND continued_at IS NULL",
+    )
+    .bind(turn_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// The stored hash of a call's job token (for authenticating completions).
@@ -192,52 +272,96 @@ pub async fn token_hash(pool: &PgPool, id: Uuid) -> Result<Vec<u8>, StoreError> 
 }
 
 /// Settles a pending call with `outcome` (the caller has authenticated the
-/// completion). See [`Settlement`] for what happens to a settled row.
-#[tracing::instrument(skip(pool, outcome), err)]
+/// completion). See [`Settlement`] for what happens to a settled row. Any
+/// JSON is kept as sent (`\u0000` included); a NUL in an error message is
+/// stored as the escape `\u0000`.
+#[tracing::instrument(skip(pool, outcome))]
 pub async fn settle(
     pool: &PgPool,
     id: Uuid,
     outcome: &AsyncOutcome,
 ) -> Result<Settlement, StoreError> {
     let (response, error) = match outcome {
-        AsyncOutcome::Completed(value) => (Some(value), None),
-        AsyncOutcome::Failed(message) => (None, Some(message.as_str())),
+        AsyncOutcome::Completed(value) => (Some(value.to_string()), None),
+        AsyncOutcome::Failed(message) => (None, Some(storable(message).into_owned())),
     };
     let mut tx = pool.begin().await?;
     let settled: Option<(Uuid,)> = sqlx::query_as(
-        "UPDATE async_tool_results SET status = $2, response = $3, error = $4, settled_at = now() \
+        "UPDATE async_tool_results SET status = $2, response = $3::json, error = $4, \
+             settled_at = now() \
          WHERE id = $1 AND status = 'pending' AND expires_at > now() RETURNING group_id",
     )
     .bind(id)
     .bind(outcome.status())
-    .bind(response)
-    .bind(error)
+    .bind(&response)
+    .bind(&error)
     .fetch_optional(&mut *tx)
     .await?;
     let Some((group_id,)) = settled else {
-        let (status, stored_response, stored_error): (String, Option<Value>, Option<String>) =
+        let (status, stored_response, stored_error): (CallStatus, Option<Value>, Option<String>) =
             sqlx::query_as("SELECT status, response, error FROM async_tool_results WHERE id = $1")
                 .bind(id)
                 .fetch_one(&mut *tx)
                 .await?;
-        return Ok(match status.as_str() {
-            "pending" | "expired" => Settlement::Expired,
-            s if s == outcome.status()
-                && stored_response.as_ref() == response
-                && stored_error.as_deref() == error =>
-            {
-                Settlement::Replay
-            }
-            _ => Settlement::Conflict(status),
+        let same = match outcome {
+            AsyncOutcome::Completed(value) => stored_response.as_ref() == Some(value),
+            AsyncOutcome::Failed(_) => stored_error == error,
+        };
+        return Ok(match status {
+            CallStatus::Pending | CallStatus::Expired => Settlement::Expired,
+            s if s == outcome.status() && same => Settlement::Replay,
+            s => Settlement::Conflict(s),
         });
     };
-    sqlx::query("UPDATE dispatch_groups SET remaining = remaining - 1 WHERE id = $1")
-        .bind(group_id)
-        .execute(&mut *tx)
-        .await?;
+    release_from_group(&mut tx, group_id).await?;
     let continued = enqueue_if_ready(&mut tx, group_id).await?;
     tx.commit().await?;
     Ok(Settlement::Settled { continued })
+}
+
+/// Records a heartbeat of a pending call: the runner is alive until
+/// `liveness` from now, and a tool heartbeat also moves the call's deadline
+/// to its heartbeat timeout from now (never past the hard cap) and keeps
+/// its progress.
+#[tracing::instrument(skip(pool, beat))]
+pub async fn heartbeat(
+    pool: &PgPool,
+    id: Uuid,
+    beat: &Beat,
+    liveness: Duration,
+) -> Result<HeartbeatAnswer, StoreError> {
+    let (from_tool, progress) = match beat {
+        Beat::Tool(progress) => (true, progress.as_deref()),
+        Beat::Liveness => (false, None),
+    };
+    let beat: Option<(OffsetDateTime,)> = sqlx::query_as(
+        "UPDATE async_tool_results SET \
+             alive_until = now() + make_interval(secs => $2), \
+             last_heartbeat_at = CASE WHEN $3 THEN now() ELSE last_heartbeat_at END, \
+             progress = CASE WHEN $3 AND $4::text IS NOT NULL THEN $4::json ELSE progress END, \
+             expires_at = CASE WHEN $3 AND heartbeat_timeout_secs IS NOT NULL \
+                 THEN LEAST(hard_expires_at, now() + make_interval(secs => heartbeat_timeout_secs)) \
+                 ELSE expires_at END \
+         WHERE id = $1 AND status = 'pending' AND expires_at > now() RETURNING expires_at",
+    )
+    .bind(id)
+    .bind(liveness.as_secs_f64())
+    .bind(from_tool)
+    .bind(progress)
+    .fetch_optional(pool)
+    .await?;
+    if let Some((expires_at,)) = beat {
+        return Ok(HeartbeatAnswer::Pending(expires_at));
+    }
+    let (status,): (CallStatus,) =
+        sqlx::query_as("SELECT status FROM async_tool_results WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+    Ok(match status {
+        CallStatus::Pending | CallStatus::Expired => HeartbeatAnswer::Expired,
+        settled => HeartbeatAnswer::Settled(settled),
+    })
 }
 
 /// Reads one of `account`'s calls.
@@ -246,11 +370,9 @@ pub async fn get(
     account: &AccountId,
     id: Uuid,
 ) -> Result<AsyncResultRecord, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT id, group_id, tool_call_id, tool_name, status, response, error, created_at, \
-                settled_at, expires_at \
-         FROM async_tool_results WHERE account_id = $1 AND id = $2",
-    )
+    Ok(sqlx::query_as(&format!(
+        "SELECT {RECORD_COLUMNS} FROM async_tool_results WHERE account_id = $1 AND id = $2"
+    ))
     .bind(account.as_str())
     .bind(id)
     .fetch_one(pool)
@@ -273,10 +395,7 @@ pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool
     let Some((group_id,)) = cancelled else {
         return Ok(false);
     };
-    sqlx::query("UPDATE dispatch_groups SET remaining = remaining - 1 WHERE id = $1")
-        .bind(group_id)
-        .execute(&mut *tx)
-        .await?;
+    release_from_group(&mut tx, group_id).await?;
     enqueue_if_ready(&mut tx, group_id).await?;
     tx.commit().await?;
     Ok(true)
@@ -299,154 +418,105 @@ pub async fn tool_of(
 
 /// Every call of a group, in registration order.
 pub async fn of_group(pool: &PgPool, group_id: Uuid) -> Result<Vec<AsyncResultRecord>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT id, group_id, tool_call_id, tool_name, status, response, error, created_at, \
-                settled_at, expires_at \
-         FROM async_tool_results WHERE group_id = $1 ORDER BY id",
-    )
+    Ok(sqlx::query_as(&format!(
+        "SELECT {RECORD_COLUMNS} FROM async_tool_results WHERE group_id = $1 ORDER BY id"
+    ))
     .bind(group_id)
     .fetch_all(pool)
     .await?)
 }
 
-/// Gives a claimed continuation back without having run it (its
-/// conversation was busy), to be claimed again at once; the claim does not
-/// count as an attempt.
-pub async fn release_continuation(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE continuation_outbox SET claimed_at = NULL, attempts = attempts - 1 \
-         WHERE id = $1 AND done_at IS NULL",
-    )
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The group's continuation, if enqueued: its outbox row id.
-pub async fn continuation_of(pool: &PgPool, group_id: Uuid) -> Result<Option<Uuid>, StoreError> {
-    let row: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM continuation_outbox WHERE group_id = $1")
-            .bind(group_id)
-            .fetch_optional(pool)
-            .await?;
-    Ok(row.map(|(id,)| id))
-}
-
-/// Expires up to `limit` pending calls past their expiry (the model will see
-/// a failure), settling them the way a completion would, so their groups can
-/// still continue (once). Returns how many expired. Safe to run from several
-/// servers at once: rows are claimed with `SKIP LOCKED`.
-#[tracing::instrument(skip(pool), err)]
+/// Expires up to `limit` pending calls past their deadline (a missed
+/// heartbeat included), settling them the way a completion would, so their
+/// groups still continue (once). Returns how many expired. Safe to run from
+/// several servers at once: rows are claimed with `SKIP LOCKED`.
+#[tracing::instrument(skip(pool))]
 pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
-    let mut tx = pool.begin().await?;
-    let expired: Vec<(Uuid,)> = sqlx::query_as(
-        "UPDATE async_tool_results SET status = 'expired', settled_at = now(), \
-             error = 'the call did not complete before it expired' \
-         WHERE id IN (SELECT id FROM async_tool_results \
-                      WHERE status = 'pending' AND expires_at <= now() \
-                      ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING group_id",
+    settle_due(
+        pool,
+        "expires_at <= now()",
+        CallStatus::Expired,
+        "the call did not complete before it expired",
+        limit,
     )
+    .await
+}
+
+/// Fails up to `limit` pending calls whose runner stopped pinging (it died,
+/// with its server or alone): the call is not run again, and the model
+/// reads why. Returns how many.
+#[tracing::instrument(skip(pool))]
+pub async fn fail_silent_runners(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
+    settle_due(
+        pool,
+        "alive_until <= now()",
+        CallStatus::Failed,
+        "the runner of this call stopped before it reported an outcome (it was killed or \
+         restarted); the call was not run again",
+        limit,
+    )
+    .await
+}
+
+/// Settles up to `limit` pending calls matching `due` (a fixed SQL
+/// condition) as `status` with `error`, and lets their groups continue.
+async fn settle_due(
+    pool: &PgPool,
+    due: &'static str,
+    status: CallStatus,
+    error: &str,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin().await?;
+    let settled: Vec<(Uuid,)> = sqlx::query_as(&format!(
+        "UPDATE async_tool_results SET status = $1, settled_at = now(), error = $2 \
+         WHERE id IN (SELECT id FROM async_tool_results \
+                      WHERE status = 'pending' AND {due} \
+                      ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+         RETURNING group_id"
+    ))
+    .bind(status)
+    .bind(error)
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
-    let mut groups: Vec<Uuid> = expired.iter().map(|(g,)| *g).collect();
+    let mut groups: Vec<Uuid> = settled.iter().map(|(g,)| *g).collect();
     groups.sort();
     for group_id in &groups {
-        sqlx::query("UPDATE dispatch_groups SET remaining = remaining - 1 WHERE id = $1")
-            .bind(group_id)
-            .execute(&mut *tx)
-            .await?;
+        release_from_group(&mut tx, *group_id).await?;
     }
     groups.dedup();
     for group_id in groups {
         enqueue_if_ready(&mut tx, group_id).await?;
     }
     tx.commit().await?;
-    Ok(expired.len() as u64)
+    Ok(settled.len() as u64)
 }
 
-/// A continuation taken by one worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimedContinuation {
-    /// Outbox row id: the continuation's own event id, for dedupe.
-    pub id: Uuid,
-    /// The group whose siblings have all settled.
-    pub group_id: Uuid,
-    /// The owning account.
-    pub account_id: String,
-    /// The group's parent (what to resume).
-    pub parent: String,
-    /// How many times it has been claimed, this one included.
-    pub attempts: i32,
-}
-
-/// Claims one continuation that is not done and not claimed within
-/// `visibility` (a claim older than that is presumed lost with its worker,
-/// so delivery is at least once). Workers never block each other.
-#[tracing::instrument(skip(pool), err)]
-pub async fn claim_continuation(
-    pool: &PgPool,
-    visibility: Duration,
-) -> Result<Option<ClaimedContinuation>, StoreError> {
-    let claimed: Option<(Uuid, Uuid, String, String, i32)> = sqlx::query_as(
-        "UPDATE continuation_outbox o SET claimed_at = now(), attempts = o.attempts + 1 \
-         FROM dispatch_groups g \
-         WHERE o.id = (SELECT id FROM continuation_outbox \
-                       WHERE done_at IS NULL \
-                         AND (claimed_at IS NULL OR claimed_at < now() - make_interval(secs => $1)) \
-                       ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
-           AND g.id = o.group_id \
-         RETURNING o.id, o.group_id, o.account_id, g.parent, o.attempts",
-    )
-    .bind(visibility.as_secs_f64())
-    .fetch_optional(pool)
-    .await?;
-    Ok(claimed.map(
-        |(id, group_id, account_id, parent, attempts)| ClaimedContinuation {
-            id,
-            group_id,
-            account_id,
-            parent,
-            attempts,
-        },
-    ))
-}
-
-/// Marks a claimed continuation done. Returns false when it was already
-/// done (a duplicate delivery finished first).
-#[tracing::instrument(skip(pool), err)]
-pub async fn finish_continuation(pool: &PgPool, id: Uuid) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE continuation_outbox SET done_at = now() WHERE id = $1 AND done_at IS NULL",
-    )
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
+/// One sibling of the group settled.
+async fn release_from_group(tx: &mut PgConnection, group_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query("UPDATE dispatch_groups SET remaining = remaining - 1 WHERE id = $1")
+        .bind(group_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 /// Marks the group continued and enqueues its continuation if it is sealed
 /// with no sibling remaining and not continued yet. The caller's transaction
 /// holds the group row lock (it has just updated the row).
 async fn enqueue_if_ready(tx: &mut PgConnection, group_id: Uuid) -> Result<bool, StoreError> {
-    let ready: Option<(String,)> = sqlx::query_as(
+    let ready: Option<(String, Uuid)> = sqlx::query_as(
         "UPDATE dispatch_groups SET continued_at = now() \
          WHERE id = $1 AND sealed_at IS NOT NULL AND remaining = 0 AND continued_at IS NULL \
-         RETURNING account_id",
+         RETURNING account_id, turn_id",
     )
     .bind(group_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((account_id,)) = ready else {
+    let Some((account_id, turn_id)) = ready else {
         return Ok(false);
     };
-    sqlx::query("INSERT INTO continuation_outbox (id, group_id, account_id) VALUES ($1, $2, $3)")
-        .bind(Uuid::now_v7())
-        .bind(group_id)
-        .bind(account_id)
-        .execute(&mut *tx)
-        .await?;
+    jobs::insert_continue(tx, &account_id, turn_id, group_id).await?;
     Ok(true)
 }

@@ -1,24 +1,32 @@
-//! The `async_turns` table: the status of detached turns, settled once.
+//! The `async_turns` table: detached turns and their status. States and
+//! moves: [`toolserver_domain::lifecycle`]. A turn's status changes only
+//! in the transactions written here, each of which leaves a terminal turn
+//! alone, so a turn settles once; the winning settlement names its event
+//! (the job whose run ended the turn, or the turn itself for a reaper).
+
+use std::time::Duration;
 
 use serde_json::Value;
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgConnection, PgPool};
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, AgentId};
+use toolserver_domain::{AccountId, AgentId, TurnStatus};
 use uuid::Uuid;
 
-use crate::{accounts, StoreError};
+use crate::jobs::{self, Job};
+use crate::text::storable;
+use crate::{accounts, async_results, StoreError};
 
 /// A detached turn's status.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct AsyncTurnRecord {
     /// The status id.
     pub id: Uuid,
-    /// The agent.
-    pub agent_id: Uuid,
+    /// The agent (none once it was deleted).
+    pub agent_id: Option<Uuid>,
     /// The conversation it runs on.
     pub conversation_id: String,
-    /// `running`, `waiting`, `completed` or `failed`.
-    pub status: String,
+    /// Where the turn stands.
+    pub status: TurnStatus,
     /// The conversation's messages, once completed.
     pub messages: Option<Value>,
     /// What went wrong, once failed.
@@ -29,14 +37,29 @@ pub struct AsyncTurnRecord {
     pub updated_at: OffsetDateTime,
 }
 
-/// Records a new running turn; returns its status id.
+/// A new detached turn.
+#[derive(Debug, Clone)]
+pub struct NewTurn<'a> {
+    /// The agent it runs.
+    pub agent: AgentId,
+    /// The conversation it runs on.
+    pub conversation_id: &'a str,
+    /// The conversation lease the request took; it passes to the start job.
+    pub lease_holder: Uuid,
+    /// Where a NATS requester hears the final result.
+    pub reply_subject: Option<&'a str>,
+    /// How long the start job's first claim lasts.
+    pub claim: Duration,
+}
+
+/// Records a new running turn and its `start` job (claimed by the caller),
+/// and hands the conversation lease from the request to the job, in one
+/// transaction. Returns the turn id and the job.
 pub async fn create(
     pool: &PgPool,
     account: &AccountId,
-    agent: AgentId,
-    conversation_id: &str,
-    reply_subject: Option<&str>,
-) -> Result<Uuid, StoreError> {
+    turn: NewTurn<'_>,
+) -> Result<(Uuid, Job), StoreError> {
     let id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
@@ -46,50 +69,294 @@ pub async fn create(
     )
     .bind(id)
     .bind(account.as_str())
-    .bind(agent.as_uuid())
-    .bind(conversation_id)
-    .bind(reply_subject)
+    .bind(turn.agent.as_uuid())
+    .bind(turn.conversation_id)
+    .bind(turn.reply_subject)
     .execute(&mut *tx)
     .await?;
+    let job = jobs::insert_start(&mut tx, account.as_str(), id, turn.claim).await?;
+    let handed = sqlx::query(
+        "UPDATE conversations SET active_turn = $4 \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
+    )
+    .bind(account.as_str())
+    .bind(turn.conversation_id)
+    .bind(turn.lease_holder)
+    .bind(job.id)
+    .execute(&mut *tx)
+    .await?;
+    if handed.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
     tx.commit().await?;
-    Ok(id)
+    Ok((id, job))
 }
 
-/// Marks an unsettled turn `running` or `waiting`.
-pub async fn mark(pool: &PgPool, id: Uuid, status: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE async_turns SET status = $2, updated_at = now() WHERE id = $1 AND settle_event_id IS NULL")
-        .bind(id)
-        .bind(status)
-        .execute(pool)
-        .await?;
+/// Marks a turn whose run has started `running` (unless it has ended).
+pub async fn mark_running(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE async_turns SET status = 'running', updated_at = now() \
+         WHERE id = $1 AND status IN ('running', 'waiting')",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
+/// How a run of a turn ended.
+#[derive(Debug, Clone)]
+pub enum RunEnd<'a> {
+    /// The model is done for now: the conversation is `messages`.
+    Finished(&'a Value),
+    /// The run failed: the turn fails with this error (the conversation
+    /// still becomes `messages`).
+    Failed(&'a Value, &'a str),
+    /// The run did nothing: an earlier attempt of its job recorded detached
+    /// calls (their groups continue once the calls settle), or its results
+    /// are stored already. The conversation stays as stored.
+    Skipped,
+}
+
+/// One run's commit: where the conversation lives and what it became.
+#[derive(Debug, Clone)]
+pub struct RunCommit<'a> {
+    /// The owning account.
+    pub account: &'a AccountId,
+    /// The conversation.
+    pub conversation_id: &'a str,
+    /// The job whose run this is (and whose id holds the conversation).
+    pub job: &'a Job,
+    /// How the run ended.
+    pub end: RunEnd<'a>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The turn now stands here.
+    Turn(TurnStatus),
+    /// The job's claim was lost to another process: nothing was written.
+    LostClaim,
+    /// The job no longer held the conversation: nothing was written.
+    LostConversation,
+}
+
+/// Commits a run in one transaction: stores the conversation (if the job
+/// still holds it) and releases it, removes the job, and moves the turn to
+/// `failed` (the run failed), `waiting` (a group of the turn is still open,
+/// or another job of it is queued) or `completed`.
+pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committed, StoreError> {
+    let job = commit.job;
+    let mut tx = pool.begin().await?;
+    if !jobs::finish(&mut tx, job).await? {
+        return Ok(Committed::LostClaim);
+    }
+    let messages = match commit.end {
+        RunEnd::Finished(messages) | RunEnd::Failed(messages, _) => Some(messages.to_string()),
+        RunEnd::Skipped => None,
+    };
+    let saved = sqlx::query(
+        "UPDATE conversations SET messages = COALESCE($4::json, messages), \
+             updated_at = CASE WHEN $4::text IS NULL THEN updated_at ELSE now() END, \
+             active_turn = NULL, lease_expires_at = NULL \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
+    )
+    .bind(commit.account.as_str())
+    .bind(commit.conversation_id)
+    .bind(job.id)
+    .bind(&messages)
+    .execute(&mut *tx)
+    .await?;
+    if messages.is_some() && saved.rows_affected() == 0 {
+        return Ok(Committed::LostConversation);
+    }
+    let status = match commit.end {
+        RunEnd::Failed(_, error) => {
+            async_results::abandon_open_groups(&mut tx, job.turn_id).await?;
+            settle(&mut tx, job.turn_id, job.id, Err(error)).await?;
+            TurnStatus::Failed
+        }
+        _ if has_open_work(&mut tx, job.turn_id).await? => {
+            sqlx::query(
+                "UPDATE async_turns SET status = 'waiting', updated_at = now() \
+                 WHERE id = $1 AND status IN ('running', 'waiting')",
+            )
+            .bind(job.turn_id)
+            .execute(&mut *tx)
+            .await?;
+            TurnStatus::Waiting
+        }
+        _ => {
+            let (stored,): (Value,) = sqlx::query_as(
+                "SELECT messages FROM conversations WHERE account_id = $1 AND id = $2",
+            )
+            .bind(commit.account.as_str())
+            .bind(commit.conversation_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            settle(&mut tx, job.turn_id, job.id, Ok(&stored)).await?;
+            TurnStatus::Completed
+        }
+    };
+    tx.commit().await?;
+    Ok(Committed::Turn(status))
+}
+
+/// Whether the turn still has a group that has not continued, or a queued job.
+async fn has_open_work(tx: &mut PgConnection, turn_id: Uuid) -> Result<bool, StoreError> {
+    let (open,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM dispatch_groups WHERE turn_id = $1 AND continued_at IS NULL) \
+             OR EXISTS (SELECT 1 FROM continuation_outbox WHERE turn_id = $1)",
+    )
+    .bind(turn_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(open)
+}
+
 /// Settles the turn once: `messages` when completed, `error` when failed.
-/// Returns false when another settlement already won.
-pub async fn settle(
-    pool: &PgPool,
+/// Returns false when it had ended already.
+async fn settle(
+    tx: &mut PgConnection,
     id: Uuid,
     event_id: Uuid,
     outcome: Result<&Value, &str>,
 ) -> Result<bool, StoreError> {
     let (status, messages, error) = match outcome {
-        Ok(messages) => ("completed", Some(messages), None),
-        Err(error) => ("failed", None, Some(error)),
+        Ok(messages) => (TurnStatus::Completed, Some(messages.to_string()), None),
+        Err(error) => (TurnStatus::Failed, None, Some(storable(error).into_owned())),
     };
     let done = sqlx::query(
-        "UPDATE async_turns SET status = $3, messages = $4, error = $5, settle_event_id = $2, \
-             updated_at = now() \
-         WHERE id = $1 AND settle_event_id IS NULL",
+        "UPDATE async_turns SET status = $3, messages = $4::json, error = $5, \
+             settle_event_id = $2, updated_at = now() \
+         WHERE id = $1 AND status IN ('running', 'waiting')",
     )
     .bind(id)
     .bind(event_id)
     .bind(status)
     .bind(messages)
     .bind(error)
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Fails a turn that cannot go on (its agent is gone, its config broke, a
+/// reaper gave up on it): its open groups are abandoned, its queued jobs
+/// dropped, and its conversation released if one of its jobs held it.
+/// Returns false when the turn had ended already.
+pub async fn fail(pool: &PgPool, id: Uuid, error: &str) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let failed = fail_in(&mut tx, id, error).await?;
+    tx.commit().await?;
+    Ok(failed)
+}
+
+async fn fail_in(tx: &mut PgConnection, id: Uuid, error: &str) -> Result<bool, StoreError> {
+    sqlx::query(
+        "UPDATE conversations c SET active_turn = NULL, lease_expires_at = NULL \
+         FROM continuation_outbox o \
+         WHERE o.turn_id = $1 AND c.active_turn = o.id",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM continuation_outbox WHERE turn_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    async_results::abandon_open_groups(tx, id).await?;
+    settle(tx, id, id, Err(error)).await
+}
+
+/// Fails the turns of up to `limit` jobs that used up `max_attempts`;
+/// returns the failed turn ids.
+pub async fn fail_exhausted(
+    pool: &PgPool,
+    max_attempts: i32,
+    limit: i64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let exhausted = jobs::take_exhausted(&mut tx, max_attempts, limit).await?;
+    let mut failed = Vec::new();
+    for job in exhausted {
+        let reason = format!(
+            "the turn was given up after {max_attempts} attempts to run it{}",
+            job.last_error
+                .map(|e| format!("; the last one failed: {e}"))
+                .unwrap_or_default()
+        );
+        if fail_in(&mut tx, job.turn_id, &reason).await? {
+            failed.push(job.turn_id);
+        }
+    }
+    tx.commit().await?;
+    Ok(failed)
+}
+
+/// Fails every open turn of `agent` (it is being deleted); returns them.
+pub async fn fail_turns_of_agent(
+    pool: &PgPool,
+    account: &AccountId,
+    agent: AgentId,
+    error: &str,
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let open: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT id FROM async_turns WHERE account_id = $1 AND agent_id = $2 \
+           AND status IN ('running', 'waiting') FOR UPDATE",
+    )
+    .bind(account.as_str())
+    .bind(agent.as_uuid())
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut failed = Vec::new();
+    for (id,) in open {
+        if fail_in(&mut tx, id, error).await? {
+            failed.push(id);
+        }
+    }
+    tx.commit().await?;
+    Ok(failed)
+}
+
+/// Fails up to `limit` turns unchanged for `grace` that have no way on: no
+/// queued job and no open group (e.g. turns begun before this lifecycle).
+/// Returns the failed turn ids.
+pub async fn fail_stuck(
+    pool: &PgPool,
+    grace: Duration,
+    limit: i64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let stuck: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT t.id FROM async_turns t \
+         WHERE t.status IN ('running', 'waiting') \
+           AND t.updated_at < now() - make_interval(secs => $1) \
+           AND NOT EXISTS (SELECT 1 FROM continuation_outbox o WHERE o.turn_id = t.id) \
+           AND NOT EXISTS (SELECT 1 FROM dispatch_groups g \
+                           WHERE g.turn_id = t.id AND g.continued_at IS NULL) \
+         LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(grace.as_secs_f64())
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut failed = Vec::new();
+    for (id,) in stuck {
+        if fail_in(
+            &mut tx,
+            id,
+            "the turn stopped making progress and was given up",
+        )
+        .await?
+        {
+            failed.push(id);
+        }
+    }
+    tx.commit().await?;
+    Ok(failed)
 }
 
 /// Reads one of `account`'s detached turns.
@@ -108,7 +375,7 @@ pub async fn get(
     .await?)
 }
 
-/// Reads a detached turn by id alone (for the continuation runner), with its account.
+/// Reads a detached turn by id alone (for the job runner), with its account.
 pub async fn get_any(pool: &PgPool, id: Uuid) -> Result<(AccountId, AsyncTurnRecord), StoreError> {
     let account: (String,) = sqlx::query_as("SELECT account_id FROM async_turns WHERE id = $1")
         .bind(id)

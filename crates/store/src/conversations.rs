@@ -65,18 +65,20 @@ pub struct TurnLease {
     pub messages: Vec<Value>,
 }
 
-/// Creates the conversation if new and takes its lease for `lease` (a held,
-/// unexpired lease is `Conflict { BUSY }`; a conversation of another agent is
-/// `Conflict { OTHER_AGENT }`).
-#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %agent), err)]
+/// Creates the conversation if new and takes its lease for `lease` as
+/// `holder` (an unexpired lease of another holder is `Conflict { BUSY }`; a
+/// holder may take its own lease again, as a retried job does; a
+/// conversation of another agent is `Conflict { OTHER_AGENT }`).
+#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %agent))]
 pub async fn begin_turn(
     pool: &PgPool,
     account: &AccountId,
     id: &str,
     agent: AgentId,
     lease: Duration,
+    holder: Uuid,
 ) -> Result<TurnLease, StoreError> {
-    let turn_id = Uuid::now_v7();
+    let turn_id = holder;
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
@@ -89,11 +91,13 @@ pub async fn begin_turn(
     .execute(&mut *tx)
     .await?;
     let (owner, busy): (Uuid, bool) = sqlx::query_as(
-        "SELECT agent_id, (active_turn IS NOT NULL AND lease_expires_at > now()) \
+        "SELECT agent_id, (active_turn IS NOT NULL AND active_turn <> $3 \
+                           AND lease_expires_at > now()) \
          FROM conversations WHERE account_id = $1 AND id = $2 FOR UPDATE",
     )
     .bind(account.as_str())
     .bind(id)
+    .bind(holder)
     .fetch_one(&mut *tx)
     .await?;
     if owner != agent.as_uuid() {
@@ -127,7 +131,7 @@ pub async fn begin_turn(
 
 /// Stores the conversation's messages, if `turn_id` still holds the lease
 /// (otherwise `NotFound`).
-#[tracing::instrument(skip(pool, messages), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool, messages), fields(account.id = %account))]
 pub async fn save(
     pool: &PgPool,
     account: &AccountId,
@@ -136,13 +140,13 @@ pub async fn save(
     messages: &[Value],
 ) -> Result<(), StoreError> {
     let done = sqlx::query(
-        "UPDATE conversations SET messages = $4, updated_at = now() \
+        "UPDATE conversations SET messages = $4::json, updated_at = now() \
          WHERE account_id = $1 AND id = $2 AND active_turn = $3",
     )
     .bind(account.as_str())
     .bind(id)
     .bind(turn_id)
-    .bind(sqlx::types::Json(messages))
+    .bind(Value::Array(messages.to_vec()).to_string())
     .execute(pool)
     .await?;
     if done.rows_affected() == 0 {
@@ -153,7 +157,7 @@ pub async fn save(
 
 /// Extends the lease held by `turn_id` to `lease` from now; `NotFound` when
 /// the turn no longer holds it.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn renew(
     pool: &PgPool,
     account: &AccountId,
@@ -178,7 +182,7 @@ pub async fn renew(
 }
 
 /// Releases the lease held by `turn_id`.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn end_turn(
     pool: &PgPool,
     account: &AccountId,
@@ -198,7 +202,7 @@ pub async fn end_turn(
 }
 
 /// Reads one of `account`'s conversations.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn get(
     pool: &PgPool,
     account: &AccountId,

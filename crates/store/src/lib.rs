@@ -8,7 +8,9 @@ pub mod async_results;
 pub mod async_turns;
 pub mod conversations;
 pub mod error;
+pub mod jobs;
 pub mod pool;
+pub mod text;
 pub mod tools;
 
 pub use agents::{AgentRecord, AgentWrite};

@@ -7,6 +7,11 @@
 //! after tool results gets the next reply. A request with no scripted reply
 //! is answered 500, so the test fails loudly. Every request body is kept for
 //! the test to inspect.
+//!
+//! A model id can instead be given a responder ([`ScriptedModel::respond_with`]):
+//! a function of each request's body and headers that picks the reply, for
+//! long runs (e.g. the crash trials) whose replies depend on the request.
+//! Requests answered by a responder are not kept; the responder sees each.
 
 mod reply;
 
@@ -17,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -28,10 +33,14 @@ use serde_json::{json, Value};
 use reply::Answer;
 pub use reply::Reply;
 
-/// Scripts and the requests received, by model id.
+/// Picks the reply to one request from its body and headers.
+pub type Responder = Arc<dyn Fn(&Value, &HeaderMap) -> Reply + Send + Sync>;
+
+/// Scripts, responders and the requests received, by model id.
 #[derive(Default)]
 struct Book {
     scripts: HashMap<String, Arc<[Reply]>>,
+    responders: HashMap<String, Responder>,
     requests: HashMap<String, Vec<Value>>,
 }
 
@@ -54,6 +63,11 @@ impl ScriptedModel {
         Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
     }
 
+    /// [`Self::start`], with the failure to bind returned instead.
+    pub async fn try_start() -> std::io::Result<Self> {
+        Self::try_start_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
     /// Serves `POST /v1/chat/completions` on a free port of `ip`. With an
     /// unspecified address (`0.0.0.0`) other hosts, such as a cluster's pods,
     /// reach it at one of this host's addresses and [`port`](Self::port);
@@ -62,14 +76,19 @@ impl ScriptedModel {
     /// # Panics
     /// When no port of `ip` can be bound.
     pub async fn start_on(ip: IpAddr) -> Self {
+        Self::try_start_on(ip)
+            .await
+            .expect("bind a port for the scripted model")
+    }
+
+    /// [`Self::start_on`], with the failure to bind returned instead.
+    pub async fn try_start_on(ip: IpAddr) -> std::io::Result<Self> {
         let book = Shared::default();
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
             .with_state(book.clone());
-        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
-            .await
-            .expect("bind a port for the scripted model");
-        let mut addr = listener.local_addr().expect("the scripted model's address");
+        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
+        let mut addr = listener.local_addr()?;
         if addr.ip().is_unspecified() {
             addr.set_ip(match addr.ip() {
                 IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -79,12 +98,12 @@ impl ScriptedModel {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self {
+        Ok(Self {
             base_url: format!("http://{addr}/v1"),
             port: addr.port(),
             book,
             server,
-        }
+        })
     }
 
     /// The base URL to configure, e.g. `http://127.0.0.1:40123/v1`.
@@ -99,9 +118,22 @@ impl ScriptedModel {
 
     /// Sets the replies of `model_id`, one per step, replacing any before.
     pub fn script(&self, model_id: &str, replies: Vec<Reply>) {
-        lock(&self.book)
-            .scripts
-            .insert(model_id.to_owned(), replies.into());
+        let mut book = lock(&self.book);
+        book.responders.remove(model_id);
+        book.scripts.insert(model_id.to_owned(), replies.into());
+    }
+
+    /// Answers every request for `model_id` with what `responder` picks from
+    /// the request's body and headers, replacing any script or responder
+    /// before. Such requests are not kept (see [`Self::requests`]).
+    pub fn respond_with<F>(&self, model_id: &str, responder: F)
+    where
+        F: Fn(&Value, &HeaderMap) -> Reply + Send + Sync + 'static,
+    {
+        let mut book = lock(&self.book);
+        book.scripts.remove(model_id);
+        book.responders
+            .insert(model_id.to_owned(), Arc::new(responder));
     }
 
     /// Every request body received for `model_id`, in arrival order.
@@ -144,8 +176,16 @@ fn step(request: &Value) -> usize {
         .count()
 }
 
-async fn complete(State(book): State<Shared>, Json(request): Json<Value>) -> Response {
+async fn complete(
+    State(book): State<Shared>,
+    headers: HeaderMap,
+    Json(request): Json<Value>,
+) -> Response {
     let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let responder = lock(&book).responders.get(&model).cloned();
+    if let Some(responder) = responder {
+        return send(&model, &responder(&request, &headers));
+    }
     let step = step(&request);
     let reply = {
         let mut book = lock(&book);
@@ -161,7 +201,12 @@ async fn complete(State(book): State<Shared>, Json(request): Json<Value>) -> Res
         let message = format!("no scripted reply for model {model} step {step}");
         return error(500, json!({"error": {"message": message}}));
     };
-    match reply.answer(&model) {
+    send(&model, &reply)
+}
+
+/// Answers with `reply`: an SSE stream of its chunks, or its error.
+fn send(model: &str, reply: &Reply) -> Response {
+    match reply.answer(model) {
         Answer::Error { status, body } => error(status, body),
         Answer::Stream {
             frames,
@@ -211,6 +256,39 @@ mod tests {
         assert_eq!(response.status(), 200);
         assert!(response.text().await.expect("a body").contains("hello"));
         assert_eq!(model.request_count("m"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_responder_picks_each_reply_from_the_body_and_headers() {
+        let model = ScriptedModel::start().await;
+        model.respond_with("r", |body, headers| {
+            let key = headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none");
+            Reply::text(&format!("{} {key}", body["messages"][0]["content"]))
+        });
+        let client = reqwest::Client::new();
+        let url = format!("{}/chat/completions", model.base_url());
+        let body = json!({"model": "r", "messages": [{"role": "user", "content": "hi"}]});
+        let keyed = client
+            .post(&url)
+            .header("Idempotency-Key", "job.0")
+            .json(&body)
+            .send()
+            .await
+            .expect("the model answers");
+        assert!(keyed.text().await.expect("a body").contains("job.0"));
+        let plain = client.post(&url).json(&body).send().await.expect("answers");
+        assert!(plain.text().await.expect("a body").contains("none"));
+        assert_eq!(
+            model.request_count("r"),
+            0,
+            "responder requests are not kept"
+        );
+        model.script("r", vec![Reply::text("scripted")]);
+        let scripted = client.post(&url).json(&body).send().await.expect("answers");
+        assert!(scripted.text().await.expect("a body").contains("scripted"));
     }
 
     #[tokio::test]

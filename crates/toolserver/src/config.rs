@@ -485,18 +485,54 @@ pub struct AgentsConfig {
     /// (`TOOLSERVER_ASYNC_RESULT_TTL_SECS`).
     #[arg(long, env = "TOOLSERVER_ASYNC_RESULT_TTL_SECS", default_value_t = 3600)]
     pub async_result_ttl_secs: u64,
-    /// Milliseconds between looks at the continuation outbox when it was
-    /// empty (`TOOLSERVER_CONTINUATION_POLL_MS`).
+    /// Milliseconds between looks at the job outbox when it was empty
+    /// (`TOOLSERVER_CONTINUATION_POLL_MS`).
     #[arg(long, env = "TOOLSERVER_CONTINUATION_POLL_MS", default_value_t = 200)]
     pub continuation_poll_ms: u64,
-    /// Seconds a claimed continuation may run before it is presumed lost
-    /// with its process and claimed again (`TOOLSERVER_CONTINUATION_VISIBILITY_SECS`).
+    /// Milliseconds a job's claim lasts unless renewed; a process that dies
+    /// loses its jobs to another within this (`TOOLSERVER_JOB_CLAIM_MS`).
+    #[arg(long, env = "TOOLSERVER_JOB_CLAIM_MS", default_value_t = 10_000)]
+    pub job_claim_ms: u64,
+    /// Most detached runs one process runs at once (`TOOLSERVER_MAX_CONCURRENT_JOBS`).
+    #[arg(long, env = "TOOLSERVER_MAX_CONCURRENT_JOBS", default_value_t = 64)]
+    pub max_concurrent_jobs: usize,
+    /// Attempts at one job before its turn fails (`TOOLSERVER_JOB_MAX_ATTEMPTS`).
+    #[arg(long, env = "TOOLSERVER_JOB_MAX_ATTEMPTS", default_value_t = 5)]
+    pub job_max_attempts: i32,
+    /// Milliseconds a job waits when its conversation is busy (`TOOLSERVER_JOB_BUSY_BACKOFF_MS`).
+    #[arg(long, env = "TOOLSERVER_JOB_BUSY_BACKOFF_MS", default_value_t = 250)]
+    pub job_busy_backoff_ms: u64,
+    /// Milliseconds a job waits after a failed attempt (`TOOLSERVER_JOB_RETRY_BACKOFF_MS`).
+    #[arg(long, env = "TOOLSERVER_JOB_RETRY_BACKOFF_MS", default_value_t = 1_000)]
+    pub job_retry_backoff_ms: u64,
+    /// Milliseconds a runner may go without pinging a detached call before
+    /// the call fails (`TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS`).
     #[arg(
         long,
-        env = "TOOLSERVER_CONTINUATION_VISIBILITY_SECS",
-        default_value_t = 300
+        env = "TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS",
+        default_value_t = 10_000
     )]
-    pub continuation_visibility_secs: u64,
+    pub runner_liveness_timeout_ms: u64,
+    /// Milliseconds between a runner's pings of a detached call
+    /// (`TOOLSERVER_RUNNER_LIVENESS_INTERVAL_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_LIVENESS_INTERVAL_MS",
+        default_value_t = 2_000
+    )]
+    pub runner_liveness_interval_ms: u64,
+    /// Seconds a dispatch group may stay unsealed after its job ended before
+    /// the reaper seals it (`TOOLSERVER_UNSEALED_GROUP_GRACE_SECS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_UNSEALED_GROUP_GRACE_SECS",
+        default_value_t = 30
+    )]
+    pub unsealed_group_grace_secs: u64,
+    /// Seconds a detached turn with no job and no open group may stay
+    /// unchanged before the reaper fails it (`TOOLSERVER_STUCK_TURN_GRACE_SECS`).
+    #[arg(long, env = "TOOLSERVER_STUCK_TURN_GRACE_SECS", default_value_t = 60)]
+    pub stuck_turn_grace_secs: u64,
     /// NATS server to take turn requests from (`TOOLSERVER_NATS_URL`; unset: no NATS).
     #[arg(long, env = "TOOLSERVER_NATS_URL")]
     pub nats_url: Option<String>,
@@ -507,10 +543,11 @@ pub struct AgentsConfig {
         default_value = "toolserver.turns"
     )]
     pub nats_subject: String,
-    /// Seconds between sweeps that expire detached async calls past their
-    /// expiry (`TOOLSERVER_ASYNC_REAPER_SECS`).
-    #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_SECS", default_value_t = 10)]
-    pub async_reaper_secs: u64,
+    /// Milliseconds between reaper passes, which expire detached calls past
+    /// their deadline, fail calls whose runner went silent, seal groups left
+    /// open and fail turns that cannot go on (`TOOLSERVER_ASYNC_REAPER_MS`).
+    #[arg(long, env = "TOOLSERVER_ASYNC_REAPER_MS", default_value_t = 1_000)]
+    pub async_reaper_ms: u64,
     /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
     #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
     pub sse_keepalive_secs: u64,

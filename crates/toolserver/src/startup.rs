@@ -12,6 +12,7 @@ use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
 use toolserver_domain::{AgentLimits, ToolLimits};
+use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
@@ -98,10 +99,6 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
     let (executor, runner_reaper) = executor(&config.runners, &config.database).await?;
-    let async_reaper = spawn_async_reaper(
-        db.pool.clone(),
-        Duration::from_secs(config.agents.async_reaper_secs.max(1)),
-    );
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
         config,
@@ -131,24 +128,18 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
                 .context("subscribing to the NATS turn subject")?,
         );
     }
-    let continuations = toolserver_api::detached::spawn_continuations(
-        state.clone(),
-        Duration::from_millis(config.agents.continuation_poll_ms.max(10)),
-        Duration::from_secs(config.agents.continuation_visibility_secs.max(1)),
-    );
+    state.lifecycle().start_background();
     Ok(Assembled {
         state,
         db,
         public_url,
-        _loops: loops
-            .into_iter()
-            .chain([runner_reaper, async_reaper, continuations])
-            .collect(),
+        _loops: loops.into_iter().chain([runner_reaper]).collect(),
     })
 }
 
 impl Assembled {
-    async fn close(self) {
+    async fn close(self, grace: Duration) {
+        self.state.lifecycle().shutdown(grace).await;
         self.db.pool.close().await;
         if let Some(cluster) = self.db.embedded {
             cluster.stop();
@@ -171,7 +162,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         grace,
     )
     .await;
-    assembled.close().await;
+    assembled.close(grace).await;
     result.context("serving")
 }
 
@@ -182,7 +173,9 @@ pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
     let assembled = assemble(&config).await?;
     tracing::info!("worker running continuations");
     toolserver_api::server::termination_signal().await;
-    assembled.close().await;
+    assembled
+        .close(Duration::from_secs(config.shutdown_grace_secs))
+        .await;
     Ok(())
 }
 
@@ -195,22 +188,6 @@ async fn connect_nats(config: &AgentsConfig) -> anyhow::Result<Option<async_nats
         .await
         .with_context(|| format!("connecting to NATS at {url}"))?;
     Ok(Some(client))
-}
-
-/// Expires detached async calls past their expiry, on an interval, so their
-/// groups still continue.
-fn spawn_async_reaper(pool: PgPool, every: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        loop {
-            ticks.tick().await;
-            match toolserver_store::async_results::expire_due(&pool, 500).await {
-                Ok(0) => {}
-                Ok(expired) => tracing::info!(expired, "expired detached async calls"),
-                Err(err) => tracing::warn!(error = %err, "could not expire detached async calls"),
-            }
-        }
-    })
 }
 
 fn harness(
@@ -277,8 +254,26 @@ fn harness(
         keep_alive: Duration::from_secs(agents.sse_keepalive_secs.max(1)),
         public_url: public_url.clone(),
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
+        lifecycle: lifecycle_settings(agents),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
+}
+
+fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
+    let ms = |value: u64| Duration::from_millis(value.max(1));
+    LifecycleSettings {
+        claim: ms(agents.job_claim_ms.max(300)),
+        poll: ms(agents.continuation_poll_ms.max(10)),
+        max_concurrent_jobs: agents.max_concurrent_jobs.max(1),
+        max_attempts: agents.job_max_attempts.max(1),
+        busy_backoff: ms(agents.job_busy_backoff_ms),
+        retry_backoff: ms(agents.job_retry_backoff_ms),
+        reaper_interval: ms(agents.async_reaper_ms.max(10)),
+        liveness_timeout: ms(agents.runner_liveness_timeout_ms),
+        liveness_interval: ms(agents.runner_liveness_interval_ms),
+        unsealed_group_grace: Duration::from_secs(agents.unsealed_group_grace_secs),
+        stuck_turn_grace: Duration::from_secs(agents.stuck_turn_grace_secs),
+    }
 }
 
 /// The configured runner backend and its idle reaper.

@@ -795,6 +795,7 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
         "conv-dead",
         agent_id,
         Duration::from_secs(1),
+        uuid::Uuid::now_v7(),
     )
     .await
     .unwrap();

@@ -9,8 +9,9 @@ use futures::future::join_all;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
-use toolserver_domain::AccountId;
-use toolserver_store::async_results::{self, NewAsyncResult};
+use toolserver_domain::{AccountId, CallStatus};
+use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOwner};
+use toolserver_store::jobs::{self, JobKind};
 use uuid::Uuid;
 
 use crate::live::LiveApp;
@@ -25,38 +26,89 @@ fn account() -> AccountId {
     AccountId::parse(ACCOUNT_A).unwrap()
 }
 
-fn new_call(
-    group_id: Uuid,
-    tool_call_id: &str,
-    token_sha256: [u8; 32],
-    ttl: Duration,
-) -> NewAsyncResult {
+fn new_call(tool_call_id: &str, token_sha256: [u8; 32], ttl: Duration) -> NewAsyncResult {
     NewAsyncResult {
-        group_id,
         tool_call_id: tool_call_id.into(),
         tool_id: None,
         tool_name: "slow".into(),
         token_sha256,
         ttl,
+        heartbeat_timeout: None,
+        liveness_timeout: Duration::from_secs(600),
+        input: json!({}),
     }
 }
 
-async fn group_of(pool: &PgPool, calls: usize, ttl: Duration) -> (Uuid, Vec<Call>) {
-    let group = async_results::create_group(pool, &account(), "turn-1")
+/// A detached turn to hang groups on (an agent and a turn row, no run).
+pub async fn turn_fixture(pool: &PgPool) -> Uuid {
+    let (agent, turn) = (Uuid::now_v7(), Uuid::now_v7());
+    sqlx::query("INSERT INTO accounts (id) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(ACCOUNT_A)
+        .execute(pool)
         .await
         .unwrap();
-    let mut registered = Vec::new();
-    for i in 0..calls {
-        let token =
-            hex::encode(Uuid::new_v4().as_bytes()) + &hex::encode(Uuid::new_v4().as_bytes());
-        let hash = Sha256::digest(token.as_bytes()).into();
-        let call = new_call(group, &format!("call_{i}"), hash, ttl);
-        let id = async_results::register(pool, &account(), call)
-            .await
-            .unwrap();
-        registered.push(Call { id, token });
-    }
-    (group, registered)
+    sqlx::query(
+        "INSERT INTO agents (id, account_id, name, config) VALUES ($1, $2, 'fixture', '{}')",
+    )
+    .bind(agent)
+    .bind(ACCOUNT_A)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id) \
+         VALUES ($1, $2, $3, 'conv-fixture')",
+    )
+    .bind(turn)
+    .bind(ACCOUNT_A)
+    .bind(agent)
+    .execute(pool)
+    .await
+    .unwrap();
+    turn
+}
+
+async fn group_of(pool: &PgPool, calls: usize, ttl: Duration) -> (Uuid, Vec<Call>) {
+    group_with(pool, &vec![ttl; calls]).await
+}
+
+/// One pass's calls, one per deadline, recorded in their group.
+async fn group_with(pool: &PgPool, ttls: &[Duration]) -> (Uuid, Vec<Call>) {
+    let turn = turn_fixture(pool).await;
+    let tokens: Vec<String> = ttls
+        .iter()
+        .map(|_| hex::encode(Uuid::new_v4().as_bytes()) + &hex::encode(Uuid::new_v4().as_bytes()))
+        .collect();
+    let rows: Vec<NewAsyncResult> = ttls
+        .iter()
+        .zip(&tokens)
+        .enumerate()
+        .map(|(i, (ttl, token))| {
+            new_call(
+                &format!("call_{i}"),
+                Sha256::digest(token.as_bytes()).into(),
+                *ttl,
+            )
+        })
+        .collect();
+    let owner = PassOwner {
+        turn_id: turn,
+        job_id: Uuid::now_v7(),
+    };
+    let ids = async_results::register_pass(pool, &account(), owner, &rows)
+        .await
+        .unwrap();
+    let group = sqlx::query_scalar("SELECT id FROM dispatch_groups WHERE turn_id = $1")
+        .bind(turn)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let calls = ids
+        .into_iter()
+        .zip(tokens)
+        .map(|(id, token)| Call { id, token })
+        .collect();
+    (group, calls)
 }
 
 async fn complete(app: &LiveApp, id: &str, token: Option<&str>, body: Value) -> (u16, Value) {
@@ -82,9 +134,8 @@ async fn outbox_rows(pool: &PgPool, group: Uuid) -> i64 {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = LiveApp::start_quiet(pool.clone()).await;
     let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
-    assert!(!async_results::seal(&pool, &account(), group).await.unwrap());
     let (first, second) = (&calls[0], &calls[1]);
     let done = json!({"status": "completed", "response": {"answer": 42}});
     let first_id = first.id.to_string();
@@ -140,7 +191,7 @@ async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool)
             .await
             .unwrap()
             .status,
-        "pending"
+        CallStatus::Pending
     );
 
     let (got, reply) = complete(&app, &first_id, Some(&first.token), done.clone()).await;
@@ -198,9 +249,8 @@ async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool)
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn two_hundred_concurrent_callbacks_enqueue_one_continuation(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = LiveApp::start_quiet(pool.clone()).await;
     let (group, calls) = group_of(&pool, 200, Duration::from_secs(600)).await;
-    async_results::seal(&pool, &account(), group).await.unwrap();
     let replies = join_all(calls.iter().map(|call| {
         let id = call.id.to_string();
         let app = &app;
@@ -229,39 +279,41 @@ async fn two_hundred_concurrent_callbacks_enqueue_one_continuation(pool: PgPool)
 }
 
 #[sqlx::test(migrations = "../../migrations")]
-async fn the_last_sibling_settling_before_the_seal_still_continues_once(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
-    let (group, calls) = group_of(&pool, 1, Duration::from_secs(600)).await;
-    let (got, _) = complete(
-        &app,
-        &calls[0].id.to_string(),
-        Some(&calls[0].token),
-        json!({"status": "completed", "response": 1}),
+async fn a_pass_is_recorded_whole_in_a_group_born_sealed(pool: PgPool) {
+    let app = LiveApp::start_quiet(pool.clone()).await;
+    let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
+    let (remaining, sealed): (i32, bool) = sqlx::query_as(
+        "SELECT remaining, sealed_at IS NOT NULL FROM dispatch_groups WHERE id = $1",
     )
-    .await;
-    assert_eq!(got, 200);
-    assert_eq!(outbox_rows(&pool, group).await, 0, "not sealed yet");
-    assert!(
-        async_results::seal(&pool, &account(), group).await.unwrap(),
-        "the seal enqueues"
+    .bind(group)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (remaining, sealed),
+        (2, true),
+        "every call, and the seal, at once"
     );
-    assert!(
-        !async_results::seal(&pool, &account(), group).await.unwrap(),
-        "a retried seal succeeds and enqueues nothing"
-    );
-    assert_eq!(outbox_rows(&pool, group).await, 1);
-    let late = new_call(group, "late", [0; 32], Duration::from_secs(60));
-    assert!(
-        async_results::register(&pool, &account(), late)
-            .await
-            .is_err(),
-        "a sealed group takes no siblings"
-    );
+    for (i, call) in calls.iter().enumerate() {
+        let (got, _) = complete(
+            &app,
+            &call.id.to_string(),
+            Some(&call.token),
+            json!({"status": "completed", "response": i}),
+        )
+        .await;
+        assert_eq!(got, 200);
+        assert_eq!(
+            outbox_rows(&pool, group).await,
+            i as i64,
+            "continues after the last"
+        );
+    }
 }
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_expired_call_is_gone(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = LiveApp::start_quiet(pool.clone()).await;
     let (_, calls) = group_of(&pool, 1, Duration::ZERO).await;
     let (got, reply) = complete(
         &app,
@@ -279,19 +331,15 @@ async fn an_expired_call_is_gone(pool: PgPool) {
             .await
             .unwrap()
             .status,
-        "pending"
+        CallStatus::Pending
     );
 }
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_expired_sibling_still_lets_the_group_continue_once(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
-    let (group, mut calls) = group_of(&pool, 1, Duration::from_secs(600)).await;
-    let stuck = new_call(group, "stuck", [7; 32], Duration::ZERO);
-    let stuck = async_results::register(&pool, &account(), stuck)
-        .await
-        .unwrap();
-    async_results::seal(&pool, &account(), group).await.unwrap();
+    let app = LiveApp::start_quiet(pool.clone()).await;
+    let (group, mut calls) = group_with(&pool, &[Duration::from_secs(600), Duration::ZERO]).await;
+    let stuck = calls.remove(1).id;
     let live = calls.remove(0);
     let (got, _) = complete(
         &app,
@@ -309,7 +357,7 @@ async fn an_expired_sibling_still_lets_the_group_continue_once(pool: PgPool) {
     assert_eq!(async_results::expire_due(&pool, 100).await.unwrap(), 1);
     assert_eq!(async_results::expire_due(&pool, 100).await.unwrap(), 0);
     let record = async_results::get(&pool, &account(), stuck).await.unwrap();
-    assert_eq!(record.status, "expired");
+    assert_eq!(record.status, CallStatus::Expired);
     assert!(record.error.unwrap().contains("expired"));
     assert_eq!(outbox_rows(&pool, group).await, 1);
 }
@@ -318,47 +366,54 @@ async fn an_expired_sibling_still_lets_the_group_continue_once(pool: PgPool) {
 async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(pool: PgPool) {
     let mut groups = Vec::new();
     for _ in 0..3 {
-        let (group, _) = group_of(&pool, 0, Duration::from_secs(60)).await;
-        assert!(
-            async_results::seal(&pool, &account(), group).await.unwrap(),
-            "an empty sealed group continues at once"
-        );
+        let (group, calls) = group_of(&pool, 1, Duration::from_secs(60)).await;
+        let done = AsyncOutcome::Completed(json!(1));
+        async_results::settle(&pool, calls[0].id, &done)
+            .await
+            .unwrap();
         groups.push(group);
     }
-    let visibility = Duration::from_secs(600);
-    let claims =
-        join_all((0..6).map(|_| async_results::claim_continuation(&pool, visibility))).await;
+    let claim = Duration::from_secs(600);
+    let claims = join_all((0..6).map(|_| jobs::claim(&pool, claim, 5))).await;
     let mut claimed: Vec<_> = claims.into_iter().filter_map(|c| c.unwrap()).collect();
     assert_eq!(claimed.len(), 3, "{claimed:?}");
     claimed.sort_by_key(|c| c.group_id);
     let mut expected = groups.clone();
     expected.sort();
     assert_eq!(
-        claimed.iter().map(|c| c.group_id).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|c| c.group_id.unwrap())
+            .collect::<Vec<_>>(),
         expected
     );
     assert!(claimed
         .iter()
-        .all(|c| c.attempts == 1 && c.parent == "turn-1" && c.account_id == ACCOUNT_A));
-    assert!(async_results::claim_continuation(&pool, visibility)
-        .await
-        .unwrap()
-        .is_none());
+        .all(|c| c.attempts == 1 && c.kind == JobKind::Continue && c.account_id == ACCOUNT_A));
+    assert!(jobs::claim(&pool, claim, 5).await.unwrap().is_none());
 
-    // One finishes; the worker of another is lost and its job is claimed again.
-    assert!(async_results::finish_continuation(&pool, claimed[0].id)
+    // One finishes (and leaves no row); a second finish of it finds nothing.
+    let mut tx = pool.begin().await.unwrap();
+    assert!(jobs::finish(&mut tx, &claimed[0]).await.unwrap());
+    assert!(!jobs::finish(&mut tx, &claimed[0]).await.unwrap());
+    tx.commit().await.unwrap();
+
+    // The worker of another is lost: its claim lapses and the job is claimed
+    // again, with a new token; the lost worker can no longer renew or finish it.
+    sqlx::query("UPDATE continuation_outbox SET claim_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(claimed[1].id)
+        .execute(&pool)
         .await
-        .unwrap());
-    assert!(!async_results::finish_continuation(&pool, claimed[0].id)
-        .await
-        .unwrap());
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let retried = async_results::claim_continuation(&pool, Duration::from_millis(10))
-        .await
-        .unwrap()
         .unwrap();
-    assert_ne!(retried.id, claimed[0].id);
+    let retried = jobs::claim(&pool, claim, 5).await.unwrap().unwrap();
+    assert_eq!(retried.id, claimed[1].id);
     assert_eq!(retried.attempts, 2);
+    assert_ne!(retried.claim_token, claimed[1].claim_token);
+    assert!(!jobs::renew(&pool, &claimed[1], claim).await.unwrap());
+    let mut tx = pool.begin().await.unwrap();
+    assert!(!jobs::finish(&mut tx, &claimed[1]).await.unwrap());
+    assert!(jobs::finish(&mut tx, &retried).await.unwrap());
+    tx.commit().await.unwrap();
 }
 
 #[sqlx::test(migrations = "../../migrations")]
@@ -366,7 +421,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
     use toolserver_harness::runner_call::{build_request, CallSpec, RunnerCallSettings};
     use toolserver_sandbox::{Executor, Frame, ReservationKey};
 
-    let app = LiveApp::start(pool.clone()).await;
+    let app = LiveApp::start_quiet(pool.clone()).await;
     let source = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { done: input.job, resultId: ctx.asyncTool.resultId }; } };";
     let tool = app
         .upload(ACCOUNT_A, "job", source, json!({"type": "object"}))
@@ -376,7 +431,6 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
         .await
         .unwrap();
     let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
-    async_results::seal(&pool, &account(), group).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let bundles = fs_store(dir.path()).await;
@@ -431,7 +485,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
         let stored = async_results::get(&pool, &account(), call.id)
             .await
             .unwrap();
-        assert_eq!(stored.status, "completed");
+        assert_eq!(stored.status, CallStatus::Completed);
         assert_eq!(
             stored.response,
             Some(json!({"done": i, "resultId": call.id}))

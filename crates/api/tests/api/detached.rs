@@ -14,7 +14,7 @@ use crate::support::*;
 const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 150)); return { finished: input.job }; } };";
 
 /// The next message on a subscription, as JSON (at most 30 s away).
-async fn next_reply(replies: &mut async_nats::Subscriber) -> Value {
+pub async fn next_reply(replies: &mut async_nats::Subscriber) -> Value {
     use futures::StreamExt;
     let message = tokio::time::timeout(Duration::from_secs(30), replies.next())
         .await
@@ -24,7 +24,7 @@ async fn next_reply(replies: &mut async_nats::Subscriber) -> Value {
 }
 
 /// Starts a detached turn and returns its status id.
-async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str) -> String {
+pub async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str) -> String {
     let (status, accepted) = app
         .request(
             reqwest::Method::POST,
@@ -37,7 +37,7 @@ async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str)
     accepted["statusId"].as_str().unwrap().to_owned()
 }
 
-async fn wait_for_status(app: &LiveApp, id: &str, wanted: &str) -> Value {
+pub async fn wait_for_status(app: &LiveApp, id: &str, wanted: &str) -> Value {
     let mut last = Value::Null;
     for _ in 0..200 {
         let (status, body) = app
@@ -129,12 +129,18 @@ async fn a_detached_turn_continues_once_with_both_results(pool: PgPool) {
             && told.iter().any(|c| c.contains("\"finished\":\"b\"")),
         "{told:?}"
     );
-    let outbox: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM continuation_outbox WHERE done_at IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(outbox, 1);
+    let (outbox, continued): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM continuation_outbox), \
+                (SELECT count(*) FROM dispatch_groups WHERE continued_at IS NOT NULL)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (outbox, continued),
+        (0, 1),
+        "one continuation ran; finished jobs leave no rows"
+    );
     let (status, _) = app
         .request(
             reqwest::Method::GET,
@@ -365,7 +371,7 @@ async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool) {
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!((rows, completed, outbox), (200, 200, 1));
+    assert_eq!((rows, completed, outbox), (200, 200, 0));
     let told = app.model.requests("two-hundred")[2]["messages"]
         .as_array()
         .unwrap()
@@ -379,4 +385,31 @@ async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool) {
         })
         .count();
     assert_eq!(told, 200, "the model saw every sibling's result");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn the_detached_routes_answer_only_on_their_own_paths(pool: PgPool) {
+    let app = LiveApp::start_quiet(pool).await;
+    let agent = app.agent(ACCOUNT_A, "routes", json!({})).await;
+    let (status, body) = app
+        .request(
+            reqwest::Method::POST,
+            "/async/0",
+            ACCOUNT_A,
+            Some(user_turn("conv-routes", "hi")),
+        )
+        .await;
+    assert_eq!(status, 405, "POST /async/{{id}} starts nothing: {body}");
+    let (status, body) = app
+        .request(
+            reqwest::Method::GET,
+            &format!("/agents/{agent}/async"),
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    assert_eq!(
+        status, 405,
+        "GET /agents/{{id}}/async reads nothing: {body}"
+    );
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_api::{ApiSettings, AppState};
+use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::HarnessSettings;
 use toolserver_sandbox::{Executor, LocalExecutor, ReservationKey, WorkerClient};
 use toolserver_testsupport::http::request_json;
@@ -15,9 +16,8 @@ use toolserver_testsupport::ScriptedModel;
 use crate::support::*;
 
 pub struct LiveApp {
-    _continuations: AbortOnDrop,
     _nats: Option<AbortOnDrop>,
-    state: toolserver_api::AppState,
+    pub state: toolserver_api::AppState,
     pub base: String,
     pub client: reqwest::Client,
     pub model: ScriptedModel,
@@ -68,9 +68,36 @@ impl Turn {
     }
 }
 
+/// Default settings with a job loop and reaper quick enough for tests.
+pub fn fast_lifecycle() -> HarnessSettings {
+    HarnessSettings {
+        lifecycle: LifecycleSettings {
+            poll: Duration::from_millis(20),
+            reaper_interval: Duration::from_millis(50),
+            ..LifecycleSettings::default()
+        },
+        ..HarnessSettings::default()
+    }
+}
+
 impl LiveApp {
     pub async fn start(pool: PgPool) -> Self {
-        Self::start_with(pool, None, HarnessSettings::default()).await
+        Self::start_with(pool, None, fast_lifecycle()).await
+    }
+
+    /// The app with its job loop and reaper idle, for tests that drive the
+    /// lifecycle's storage by hand.
+    pub async fn start_quiet(pool: PgPool) -> Self {
+        let idle = Duration::from_secs(3600);
+        let settings = HarnessSettings {
+            lifecycle: LifecycleSettings {
+                poll: idle,
+                reaper_interval: idle,
+                ..LifecycleSettings::default()
+            },
+            ..HarnessSettings::default()
+        };
+        Self::start_with(pool, None, settings).await
     }
 
     pub async fn start_with(
@@ -83,8 +110,7 @@ impl LiveApp {
 
     /// The app with turns also taken over NATS, on `subject`.
     pub async fn start_with_nats(pool: PgPool, nats: async_nats::Client, subject: &str) -> Self {
-        let mut app =
-            Self::start_full(pool, None, HarnessSettings::default(), Some(nats.clone())).await;
+        let mut app = Self::start_full(pool, None, fast_lifecycle(), Some(nats.clone())).await;
         let turns = toolserver_api::nats::spawn_turns(app.state.clone(), nats, subject.to_owned())
             .await
             .unwrap();
@@ -126,17 +152,12 @@ impl LiveApp {
             harness,
             nats.clone(),
         );
-        let continuations = toolserver_api::detached::spawn_continuations(
-            state.clone(),
-            Duration::from_millis(20),
-            Duration::from_secs(60),
-        );
+        state.lifecycle().start_background();
         let app = toolserver_api::app(state.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             _nats: None,
             state,
-            _continuations: AbortOnDrop(continuations),
             base,
             client: reqwest::Client::new(),
             model: ScriptedModel::start().await,

@@ -10,6 +10,7 @@ mod chat;
 mod completion;
 mod detached;
 mod invoke;
+mod lifecycle;
 mod live;
 mod openapi;
 mod real_client;

@@ -6,6 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::{ToolId, ValidationError};
 
+/// Longest `heartbeatTimeoutSeconds` or `timeoutSeconds` of an async tool (a week).
+pub const MAX_DETACHED_SECS: u64 = 7 * 24 * 3600;
+
 /// Name of the status tool registered automatically when any tool is async.
 pub const ASYNC_STATUS_TOOL: &str = "async_status";
 
@@ -124,6 +127,12 @@ pub struct ToolSetting {
     pub needs_approval: bool,
     /// Per-call deadline override, in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// Async tools: a detached call expires when no heartbeat arrives for
+    /// this many seconds (`heartbeatTimeoutSeconds`).
+    pub heartbeat_timeout_secs: Option<u64>,
+    /// Async tools: a detached call expires this many seconds after launch
+    /// whatever its heartbeats (`timeoutSeconds`; default: the server's TTL).
+    pub detached_timeout_secs: Option<u64>,
     /// Everything else: tool options (merged over an uploaded tool's `defaultConfig`).
     pub options: Map<String, Value>,
 }
@@ -159,11 +168,33 @@ impl ToolSetting {
                 }
             },
         };
+        let run_async = flag("async")?.unwrap_or(false);
+        let seconds = |name: &str| match object.get(name) {
+            None => Ok(None),
+            Some(_) if !run_async => Err(ValidationError::new(
+                format!("{base}.{name}"),
+                "applies only to async tools (set async: true)",
+            )),
+            Some(value) => match value.as_u64() {
+                Some(secs) if (1..=MAX_DETACHED_SECS).contains(&secs) => Ok(Some(secs)),
+                _ => Err(ValidationError::new(
+                    format!("{base}.{name}"),
+                    format!("must be an integer from 1 to {MAX_DETACHED_SECS}"),
+                )),
+            },
+        };
+        let heartbeat_timeout_secs = seconds("heartbeatTimeoutSeconds")?;
+        let detached_timeout_secs = seconds("timeoutSeconds")?;
         let mut options = Map::new();
         for (name, option) in object {
             if matches!(
                 name.as_str(),
-                "enabled" | "async" | "needsApproval" | "timeoutMs"
+                "enabled"
+                    | "async"
+                    | "needsApproval"
+                    | "timeoutMs"
+                    | "heartbeatTimeoutSeconds"
+                    | "timeoutSeconds"
             ) {
                 continue;
             }
@@ -176,9 +207,11 @@ impl ToolSetting {
         }
         Ok(Self {
             enabled: flag("enabled")?.unwrap_or(true),
-            run_async: flag("async")?.unwrap_or(false),
+            run_async,
             needs_approval: flag("needsApproval")?.unwrap_or(false),
             timeout_ms,
+            heartbeat_timeout_secs,
+            detached_timeout_secs,
             options,
         })
     }
@@ -239,6 +272,37 @@ mod tests {
                 ToolSetting::parse(key, &bad, 1000).unwrap_err().field,
                 field
             );
+        }
+    }
+
+    #[test]
+    fn heartbeat_settings_belong_to_async_tools() {
+        let key = ToolKey::Uploaded(ToolId::generate());
+        let setting = ToolSetting::parse(
+            key,
+            &json!({"async": true, "heartbeatTimeoutSeconds": 5, "timeoutSeconds": 60}),
+            1000,
+        )
+        .unwrap();
+        assert_eq!(setting.heartbeat_timeout_secs, Some(5));
+        assert_eq!(setting.detached_timeout_secs, Some(60));
+        assert!(setting.options.is_empty());
+        for (bad, field) in [
+            (
+                json!({"heartbeatTimeoutSeconds": 5}),
+                "heartbeatTimeoutSeconds",
+            ),
+            (
+                json!({"async": true, "heartbeatTimeoutSeconds": 0}),
+                "heartbeatTimeoutSeconds",
+            ),
+            (
+                json!({"async": true, "timeoutSeconds": "1"}),
+                "timeoutSeconds",
+            ),
+        ] {
+            let err = ToolSetting::parse(key, &bad, 1000).unwrap_err();
+            assert_eq!(err.field, format!("config.tools.{key}.{field}"));
         }
     }
 

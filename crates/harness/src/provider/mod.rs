@@ -70,6 +70,9 @@ pub struct ModelRequest {
     /// Generation options from the agent config (`temperature`, `topP`,
     /// `maxOutputTokens`, `seed`), already validated.
     pub options: Map<String, Value>,
+    /// Sent as `Idempotency-Key`: stable across retries of the same pass
+    /// (a detached turn's job retried after a crash repeats it).
+    pub idempotency_key: Option<String>,
 }
 
 /// Why a model pass ended.

@@ -57,12 +57,15 @@ impl OpenAiProvider {
         Ok(url)
     }
 
-    fn request(&self, url: &Url, body: &Value) -> reqwest::RequestBuilder {
-        let request = self
+    fn request(&self, url: &Url, body: &Value, key: Option<&str>) -> reqwest::RequestBuilder {
+        let mut request = self
             .client
             .post(url.clone())
             .header(ACCEPT, "text/event-stream")
             .json(body);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
         match &self.api_key {
             Some(key) => request.bearer_auth(key),
             None => request,
@@ -80,7 +83,8 @@ impl ModelProvider for OpenAiProvider {
         let url = self.endpoint()?;
         check_url(&url, &self.policy).map_err(ProviderError::Forbidden)?;
         let body = body::body(&request);
-        let response = send::send(|| self.request(&url, &body)).await?;
+        let response =
+            send::send(|| self.request(&url, &body, request.idempotency_key.as_deref())).await?;
         Ok(events::events(response))
     }
 }

@@ -31,6 +31,8 @@ pub enum ToolEvent {
     Output(Value),
     /// The call failed; the last event.
     Failed(String),
+    /// A detached call is running on its runner; the last event of a launch.
+    Launched,
 }
 
 /// The events of one call, ending with `Output` or `Failed`.
@@ -67,6 +69,15 @@ pub trait ToolImpl: Send + Sync {
     }
 }
 
+/// Bounds of a tool's detached calls, from its agent config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DetachedLimits {
+    /// A call expires when no heartbeat arrives for this long.
+    pub heartbeat_timeout: Option<Duration>,
+    /// A call expires this long after launch (default: the server's TTL).
+    pub timeout: Option<Duration>,
+}
+
 /// A tool offered to the model this turn.
 #[derive(Clone)]
 pub struct RegisteredTool {
@@ -86,6 +97,8 @@ pub struct RegisteredTool {
     pub run_async: bool,
     /// Deadline of each call.
     pub timeout: Duration,
+    /// Bounds of this tool's detached calls.
+    pub detached: DetachedLimits,
     implementation: Arc<dyn ToolImpl>,
 }
 

@@ -21,7 +21,7 @@ use toolserver_store::{tools, StoreError};
 
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
-use super::{RegisteredTool, ToolImpl};
+use super::{DetachedLimits, RegisteredTool, ToolImpl};
 use crate::outbound::OutboundPolicy;
 use crate::provider::ToolSpec;
 use crate::runner_call::RunnerCallSettings;
@@ -182,6 +182,10 @@ impl ToolRegistry {
                     needs_approval: setting.needs_approval,
                     run_async: setting.run_async,
                     timeout,
+                    detached: DetachedLimits {
+                        heartbeat_timeout: setting.heartbeat_timeout_secs.map(Duration::from_secs),
+                        timeout: setting.detached_timeout_secs.map(Duration::from_secs),
+                    },
                     implementation,
                 },
             );

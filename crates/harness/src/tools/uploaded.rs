@@ -79,7 +79,7 @@ impl UploadedTool {
                 Frame::End => ToolEvent::Output(last.take().unwrap_or(Value::Null)),
                 Frame::Final { value } => ToolEvent::Output(value),
                 Frame::Error { name, message } => ToolEvent::Failed(format!("{name}: {message}")),
-                Frame::Launched => ToolEvent::Output(serde_json::json!({"status": "launched"})),
+                Frame::Launched => ToolEvent::Launched,
             };
             Some((event, (call, last)))
         })

@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::detach::Detacher;
+use super::detach::{DetachedCall, Detacher};
 use super::emitter::{ClientGone, Emitter};
 use super::pass::ModelCall;
 use super::pending::PendingWork;
@@ -34,6 +34,7 @@ pub(super) async fn handle_calls(
     let detach = plan.detach.as_deref();
     let durable = plan.durable_status.as_deref();
     let mut ready = Vec::new();
+    let mut detached = Vec::new();
     let mut awaiting_approval = false;
     for call in calls {
         let raw = if call.arguments.trim().is_empty() {
@@ -111,14 +112,15 @@ pub(super) async fn handle_calls(
                 })
                 .await?;
             awaiting_approval = true;
+        } else if tool.run_async && detach.is_some() && tool.detachable() {
+            detached.push(ReadyCall {
+                tool_call_id: call.id,
+                tool: tool.clone(),
+                input,
+            });
         } else if tool.run_async {
-            let chunk = match detach {
-                Some(detach) if tool.detachable() => {
-                    launch_detached(emitter, detach, tool, &call.id, input).await?
-                }
-                _ => output_chunk(&call.id, pending.launch(tool, call.id.clone(), input), None),
-            };
-            emitter.emit(chunk).await?;
+            let output = pending.launch(tool, call.id.clone(), input);
+            emitter.emit(output_chunk(&call.id, output, None)).await?;
         } else {
             ready.push(ReadyCall {
                 tool_call_id: call.id,
@@ -126,6 +128,9 @@ pub(super) async fn handle_calls(
                 input,
             });
         }
+    }
+    if let Some(detach) = detach {
+        launch_detached(emitter, detach, detached).await?;
     }
     run_ready(emitter, ready, max_parallel).await?;
     Ok(awaiting_approval)
@@ -164,34 +169,88 @@ pub(super) async fn run_ready(
                 tool_call_id,
                 error_text,
             },
+            ToolEvent::Launched => UiChunk::ToolOutputError {
+                tool_call_id,
+                error_text: "the runner detached a call that was not sent detached".into(),
+            },
         };
         emitter.emit(chunk).await?;
     }
 }
 
-/// Registers and launches a detached call; the chunk tells the model it is
-/// pending (or why it could not start).
+/// What the model is told of a detached call it just made: it is pending.
+pub fn pending_output(tool_name: &str, status_id: &str) -> Value {
+    json!({
+        "status": "pending",
+        "statusId": status_id,
+        "message": format!(
+            "{tool_name} is running in the background; its result will be delivered when it \
+             is ready. async_status can check on it."
+        ),
+    })
+}
+
+/// Records a pass's detached calls together, then launches each; the model
+/// is told each call is pending (or why it could not start).
 async fn launch_detached(
+    emitter: &mut Emitter,
+    detach: &dyn Detacher,
+    calls: Vec<ReadyCall>,
+) -> Result<(), ClientGone> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let described: Vec<DetachedCall<'_>> = calls
+        .iter()
+        .map(|call| DetachedCall {
+            tool_call_id: &call.tool_call_id,
+            tool: &call.tool,
+            input: &call.input,
+        })
+        .collect();
+    let registered = detach.register_pass(&described).await;
+    drop(described);
+    let registered = match registered {
+        Ok(registered) => registered,
+        Err(error) => {
+            for call in calls {
+                emitter
+                    .emit(UiChunk::ToolOutputError {
+                        tool_call_id: call.tool_call_id,
+                        error_text: error.clone(),
+                    })
+                    .await?;
+            }
+            return Ok(());
+        }
+    };
+    for (call, (status_id, meta)) in calls.into_iter().zip(registered) {
+        let chunk = launch_one(emitter, detach, call, &status_id, meta).await?;
+        emitter.emit(chunk).await?;
+    }
+    Ok(())
+}
+
+/// Launches one recorded call on its runner.
+async fn launch_one(
     emitter: &Emitter,
     detach: &dyn Detacher,
-    tool: &RegisteredTool,
-    tool_call_id: &str,
-    input: Value,
+    call: ReadyCall,
+    status_id: &str,
+    meta: Value,
 ) -> Result<UiChunk, ClientGone> {
+    let ReadyCall {
+        tool_call_id,
+        tool,
+        input,
+    } = call;
     let failed = |error_text: String| UiChunk::ToolOutputError {
-        tool_call_id: tool_call_id.to_owned(),
+        tool_call_id: tool_call_id.clone(),
         error_text,
     };
-    let (status_id, meta) = match detach
-        .register(tool_call_id, &tool.name, tool.tool_id)
-        .await
-    {
-        Ok(registered) => registered,
-        Err(error) => return Ok(failed(error)),
-    };
-    let Some(mut events) = tool.call_detached(tool_call_id.to_owned(), input, meta) else {
+    let Some(mut events) = tool.call_detached(tool_call_id.clone(), input, meta) else {
         let error = format!("{} cannot run detached", tool.name);
-        detach.launch_failed(&status_id, &error).await;
+        detach.ended_at_launch(status_id, Err(error.clone())).await;
         return Ok(failed(error));
     };
     loop {
@@ -199,25 +258,32 @@ async fn launch_detached(
             event = events.next() => event,
             () = emitter.gone() => return Err(ClientGone),
         };
-        let error = match event {
-            Some(ToolEvent::Output(_)) => break,
-            Some(ToolEvent::Failed(error)) => error,
+        match event {
+            Some(ToolEvent::Launched) => break,
+            // The runner ran the call to its end instead of detaching it:
+            // its outcome settles the call, and reaches the model through
+            // the continuation like any other.
+            Some(ToolEvent::Output(value)) => {
+                detach.ended_at_launch(status_id, Ok(value)).await;
+                break;
+            }
+            Some(ToolEvent::Failed(error)) => {
+                detach.ended_at_launch(status_id, Err(error.clone())).await;
+                return Ok(failed(error));
+            }
             Some(_) => continue,
-            None => "the runner did not launch the call".to_owned(),
-        };
-        detach.launch_failed(&status_id, &error).await;
-        return Ok(failed(error));
+            None => {
+                let error = "the runner did not launch the call".to_owned();
+                detach.ended_at_launch(status_id, Err(error.clone())).await;
+                return Ok(failed(error));
+            }
+        }
     }
-    let output = json!({
-        "status": "pending",
-        "statusId": status_id,
-        "message": format!(
-            "{} is running in the background; its result will be delivered when it is ready. \
-             async_status can check on it.",
-            tool.name
-        ),
-    });
-    Ok(output_chunk(tool_call_id, output, None))
+    Ok(output_chunk(
+        &tool_call_id,
+        pending_output(&tool.name, status_id),
+        None,
+    ))
 }
 
 fn input_available(call: &ModelCall, input: &Value) -> UiChunk {

@@ -4,26 +4,33 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use toolserver_domain::ToolId;
+
+use crate::tools::RegisteredTool;
+
+/// One detached call of a pass, ready to record.
+pub struct DetachedCall<'a> {
+    /// The model's call id.
+    pub tool_call_id: &'a str,
+    /// The tool called.
+    pub tool: &'a RegisteredTool,
+    /// Its checked input.
+    pub input: &'a Value,
+}
 
 /// Where a detached turn records its launched calls.
 #[async_trait]
 pub trait Detacher: Send + Sync {
-    /// Registers a call of `tool_name` in this pass's dispatch group and
-    /// returns its status id and the `async` metadata for the runner.
-    async fn register(
+    /// Records every detached call of one pass at once, before any is
+    /// launched; returns each call's status id and the `async` metadata
+    /// for its runner, in order.
+    async fn register_pass(
         &self,
-        tool_call_id: &str,
-        tool_name: &str,
-        tool_id: Option<ToolId>,
-    ) -> Result<(String, Value), String>;
+        calls: &[DetachedCall<'_>],
+    ) -> Result<Vec<(String, Value)>, String>;
 
-    /// Settles a registered call whose runner never launched it as failed,
-    /// so its group does not wait for it until it expires.
-    async fn launch_failed(&self, status_id: &str, error: &str);
-
-    /// Seals this pass's group, if it has calls; returns whether it had.
-    async fn seal_pass(&self) -> Result<bool, String>;
+    /// Settles a registered call that ended at its launch: it never
+    /// launched (`Err`), or its runner ran it to the end at once (`Ok`).
+    async fn ended_at_launch(&self, status_id: &str, outcome: Result<Value, String>);
 }
 
 /// `async_status` over durable detached calls of the caller's account.

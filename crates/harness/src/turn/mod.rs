@@ -15,7 +15,8 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-pub use detach::{Detacher, DurableStatus};
+pub use calls::pending_output;
+pub use detach::{DetachedCall, Detacher, DurableStatus};
 pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
 
@@ -26,6 +27,8 @@ use self::pending::PendingWork;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
+use crate::HarnessSettings;
+use toolserver_domain::AgentConfig;
 
 /// What a turn runs with.
 pub struct TurnPlan {
@@ -57,6 +60,36 @@ pub struct TurnPlan {
     /// The assistant message to build: new, or continued after approvals
     /// (its decided parts in state `approval-responded`).
     pub assistant: UiMessage,
+    /// When set, model pass `n` of this turn is requested with the
+    /// idempotency key `<request_key>.<n>`.
+    pub request_key: Option<String>,
+}
+
+impl TurnPlan {
+    /// A plan of `config`'s model and limits on `history`, building
+    /// `assistant`; approvals, detaching, status answers and arrivals off.
+    pub fn for_agent(
+        config: &AgentConfig,
+        settings: &HarnessSettings,
+        history: Vec<UiMessage>,
+        assistant: UiMessage,
+    ) -> Self {
+        Self {
+            system: config.system_prompt.clone(),
+            model_id: config.model.model_id.clone(),
+            options: config.model.options.clone(),
+            max_steps: config.max_steps,
+            max_parallel_tool_calls: settings.max_parallel_tool_calls,
+            max_duration: settings.max_turn_duration,
+            can_ask_approval: false,
+            detach: None,
+            durable_status: None,
+            arrivals: Vec::new(),
+            history,
+            assistant,
+            request_key: None,
+        }
+    }
 }
 
 /// How a turn ended.
@@ -68,9 +101,6 @@ pub struct TurnOutcome {
     pub finish_reason: Option<String>,
     /// The error sent, if any.
     pub error: Option<String>,
-    /// Whether this run launched detached calls (their continuation will
-    /// carry the turn on).
-    pub detached_waiting: bool,
 }
 
 /// Runs a turn, sending chunks to `out` until the turn ends or `out` closes.
@@ -85,7 +115,6 @@ pub async fn run_turn(
         registry,
         emitter: Emitter::new(plan.assistant.clone(), out),
         pending: PendingWork::default(),
-        detached_waiting: false,
         plan,
     };
     let limit = turn.plan.max_duration;
@@ -97,13 +126,11 @@ pub async fn run_turn(
         }
     };
     let mut assistant = turn.emitter.assistant.clone();
-    let detached_waiting = turn.detached_waiting;
     match ended {
         Ok((finish_reason, error)) => TurnOutcome {
             assistant,
             finish_reason: Some(finish_reason),
             error,
-            detached_waiting,
         },
         Err(ClientGone) => {
             mark_unfinished(&mut assistant, "cancelled: the client disconnected");
@@ -111,7 +138,6 @@ pub async fn run_turn(
                 assistant,
                 finish_reason: None,
                 error: Some("the client disconnected".into()),
-                detached_waiting,
             }
         }
     }
@@ -122,7 +148,6 @@ struct Turn {
     registry: ToolRegistry,
     emitter: Emitter,
     pending: PendingWork,
-    detached_waiting: bool,
     plan: TurnPlan,
 }
 
@@ -199,7 +224,7 @@ impl Turn {
                 return Ok(("error".into(), Some(error)));
             }
             self.emitter.emit(UiChunk::StartStep).await?;
-            let request = self.model_request();
+            let request = self.model_request(passes);
             let end = run_pass(self.provider.as_ref(), request, &mut self.emitter).await?;
             passes += 1;
             let (calls, reason) = match end {
@@ -235,12 +260,6 @@ impl Turn {
             )
             .await?;
             self.emitter.emit(UiChunk::FinishStep).await?;
-            if let Some(detach) = &self.plan.detach {
-                match detach.seal_pass().await {
-                    Ok(launched) => self.detached_waiting |= launched,
-                    Err(error) => return Ok(("error".into(), Some(error))),
-                }
-            }
             if awaiting {
                 self.settle_background_work().await?;
                 return Ok((FinishReason::ToolCalls.as_ui().to_owned(), None));
@@ -335,7 +354,7 @@ impl Turn {
         self.inject_arrivals().await.map(|_| ())
     }
 
-    fn model_request(&self) -> ModelRequest {
+    fn model_request(&self, pass: u32) -> ModelRequest {
         let mut messages = self.plan.history.clone();
         messages.push(self.emitter.assistant.clone());
         ModelRequest {
@@ -345,6 +364,11 @@ impl Turn {
             tools: self.registry.specs(),
             provider_tools: self.registry.provider_tools().to_vec(),
             options: self.plan.options.clone(),
+            idempotency_key: self
+                .plan
+                .request_key
+                .as_ref()
+                .map(|key| format!("{key}.{pass}")),
         }
     }
 }

@@ -96,6 +96,11 @@ impl PendingWork {
                     ToolEvent::Snapshot(_) => {}
                     ToolEvent::Output(value) => outcome = Settled::Completed(value),
                     ToolEvent::Failed(message) => outcome = Settled::Failed(message),
+                    ToolEvent::Launched => {
+                        outcome = Settled::Failed(
+                            "the runner detached a call that was not sent detached".into(),
+                        );
+                    }
                 }
             }
             (task_id, outcome)

@@ -292,3 +292,132 @@ async fn cancel_and_logs_reach_the_worker_through_exec() {
     let missing = cluster.executor.logs(&key, "no-such-call").await;
     assert!(missing.is_err(), "logs of an unknown call are refused");
 }
+
+/// A loopback HTTP server standing in for the server's completion route:
+/// keeps each request's body and answers 200 `{}`.
+struct Sink {
+    url: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Sink {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = bodies.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut bytes = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(read @ 1..) = socket.read(&mut buf).await else {
+                            return;
+                        };
+                        bytes.extend_from_slice(&buf[..read]);
+                        let text = String::from_utf8_lossy(&bytes).into_owned();
+                        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if body.len() < length {
+                            continue;
+                        }
+                        record
+                            .lock()
+                            .unwrap()
+                            .push(serde_json::from_str(body).unwrap());
+                        let reply =
+                            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+                        let _ = socket.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                });
+            }
+        });
+        Self { url, bodies }
+    }
+
+    async fn first(&self, within: Duration) -> Option<Value> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(body) = self.bodies.lock().unwrap().first().cloned() {
+                return Some(body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+#[tokio::test]
+async fn a_pod_whose_worker_still_runs_a_detached_call_is_not_reaped() {
+    let cluster = cluster(|settings| settings.idle_timeout = Duration::from_millis(300)).await;
+    let key = key("acct_1");
+    let sink = Sink::start().await;
+    let slow = "export default { async execute() { await new Promise((r) => setTimeout(r, 2000)); return { slept: true }; } };";
+    let mut call = request(bundle(slow), json!(null));
+    call.async_meta = Some(json!({
+        "resultId": "r-1",
+        "completeUrl": format!("{}/sandbox-jobs/r-1/complete", sink.url),
+        "completionToken": "t",
+    }));
+    assert_eq!(cluster.call(&key, call).await, Frame::Launched);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Idle by its annotation and by this server's count, but its worker is busy.
+    assert_eq!(
+        cluster.executor.reap_idle().await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert!(cluster.pod_uid(&key).is_some());
+    let completion = sink.first(Duration::from_secs(15)).await;
+    assert_eq!(
+        completion,
+        Some(json!({"status": "completed", "response": {"slept": true}}))
+    );
+    // Once the call is over, the pod is idle like any other.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        cluster.executor.reap_idle().await.unwrap(),
+        vec![key.runner_name()]
+    );
+}
+
+fn last_used(cluster: &Cluster, key: &ReservationKey) -> time::OffsetDateTime {
+    let pod = cluster.fake.pod(NS, &key.runner_name()).unwrap();
+    let at = pod["metadata"]["annotations"]["toolserver.dev/last-used"]
+        .as_str()
+        .unwrap();
+    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).unwrap()
+}
+
+#[tokio::test]
+async fn a_long_call_keeps_marking_its_pod_used() {
+    let cluster = cluster(|settings| settings.idle_timeout = Duration::from_millis(400)).await;
+    let key = key("acct_1");
+    let slow = "export default { async execute() { console.log('started'); await new Promise((r) => setTimeout(r, 1500)); return 'done'; } };";
+    let mut frames = cluster
+        .executor
+        .invoke(&key, request(bundle(slow), json!(null)))
+        .await
+        .unwrap();
+    assert!(matches!(next(&mut frames).await, Frame::Log { .. }));
+    let at_start = last_used(&cluster, &key);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Another server's reaper reads this annotation: it must not look idle mid-call.
+    assert!(
+        last_used(&cluster, &key) > at_start,
+        "the last-used annotation was refreshed during the call"
+    );
+    assert_eq!(terminal(frames).await, final_of(json!("done")));
+}

@@ -347,7 +347,7 @@ async fn idle_runners_are_deleted_only_if_unchanged_and_not_busy() {
     let pods = RunnerPods::new(client, settings());
     let (idle, fresh, busy, raced) = (key("a"), key("b"), key("c"), key("d"));
     let busy_name = busy.runner_name();
-    let reap = tokio::spawn(async move { pods.reap_idle(&[busy_name]).await });
+    let reap = tokio::spawn(async move { pods.reap_idle(&[busy_name], |_| async { false }).await });
     let list = api
         .expect(
             "GET",
@@ -387,6 +387,54 @@ async fn idle_runners_are_deleted_only_if_unchanged_and_not_busy() {
     .await
     .fail(409, "Conflict");
     assert_eq!(reap.await.unwrap().unwrap(), vec![idle.runner_name()]);
+}
+
+#[tokio::test]
+async fn an_idle_pod_whose_worker_still_runs_calls_is_marked_used_not_deleted() {
+    let (client, mut api) = mocked();
+    let pods = RunnerPods::new(client, settings());
+    let (working, idle) = (key("a"), key("b"));
+    let working_name = working.runner_name();
+    let probed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let asked = probed.clone();
+    let reap = tokio::spawn(async move {
+        pods.reap_idle(&[], |pod| {
+            asked.lock().unwrap().push(pod.clone());
+            let busy = pod == working_name;
+            async move { busy }
+        })
+        .await
+    });
+    let list = api
+        .expect(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{NS}/pods?&labelSelector=app.kubernetes.io%2Fname%3Dtoolserver-runner%2Capp.kubernetes.io%2Fmanaged-by%3Dtoolserver"
+            ),
+        )
+        .await;
+    list.reply(
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [
+            served_pod(&working, "u-a", "Running", true),
+            served_pod(&idle, "u-b", "Running", true),
+        ]}),
+    );
+    // Both are idle by their annotation, but the first one's worker still
+    // runs a detached call: it is marked used, not deleted.
+    let touch = api
+        .expect("PATCH", &format!("{}?", pod_path(&working)))
+        .await;
+    assert!(touch.body["metadata"]["annotations"]["toolserver.dev/last-used"].is_string());
+    touch.reply(200, served_pod(&working, "u-a", "Running", true));
+    api.expect("DELETE", &format!("{}?", pod_path(&idle)))
+        .await
+        .reply(200, served_pod(&idle, "u-b", "Running", true));
+    assert_eq!(reap.await.unwrap().unwrap(), vec![idle.runner_name()]);
+    assert_eq!(
+        *probed.lock().unwrap(),
+        vec![working.runner_name(), idle.runner_name()]
+    );
 }
 
 #[tokio::test]

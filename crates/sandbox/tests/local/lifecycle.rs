@@ -1,4 +1,5 @@
-//! Runner lifecycle: reuse, crash recovery, deadlines, idle stop, tenancy.
+//! Runner lifecycle: reuse, crash recovery, deadlines, idle stop, tenancy,
+//! detached calls that outlive their request, and dying with the server.
 
 use std::time::{Duration, Instant};
 
@@ -142,4 +143,173 @@ async fn idle_workers_stop_and_start_again_on_the_next_call() {
     .await;
     assert_eq!(echo_of(&frame), json!({"back": true}));
     assert!(h.executor.worker_pid(&key).await.is_some());
+}
+
+/// Makes the worker it runs in die at its next `/invoke` request, before answering.
+const DIES_AT_NEXT_INVOKE: &str = r#"
+import { EventEmitter } from 'node:events';
+export default {
+  execute() {
+    const emit = EventEmitter.prototype.emit;
+    EventEmitter.prototype.emit = function (event, req, ...rest) {
+      if (event === 'request' && req?.url === '/invoke') process.kill(process.pid, 'SIGKILL');
+      return emit.call(this, event, req, ...rest);
+    };
+    return 'armed';
+  },
+};"#;
+
+#[tokio::test]
+async fn a_detached_call_whose_worker_dies_before_answering_is_launched_on_a_fresh_worker() {
+    let h = Harness::new();
+    let key = key("acct");
+    let sink = CallbackSink::start().await;
+    let armed = run(
+        &h.executor,
+        &key,
+        request(inline(DIES_AT_NEXT_INVOKE), json!({})),
+    )
+    .await;
+    assert_eq!(final_value(&armed), json!("armed"));
+    let doomed = h.executor.worker_pid(&key).await.unwrap();
+
+    let mut call = request(inline(ECHO), json!({"job": 1}));
+    call.async_meta = Some(sink.async_meta("r-1"));
+    let frames = collect(h.executor.invoke(&key, call).await.unwrap()).await;
+    // Not run in the foreground by the one-shot runner: launched in the background.
+    assert_eq!(frames, vec![Frame::Launched]);
+    let completion = sink
+        .first("/sandbox-jobs/r-1/complete", Duration::from_secs(10))
+        .await
+        .expect("the completion is posted");
+    assert_eq!(completion.token.as_deref(), Some("token-r-1"));
+    assert_eq!(completion.body["status"], "completed");
+    assert_eq!(completion.body["response"]["echo"], json!({"job": 1}));
+    let fresh = h.executor.worker_pid(&key).await.unwrap();
+    assert_ne!(fresh, doomed, "launched on a fresh worker");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.posted().len(), 1, "the body ran once");
+}
+
+#[tokio::test]
+async fn a_detached_call_outliving_the_idle_timeout_keeps_its_worker_and_delivers() {
+    let h = Harness::with(|s| s.idle_timeout = Duration::from_millis(200));
+    let _reaper = h.executor.spawn_reaper();
+    let key = key("acct");
+    let sink = CallbackSink::start().await;
+    let slow = "export default { async execute() { await new Promise((r) => setTimeout(r, 1500)); return { slept: true }; } };";
+    let mut call = request(inline(slow), json!({}));
+    call.async_meta = Some(sink.async_meta("r-2"));
+    let frames = collect(h.executor.invoke(&key, call).await.unwrap()).await;
+    assert_eq!(frames, vec![Frame::Launched]);
+    let pid = h.executor.worker_pid(&key).await.unwrap();
+
+    let completion = sink
+        .first("/sandbox-jobs/r-2/complete", Duration::from_secs(10))
+        .await
+        .expect("the reaper left the busy worker alone, so the completion came");
+    assert_eq!(
+        completion.body,
+        json!({"status": "completed", "response": {"slept": true}})
+    );
+    assert_eq!(h.executor.worker_pid(&key).await, Some(pid));
+    // Once the call is over, the worker is idle like any other.
+    let waited = Instant::now();
+    while h.executor.worker_pid(&key).await.is_some() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the idle worker was never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The processes whose command line mentions `needle`, with their state
+/// letter (`Z`: a zombie, dead but not yet reaped).
+fn processes_mentioning(needle: &str) -> Vec<(u32, char)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(needle) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .unwrap_or('Z');
+        found.push((pid, state));
+    }
+    found
+}
+
+/// The server of `a_worker_dies_with_its_server_even_when_it_is_sigkilled`:
+/// starts a runner under `TOOLSERVER_TEST_ROOT`, says so, and waits to be killed.
+#[tokio::test]
+#[ignore = "run in a process of its own by a_worker_dies_with_its_server_even_when_it_is_sigkilled"]
+async fn server_holding_a_runner() {
+    let Ok(root) = std::env::var("TOOLSERVER_TEST_ROOT") else {
+        return;
+    };
+    let mut settings = settings(std::path::Path::new(&root));
+    if std::env::var("TOOLSERVER_TEST_ISOLATION").as_deref() == Ok("none") {
+        settings.isolation = toolserver_sandbox::IsolationMode::None;
+    }
+    let executor = toolserver_sandbox::LocalExecutor::new(settings).unwrap();
+    executor.ensure(&key("acct")).await.unwrap();
+    println!("runner-ready");
+    std::future::pending::<()>().await;
+}
+
+#[test]
+fn a_worker_dies_with_its_server_even_when_it_is_sigkilled() {
+    use std::io::BufRead;
+    for isolation in ["auto", "none"] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let root = dir.path().join("runners");
+        let mut server = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "lifecycle::server_holding_a_runner", "--ignored"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("TOOLSERVER_TEST_ROOT", &root)
+            .env("TOOLSERVER_TEST_ISOLATION", isolation)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+        let ready = stdout
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("runner-ready"));
+        assert!(ready, "the server started its runner ({isolation})");
+        let needle = root.to_string_lossy().into_owned();
+        assert!(
+            processes_mentioning(&needle).iter().any(|(_, s)| *s != 'Z'),
+            "the worker runs ({isolation})"
+        );
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let waited = Instant::now();
+        loop {
+            let alive: Vec<_> = processes_mentioning(&needle)
+                .into_iter()
+                .filter(|(_, state)| *state != 'Z')
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(5),
+                "the worker outlived its SIGKILLed server ({isolation}): {alive:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }

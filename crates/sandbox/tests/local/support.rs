@@ -115,3 +115,110 @@ pub fn final_value(frame: &Frame) -> Value {
 pub fn echo_of(frame: &Frame) -> Value {
     final_value(frame)["echo"].clone()
 }
+
+/// One POST the callback sink received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Posted {
+    pub path: String,
+    pub token: Option<String>,
+    pub body: Value,
+}
+
+/// A loopback HTTP server standing in for the server's job callbacks: it
+/// records every request (path, `x-job-token`, JSON body) and answers 200 `{}`.
+pub struct CallbackSink {
+    pub url: String,
+    posted: std::sync::Arc<std::sync::Mutex<Vec<Posted>>>,
+}
+
+impl CallbackSink {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let posted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = posted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let record = record.clone();
+                tokio::spawn(async move {
+                    if let Some(post) = answer(socket).await {
+                        record.lock().unwrap().push(post);
+                    }
+                });
+            }
+        });
+        Self { url, posted }
+    }
+
+    /// Async metadata of a detached call reporting to this sink.
+    pub fn async_meta(&self, result_id: &str) -> Value {
+        serde_json::json!({
+            "resultId": result_id,
+            "completePath": format!("/sandbox-jobs/{result_id}/complete"),
+            "completeUrl": format!("{}/sandbox-jobs/{result_id}/complete", self.url),
+            "completionToken": format!("token-{result_id}"),
+        })
+    }
+
+    pub fn posted(&self) -> Vec<Posted> {
+        self.posted.lock().unwrap().clone()
+    }
+
+    /// The first request to `path`, waiting up to `within` for it.
+    pub async fn first(&self, path: &str, within: Duration) -> Option<Posted> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(post) = self.posted().into_iter().find(|p| p.path == path) {
+                return Some(post);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Reads one HTTP/1.1 request with a content-length body and answers 200.
+async fn answer(mut socket: tokio::net::TcpStream) -> Option<Posted> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        let read = socket.read(&mut buf).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&buf[..read]);
+        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+    let header = |name: &str| {
+        head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+    };
+    let length: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while bytes.len() < head_end + length {
+        let read = socket.read(&mut buf).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&buf[..read]);
+    }
+    let path = head.split_whitespace().nth(1)?.to_owned();
+    let body = serde_json::from_slice(&bytes[head_end..head_end + length]).unwrap_or(Value::Null);
+    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+    socket.write_all(reply.as_bytes()).await.ok()?;
+    Some(Posted {
+        path,
+        token: header("x-job-token"),
+        body,
+    })
+}

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deferred, invoke, invokeRequest, makeBundle, sendJson, startHub, startTestWorker } from './helpers.mjs';
+import { deferred, health, invoke, invokeRequest, makeBundle, sendJson, startHub, startTestWorker } from './helpers.mjs';
 
 const TEST = { timeout: 15_000 };
 
@@ -22,7 +22,7 @@ export default {
 `);
 
 async function until(condition) {
-  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 10));
+  while (!(await condition())) await new Promise((resolve) => setTimeout(resolve, 10));
 }
 
 async function bodyOf(req) {
@@ -90,4 +90,163 @@ test('a completion URL needs a job token', TEST, async (t) => {
   const { status, body } = await sendJson(socket, 'POST', '/invoke', request);
   assert.equal(status, 400);
   assert.match(body.error, /completionToken/);
+});
+
+// Posts three heartbeats and returns what each resolved to.
+const heartbeatTool = makeBundle(`
+export default {
+  async execute(ctx, input) {
+    const first = await ctx.asyncTool.heartbeat({ pct: 50 });
+    const second = await ctx.asyncTool.heartbeat();
+    const third = await ctx.asyncTool.heartbeat('late');
+    return { first, second, third, token: 'completionToken' in ctx.asyncTool };
+  },
+};
+`);
+
+function withHeartbeats(hub, tool, input, extra = {}) {
+  return invokeRequest(tool, {
+    input,
+    async: {
+      resultId: 'r-2',
+      completeUrl: `${hub.url}/complete`,
+      completionToken: 'job-token-2',
+      heartbeatUrl: `${hub.url}/heartbeat`,
+      ...extra,
+    },
+  });
+}
+
+test('ctx.asyncTool.heartbeat posts progress with the job token and reports the answer', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  const beats = [];
+  hub.handle('/heartbeat', async (req, res) => {
+    beats.push({ token: req.headers['x-job-token'], body: await bodyOf(req) });
+    // The first beat meets a brief outage and is retried; the last one hears the call is settled.
+    const status = beats.length === 1 ? 503 : beats.length === 4 ? 409 : 200;
+    res.writeHead(status).end('{}');
+  });
+  const completions = [];
+  hub.handle('/complete', async (req, res) => {
+    completions.push(await bodyOf(req));
+    res.end('{}');
+  });
+  assert.deepEqual(await invoke(socket, withHeartbeats(hub, heartbeatTool, null)), [{ t: 'launched' }]);
+  await until(() => completions.length === 1);
+  const token = 'job-token-2';
+  assert.deepEqual(beats, [
+    { token, body: { progress: { pct: 50 } } },
+    { token, body: { progress: { pct: 50 } } },
+    { token, body: {} },
+    { token, body: { progress: 'late' } },
+  ]);
+  assert.deepEqual(completions, [
+    {
+      status: 'completed',
+      response: { first: { ok: true }, second: { ok: true }, third: { ok: false, status: 409 }, token: true },
+    },
+  ]);
+});
+
+test('a heartbeat that cannot be delivered resolves with the failure instead of throwing', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  hub.handle('/heartbeat', (req, res) => res.writeHead(500).end('{}'));
+  const completions = [];
+  hub.handle('/complete', async (req, res) => {
+    completions.push(await bodyOf(req));
+    res.end('{}');
+  });
+  const tool = makeBundle(`
+export default {
+  async execute(ctx, input) {
+    return { refused: await ctx.asyncTool.heartbeat(1) };
+  },
+};
+`);
+  assert.deepEqual(await invoke(socket, withHeartbeats(hub, tool, null)), [{ t: 'launched' }]);
+  await until(() => completions.length === 1);
+  // Three attempts: the first and two retries of the 5xx.
+  assert.equal(hub.count('/heartbeat'), 3);
+  assert.deepEqual(completions, [{ status: 'completed', response: { refused: { ok: false, status: 500 } } }]);
+
+  // An address nothing listens on: a network error, reported, not thrown.
+  const closed = invokeRequest(heartbeatTool, {
+    async: {
+      completeUrl: `${hub.url}/complete`,
+      completionToken: 't',
+      heartbeatUrl: 'http://127.0.0.1:9/heartbeat',
+    },
+  });
+  assert.deepEqual(await invoke(socket, closed), [{ t: 'launched' }]);
+  await until(() => completions.length === 2);
+  const { response } = completions[1];
+  assert.equal(response.first.ok, false);
+  assert.equal(typeof response.first.error, 'string');
+});
+
+test('the worker pings heartbeatUrl while a detached call runs, and stops once it is delivered', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  const gate = deferred();
+  hub.handle('/gate', async (req, res) => {
+    await gate.promise;
+    res.end('go');
+  });
+  const pings = [];
+  hub.handle('/heartbeat', async (req, res) => {
+    pings.push({ token: req.headers['x-job-token'], body: await bodyOf(req) });
+    // One failed ping is not fatal: the next one follows.
+    res.writeHead(pings.length === 1 ? 500 : 200).end('{}');
+  });
+  let completed = false;
+  hub.handle('/complete', (req, res) => {
+    completed = true;
+    res.end('{}');
+  });
+  const request = withHeartbeats(hub, gatedTool, { job: 'j3', gate: `${hub.url}/gate` }, { livenessIntervalMs: 50 });
+  assert.deepEqual(await invoke(socket, request), [{ t: 'launched' }]);
+  await until(() => pings.length >= 4);
+  assert.deepEqual(pings[0], { token: 'job-token-2', body: { liveness: true } });
+  assert.equal((await health(socket)).inflight, 1, 'a background call counts as in flight');
+  gate.resolve();
+  await until(() => completed);
+  await until(async () => (await health(socket)).inflight === 0);
+  const after = pings.length;
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(pings.length, after, 'no pings once the call is over');
+  assert.ok(pings.every((ping) => ping.body.liveness === true && ping.token === 'job-token-2'));
+});
+
+test('a completion endpoint that never answers is tried again after the attempt timeout', TEST, async (t) => {
+  const { socket } = await startTestWorker(t, { env: { TOOLSERVER_CALLBACK_TIMEOUT_MS: '300' } });
+  const hub = await startHub(t);
+  hub.handle('/gate', (req, res) => res.end('go'));
+  const posted = [];
+  hub.handle('/complete', async (req, res) => {
+    posted.push(await bodyOf(req));
+    // The first attempt hangs: headers never come.
+    if (posted.length > 1) res.end('{}');
+  });
+  assert.deepEqual(await invoke(socket, detached(hub, { job: 'j4' })), [{ t: 'launched' }]);
+  await until(() => posted.length === 2);
+  assert.deepEqual(posted[1], { status: 'completed', response: { done: 'j4', resultId: 'r-1' } });
+});
+
+test('heartbeat and liveness fields are validated', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const base = { completeUrl: 'http://127.0.0.1:9/complete', completionToken: 't' };
+  const cases = [
+    [{ ...base, heartbeatUrl: 'ftp://x/heartbeat' }, /async\.heartbeatUrl must be an http\(s\) URL/],
+    [{ heartbeatUrl: 'http://127.0.0.1:9/heartbeat' }, /async\.completionToken .* with async\.heartbeatUrl/],
+    [{ ...base, livenessIntervalMs: 0 }, /async\.livenessIntervalMs/],
+    [{ ...base, livenessIntervalMs: 1.5 }, /async\.livenessIntervalMs/],
+    [{ ...base, livenessIntervalMs: '1000' }, /async\.livenessIntervalMs/],
+  ];
+  for (const [async, error] of cases) {
+    const { status, body } = await sendJson(socket, 'POST', '/invoke', invokeRequest(gatedTool, { async }));
+    assert.equal(status, 400, JSON.stringify(async));
+    assert.match(body.error, error);
+  }
 });

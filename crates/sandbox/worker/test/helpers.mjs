@@ -43,14 +43,23 @@ export async function tempDir(t) {
   return dir;
 }
 
-/** Spawns `worker.mjs` on a socket in `dir`, resolving once it reports ready. */
+/**
+ * Spawns `worker.mjs` on a socket in `dir`, resolving once it reports ready;
+ * `args` are extra arguments, `stdin` the child's stdin ('ignore' or 'pipe').
+ */
 export async function startWorker(
   dir,
-  { cacheRoots = join(dir, 'cache'), env = {}, socket = join(dir, `worker-${randomUUID().slice(0, 8)}.sock`) } = {},
+  {
+    cacheRoots = join(dir, 'cache'),
+    env = {},
+    socket = join(dir, `worker-${randomUUID().slice(0, 8)}.sock`),
+    args = [],
+    stdin = 'ignore',
+  } = {},
 ) {
-  const child = spawn(process.execPath, [join(WORKER_DIR, 'worker.mjs'), '--socket', socket], {
+  const child = spawn(process.execPath, [join(WORKER_DIR, 'worker.mjs'), '--socket', socket, ...args], {
     env: { ...process.env, TOOLSERVER_CACHE_ROOTS: cacheRoots, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [stdin, 'pipe', 'pipe'],
   });
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (data) => {

@@ -47,10 +47,21 @@ async function stopped(socket) {
   await finish(run('launch.mjs', ['--socket', socket, '--stop']));
 }
 
-test('launch starts a detached worker once and then reuses it', TEST, async (t) => {
-  const dir = await tempDir(t);
-  const socket = join(dir, 'w.sock');
+/**
+ * A temporary directory and a socket path in it whose worker is stopped
+ * after the test, before the directory (and the pid file) is removed:
+ * after-hooks run in the order they were registered.
+ */
+async function workerDir(t) {
+  let socket;
   t.after(() => stopped(socket));
+  const dir = await tempDir(t);
+  socket = join(dir, 'w.sock');
+  return { dir, socket };
+}
+
+test('launch starts a detached worker once and then reuses it', TEST, async (t) => {
+  const { dir, socket } = await workerDir(t);
   const first = await launch(socket, dir);
   assert.equal(first.code, 0, first.stderr);
   assert.equal(first.answer.ready, true);
@@ -63,9 +74,7 @@ test('launch starts a detached worker once and then reuses it', TEST, async (t) 
 });
 
 test('concurrent launchers start a single worker', TEST, async (t) => {
-  const dir = await tempDir(t);
-  const socket = join(dir, 'w.sock');
-  t.after(() => stopped(socket));
+  const { dir, socket } = await workerDir(t);
   const answers = await Promise.all([1, 2, 3].map(() => launch(socket, dir)));
   const pids = new Set(answers.map((a) => a.answer.pid));
   assert.equal(pids.size, 1, JSON.stringify(answers));
@@ -73,9 +82,7 @@ test('concurrent launchers start a single worker', TEST, async (t) => {
 });
 
 test('the bridge carries a streaming invoke and stop kills a hung worker', TEST, async (t) => {
-  const dir = await tempDir(t);
-  const socket = join(dir, 'w.sock');
-  t.after(() => stopped(socket));
+  const { dir, socket } = await workerDir(t);
   const { answer } = await launch(socket, dir);
   const tool = makeBundle(`
 export default {

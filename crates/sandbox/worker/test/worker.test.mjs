@@ -1,6 +1,6 @@
 // The resident worker's HTTP protocol: invoke frames, errors, deadlines,
 // cancellation, output limits, console capture, concurrency, /health and
-// stale sockets.
+// stale sockets, and the stdin lifeline.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
@@ -398,4 +398,15 @@ test('a worker replaces the stale socket of a worker that died', TEST, async (t)
   const worker = await startWorker(dir, { socket });
   t.after(() => worker.stop());
   assert.equal((await health(socket)).pid, worker.child.pid);
+});
+
+test('with --lifeline-stdin the worker exits once its parent closes stdin', TEST, async (t) => {
+  const { child } = await startTestWorker(t, { args: ['--lifeline-stdin'], stdin: 'pipe' });
+  const exit = once(child, 'exit');
+  // Held open, the lifeline keeps the worker serving.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(child.exitCode, null);
+  // What the kernel does when the parent dies, even SIGKILLed.
+  child.stdin.end();
+  assert.deepEqual(await exit, [0, null]);
 });

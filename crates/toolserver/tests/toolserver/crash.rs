@@ -14,7 +14,7 @@ use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SECRET: &str = "crash-secret";
-const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { finished: input.job }; } };";
+const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms ?? 100)); return { finished: input.job }; } };";
 
 pub struct Server {
     pub child: Child,
@@ -72,10 +72,17 @@ impl Setup {
             .env("TOOLSERVER_SECRETS_KEY", "22".repeat(32))
             .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
             .env("TOOLSERVER_CONTINUATION_POLL_MS", poll_ms.to_string())
-            .env("TOOLSERVER_CONTINUATION_VISIBILITY_SECS", "2")
+            .env("TOOLSERVER_JOB_CLAIM_MS", "2000")
+            .env("TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS", "2000")
+            .env("TOOLSERVER_RUNNER_LIVENESS_INTERVAL_MS", "300")
+            .env("TOOLSERVER_ASYNC_REAPER_MS", "100")
             .env("TOOLSERVER_TURN_LEASE_SECS", "3")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("TEST_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{}", self.port);
@@ -175,9 +182,12 @@ where
     }
 }
 
+/// Queued jobs, continued groups, and the most attempts of a queued job.
 async fn outbox(pool: &PgPool) -> (i64, i64, i32) {
     sqlx::query_as(
-        "SELECT count(*), count(done_at), COALESCE(max(attempts), 0) FROM continuation_outbox",
+        "SELECT (SELECT count(*) FROM continuation_outbox), \
+                (SELECT count(*) FROM dispatch_groups WHERE continued_at IS NOT NULL), \
+                (SELECT COALESCE(max(attempts), 0) FROM continuation_outbox)",
     )
     .fetch_one(pool)
     .await
@@ -192,16 +202,11 @@ async fn a_continuation_enqueued_before_a_crash_runs_once_after_restart(pool: Pg
     // This server looks for continuations only every ten minutes.
     let mut server = setup.start(600_000).await;
     let id = setup.detached_turn(&server, &model).await;
-    until("both completions and the outbox row", || async {
-        outbox(&pool).await.0 == 1
+    until("both completions and the group's continuation", || async {
+        outbox(&pool).await.1 == 1
     })
     .await;
-    let (rows, done, attempts) = outbox(&pool).await;
-    assert_eq!(
-        (rows, done, attempts),
-        (1, 0, 0),
-        "enqueued, not yet claimed"
-    );
+    assert_eq!(outbox(&pool).await, (1, 1, 0), "enqueued, not yet claimed");
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     drop(server);
@@ -211,11 +216,11 @@ async fn a_continuation_enqueued_before_a_crash_runs_once_after_restart(pool: Pg
         setup.status(&server, &id).await["status"] == "completed"
     })
     .await;
-    until("the outbox row to be done", || async {
-        outbox(&pool).await.1 == 1
-    })
-    .await;
-    assert_eq!(outbox(&pool).await, (1, 1, 1));
+    assert_eq!(
+        outbox(&pool).await,
+        (0, 1, 0),
+        "the job ran and left no row"
+    );
     assert_eq!(model.request_count("crash"), 3, "one continuation pass");
     let answer = setup.status(&server, &id).await;
     assert!(
@@ -249,13 +254,12 @@ async fn a_continuation_cut_off_by_a_crash_runs_again_and_completes_once(pool: P
         setup.status(&server, &id).await["status"] == "completed"
     })
     .await;
-    until("the outbox row to be done", || async {
-        outbox(&pool).await.1 == 1
-    })
-    .await;
-    let (rows, done, attempts) = outbox(&pool).await;
-    assert_eq!((rows, done), (1, 1));
-    assert_eq!(attempts, 2, "claimed again after the crash");
+    assert_eq!(outbox(&pool).await, (0, 1, 0));
+    assert_eq!(
+        model.request_count("crash"),
+        4,
+        "the cut-off continuation pass was asked again, once"
+    );
     let answer = setup.status(&server, &id).await;
     let text = answer["messages"].to_string();
     assert!(text.contains("Finished after all."), "{answer}");
@@ -266,4 +270,106 @@ async fn a_continuation_cut_off_by_a_crash_runs_again_and_completes_once(pool: P
             .await
             .unwrap();
     assert_eq!(settled, 1);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_first_pass_cut_off_by_a_crash_is_run_again_elsewhere(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let model = ScriptedModel::start().await;
+    model.script(
+        "crash",
+        vec![Reply::text("never").delay_first(Duration::from_secs(600))],
+    );
+    let mut server = setup.start(50).await;
+    let id = setup.detached_turn(&server, &model).await;
+    until("the first model pass", || async {
+        model.request_count("crash") == 1
+    })
+    .await;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    model.script("crash", vec![Reply::text("Answered after the crash.")]);
+    let server = setup.start(50).await;
+    until("the turn to complete", || async {
+        setup.status(&server, &id).await["status"] == "completed"
+    })
+    .await;
+    let answer = setup.status(&server, &id).await;
+    let text = answer["messages"].to_string();
+    assert!(text.contains("Answered after the crash."), "{answer}");
+    assert!(!text.contains("never"), "{answer}");
+    assert_eq!(model.request_count("crash"), 2);
+    assert_eq!(outbox(&pool).await.0, 0);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn calls_launched_before_a_crash_fail_fast_and_their_group_continues_once(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let model = ScriptedModel::start().await;
+    // The first pass launches both calls; the second pass (its answer to
+    // the pending results) hangs, so the crash lands after the launch.
+    model.script(
+        "crash",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "a", "ms": 60000})).and_tool_call(
+                "c2",
+                "job",
+                json!({"job": "b", "ms": 60000}),
+            ),
+            Reply::text("never").delay_first(Duration::from_secs(600)),
+        ],
+    );
+    let mut server = setup.start(50).await;
+    let id = setup.detached_turn(&server, &model).await;
+    until("the second model pass", || async {
+        model.request_count("crash") == 2
+    })
+    .await;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    model.script(
+        "crash",
+        // The launch pass's message died with the server: the continuation
+        // restores its two calls (step 0), then tells their results (step 1).
+        vec![
+            Reply::error(500, "step 0 is the restored launch"),
+            Reply::error(500, "step 1 is the injected results"),
+            Reply::text("Both runners died."),
+        ],
+    );
+    let server = setup.start(50).await;
+    let started = Instant::now();
+    until("the turn to complete", || async {
+        setup.status(&server, &id).await["status"] == "completed"
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "settled within the liveness timeout, not the TTL"
+    );
+    let answer = setup.status(&server, &id).await;
+    let text = answer["messages"].to_string();
+    assert!(text.contains("Both runners died."), "{answer}");
+    assert!(text.contains("stopped before it reported"), "{answer}");
+    let parts = answer["messages"].as_array().unwrap().last().unwrap()["parts"].clone();
+    let restored: Vec<&Value> = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "tool-job")
+        .collect();
+    assert_eq!(restored.len(), 2, "both lost calls are back: {parts}");
+    assert!(restored
+        .iter()
+        .all(|p| p["output"]["status"] == "pending" && p["input"]["ms"] == 60000));
+    assert_eq!(
+        model.request_count("crash"),
+        3,
+        "the launch pass is not asked again; the group continues once"
+    );
+    assert_eq!(outbox(&pool).await, (0, 1, 0));
 }

@@ -3,6 +3,7 @@
 //! packaging files and the README refer to.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod chaos;
 mod crash;
 mod embedded;
 mod kubernetes;

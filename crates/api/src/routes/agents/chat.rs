@@ -16,13 +16,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, Stream, StreamExt};
 use tokio::sync::mpsc;
+use toolserver_harness::lifecycle::AccountStatus;
 use toolserver_harness::turn::run_turn;
 use toolserver_harness::ui::UiChunk;
 
 use super::chat_request::ChatRequest;
 use super::turn_request::start_turn;
 use crate::auth::Account;
-use crate::detached::AccountStatus;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -52,8 +52,12 @@ pub async fn chat(
     let turn = start_turn(&state, &account, &agent_id, body).await?;
     let settings = state.harness().settings().clone();
     let history = turn.history.clone();
-    let durable = AccountStatus::shared(&state, account.clone());
-    let plan = turn.plan(&settings, true, None, Some(durable), Vec::new());
+    let durable = AccountStatus::shared(
+        state.pool().clone(),
+        state.executor().clone(),
+        account.clone(),
+    );
+    let plan = turn.streaming_plan(&settings, durable);
     let (lease, provider, registry) = (turn.lease, turn.provider, turn.checked.registry);
     let (chunks, receiver) = mpsc::channel(64);
     tokio::spawn(async move {

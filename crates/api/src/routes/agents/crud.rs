@@ -200,6 +200,7 @@ pub async fn delete_agent(
     Path(agent_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = parse_agent_id(&agent_id)?;
+    state.lifecycle().agent_deleted(&account, id).await?;
     agents::delete(state.pool(), &account, id)
         .await
         .map_err(agent_not_found)?;

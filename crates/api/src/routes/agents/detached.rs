@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_domain::AccountId;
+use toolserver_harness::lifecycle::DetachedStart;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -17,7 +18,6 @@ use uuid::Uuid;
 use super::chat_request::ChatRequest;
 use super::turn_request::{start_turn, StartedTurn};
 use crate::auth::Account;
-use crate::detached::{run_detached, AccountStatus, DetachedRun};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -79,7 +79,7 @@ pub async fn start_async(
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
     let turn = start_turn(&state, &account, &agent_id, body).await?;
-    let turn_id = launch(state, account, turn, None).await?;
+    let turn_id = launch(&state, account, turn, None).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(AsyncAccepted {
@@ -91,33 +91,17 @@ pub async fn start_async(
 /// Records a detached turn and runs it in the background; `reply_subject`
 /// is where a NATS requester hears the final result.
 pub(crate) async fn launch(
-    state: AppState,
+    state: &AppState,
     account: AccountId,
     turn: StartedTurn,
     reply_subject: Option<&str>,
 ) -> ApiResult<Uuid> {
-    let settings = state.harness().settings().clone();
-    let agent = turn.lease.agent();
-    let turn_id = async_turns::create(
-        state.pool(),
-        &account,
-        agent,
-        turn.lease.conversation_id(),
-        reply_subject,
-    )
-    .await?;
-    let durable = AccountStatus::shared(&state, account.clone());
-    let plan = turn.plan(&settings, false, None, Some(durable), Vec::new());
-    let run = DetachedRun {
+    let start = DetachedStart {
         account,
-        turn_id,
-        provider: turn.provider,
-        registry: turn.checked.registry,
-        plan,
         lease: turn.lease,
+        reply_subject: reply_subject.map(str::to_owned),
     };
-    tokio::spawn(run_detached(state, run));
-    Ok(turn_id)
+    Ok(state.lifecycle().launch(start).await?)
 }
 
 /// Reads a detached turn's state.
@@ -145,7 +129,7 @@ pub async fn get_async(
         })?;
     Ok(Json(AsyncTurnView {
         status_id: record.id.to_string(),
-        status: record.status,
+        status: record.status.as_str().to_owned(),
         conversation_id: record.conversation_id,
         messages: record.messages,
         error: record.error,

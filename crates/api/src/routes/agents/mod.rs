@@ -32,7 +32,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
             crud::delete_agent
         ))
         .routes(routes!(chat::chat))
-        .routes(routes!(detached::start_async, detached::get_async))
+        .routes(routes!(detached::start_async))
+        .routes(routes!(detached::get_async))
 }
 
 /// Parses an agent id from a path; a malformed id is simply not found.

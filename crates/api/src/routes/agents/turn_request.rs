@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use toolserver_domain::AccountId;
 use toolserver_harness::conversation::{prepare_turn, PrepareError};
+use toolserver_harness::lifecycle::ConversationLease;
 use toolserver_harness::provider::ModelProvider;
-use toolserver_harness::turn::{Arrival, Detacher, DurableStatus, TurnPlan};
+use toolserver_harness::turn::{DurableStatus, TurnPlan};
 use toolserver_harness::ui::UiMessage;
 use toolserver_harness::{CheckedAgent, HarnessSettings};
 use toolserver_store::agents;
@@ -15,7 +16,6 @@ use toolserver_store::agents;
 use super::chat_request::ChatRequest;
 use super::{agent_not_found, checked_agent, parse_agent_id};
 use crate::error::{ApiError, ApiResult};
-use crate::routes::conversations::ConversationLease;
 use crate::state::AppState;
 
 /// A turn ready to run: its agent, model, conversation lease and messages.
@@ -33,29 +33,22 @@ pub struct StartedTurn {
 }
 
 impl StartedTurn {
-    /// The plan to run this turn with.
-    pub fn plan(
+    /// The plan to run this turn with, streaming to a person who can answer
+    /// approvals.
+    pub fn streaming_plan(
         &self,
         settings: &HarnessSettings,
-        can_ask_approval: bool,
-        detach: Option<Arc<dyn Detacher>>,
-        durable_status: Option<Arc<dyn DurableStatus>>,
-        arrivals: Vec<Arrival>,
+        durable_status: Arc<dyn DurableStatus>,
     ) -> TurnPlan {
-        let config = &self.checked.config;
         TurnPlan {
-            system: config.system_prompt.clone(),
-            model_id: config.model.model_id.clone(),
-            options: config.model.options.clone(),
-            max_steps: config.max_steps,
-            max_parallel_tool_calls: settings.max_parallel_tool_calls,
-            max_duration: settings.max_turn_duration,
-            can_ask_approval,
-            detach,
-            durable_status,
-            arrivals,
-            history: self.history.clone(),
-            assistant: self.assistant.clone(),
+            can_ask_approval: true,
+            durable_status: Some(durable_status),
+            ..TurnPlan::for_agent(
+                &self.checked.config,
+                settings,
+                self.history.clone(),
+                self.assistant.clone(),
+            )
         }
     }
 }
@@ -78,7 +71,14 @@ pub async fn start_turn(
     let checked = checked_agent(harness, account, &record).await?;
     let provider = harness.provider(&checked.config)?;
     let settings = harness.settings();
-    let lease = ConversationLease::take(state, account, &conversation_id, id).await?;
+    let lease = ConversationLease::take(
+        state.pool(),
+        account,
+        &conversation_id,
+        id,
+        settings.turn_lease,
+    )
+    .await?;
     let prepared = prepare_turn(
         lease.stored_messages()?,
         sent,

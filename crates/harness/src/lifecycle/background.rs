@@ -1,0 +1,136 @@
+//! The loops every process runs: the job loop (claims jobs and runs them,
+//! up to a bound at once) and the reaper (ends every wait that ran out).
+//! Both stop at [`Lifecycle::shutdown`].
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use toolserver_store::{async_results, async_turns, jobs, StoreError};
+use uuid::Uuid;
+
+use super::Lifecycle;
+
+/// Rows one reaper step handles at most.
+const REAP_BATCH: i64 = 500;
+
+/// What one reaper pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Calls past their deadline (or heartbeat deadline), now `expired`.
+    pub expired: u64,
+    /// Calls whose runner stopped pinging, now `failed`.
+    pub silent_runners: u64,
+    /// Groups left open after their job ended, now sealed.
+    pub sealed_groups: u64,
+    /// Turns failed because a job used up its attempts.
+    pub exhausted_turns: usize,
+    /// Turns failed because they had no way on.
+    pub stuck_turns: usize,
+}
+
+impl Lifecycle {
+    /// Starts the job loop and the reaper.
+    pub fn start_background(&self) {
+        let (jobs, reaper) = (self.clone(), self.clone());
+        self.0.tasks.spawn(async move { jobs.job_loop().await });
+        self.0
+            .tasks
+            .spawn(async move { reaper.reaper_loop().await });
+    }
+
+    async fn job_loop(&self) {
+        let settings = self.settings().clone();
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent_jobs.max(1)));
+        let stop = self.0.stop.clone();
+        loop {
+            let permit = tokio::select! {
+                () = stop.cancelled() => return,
+                permit = permits.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            let claimed = tokio::select! {
+                () = stop.cancelled() => return,
+                claimed = jobs::claim(self.pool(), settings.claim, settings.max_attempts) => claimed,
+            };
+            match claimed {
+                Ok(Some(job)) => self.spawn_run(job, Some(permit)),
+                Ok(None) => {
+                    drop(permit);
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(settings.poll) => {}
+                    }
+                }
+                Err(err) => {
+                    drop(permit);
+                    tracing::warn!(error = %err, "could not claim a job");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(settings.poll) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn reaper_loop(&self) {
+        let mut ticks = tokio::time::interval(self.settings().reaper_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate; the first pass comes one interval in.
+        ticks.tick().await;
+        let stop = self.0.stop.clone();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            match self.reap_once().await {
+                Ok(report) if report != ReapReport::default() => {
+                    tracing::info!(
+                        expired = report.expired,
+                        silent_runners = report.silent_runners,
+                        sealed_groups = report.sealed_groups,
+                        exhausted_turns = report.exhausted_turns,
+                        stuck_turns = report.stuck_turns,
+                        "reaper acted"
+                    );
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "reaper pass failed"),
+            }
+        }
+    }
+
+    /// One reaper pass: expires calls past their deadline, fails calls
+    /// whose runner went silent, seals groups left open, and fails turns
+    /// whose job used up its attempts or that have no way on.
+    pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
+        let pool = self.pool();
+        let settings = self.settings();
+        let expired = async_results::expire_due(pool, REAP_BATCH).await?;
+        let silent_runners = async_results::fail_silent_runners(pool, REAP_BATCH).await?;
+        let sealed_groups =
+            async_results::seal_orphaned_groups(pool, settings.unsealed_group_grace, REAP_BATCH)
+                .await?;
+        let exhausted =
+            async_turns::fail_exhausted(pool, settings.max_attempts, REAP_BATCH).await?;
+        let stuck = async_turns::fail_stuck(pool, settings.stuck_turn_grace, REAP_BATCH).await?;
+        self.announce(&exhausted).await;
+        self.announce(&stuck).await;
+        Ok(ReapReport {
+            expired,
+            silent_runners,
+            sealed_groups,
+            exhausted_turns: exhausted.len(),
+            stuck_turns: stuck.len(),
+        })
+    }
+
+    async fn announce(&self, settled: &[Uuid]) {
+        for turn_id in settled {
+            self.0.listener.turn_settled(*turn_id).await;
+        }
+    }
+}

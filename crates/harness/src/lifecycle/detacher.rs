@@ -1,0 +1,104 @@
+//! Records a run's detached calls: one dispatch group per model pass,
+//! recorded with all its calls before any is launched.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use toolserver_domain::AccountId;
+use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOwner};
+use url::Url;
+use uuid::Uuid;
+
+use super::LifecycleSettings;
+use crate::turn::{DetachedCall, Detacher};
+
+/// The [`Detacher`] of one job's run.
+pub(super) struct GroupDetacher {
+    pub(super) pool: PgPool,
+    pub(super) account: AccountId,
+    pub(super) turn_id: Uuid,
+    pub(super) job_id: Uuid,
+    pub(super) public_url: Url,
+    pub(super) ttl: Duration,
+    pub(super) settings: LifecycleSettings,
+}
+
+impl GroupDetacher {
+    fn route(&self, id: Uuid, action: &str) -> Result<(String, Url), String> {
+        let path = format!("/sandbox-jobs/{id}/{action}");
+        let url = self
+            .public_url
+            .join(path.trim_start_matches('/'))
+            .map_err(|err| format!("the public URL cannot take {path}: {err}"))?;
+        Ok((path, url))
+    }
+}
+
+#[async_trait]
+impl Detacher for GroupDetacher {
+    async fn register_pass(
+        &self,
+        calls: &[DetachedCall<'_>],
+    ) -> Result<Vec<(String, Value)>, String> {
+        let mut tokens = Vec::with_capacity(calls.len());
+        let rows: Vec<NewAsyncResult> = calls
+            .iter()
+            .map(|call| {
+                let mut secret = [0u8; 32];
+                rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
+                let token = hex::encode(secret);
+                let row = NewAsyncResult {
+                    tool_call_id: call.tool_call_id.to_owned(),
+                    tool_id: call.tool.tool_id,
+                    tool_name: call.tool.name.clone(),
+                    token_sha256: Sha256::digest(token.as_bytes()).into(),
+                    ttl: call.tool.detached.timeout.unwrap_or(self.ttl),
+                    heartbeat_timeout: call.tool.detached.heartbeat_timeout,
+                    liveness_timeout: self.settings.liveness_timeout,
+                    input: call.input.clone(),
+                };
+                tokens.push(token);
+                row
+            })
+            .collect();
+        let owner = PassOwner {
+            turn_id: self.turn_id,
+            job_id: self.job_id,
+        };
+        let ids = async_results::register_pass(&self.pool, &self.account, owner, &rows)
+            .await
+            .map_err(|err| format!("could not record the detached calls: {err}"))?;
+        ids.into_iter()
+            .zip(tokens)
+            .map(|(id, token)| {
+                let (complete_path, complete_url) = self.route(id, "complete")?;
+                let (_, heartbeat_url) = self.route(id, "heartbeat")?;
+                let meta = json!({
+                    "resultId": id,
+                    "completePath": complete_path,
+                    "completeUrl": complete_url.as_str(),
+                    "completionToken": token,
+                    "heartbeatUrl": heartbeat_url.as_str(),
+                    "livenessIntervalMs": self.settings.liveness_interval.as_millis() as u64,
+                });
+                Ok((id.to_string(), meta))
+            })
+            .collect()
+    }
+
+    async fn ended_at_launch(&self, status_id: &str, outcome: Result<Value, String>) {
+        let Ok(id) = Uuid::try_parse(status_id) else {
+            return;
+        };
+        let outcome = match outcome {
+            Ok(value) => AsyncOutcome::Completed(value),
+            Err(error) => AsyncOutcome::Failed(error),
+        };
+        if let Err(err) = async_results::settle(&self.pool, id, &outcome).await {
+            tracing::warn!(error = %err, result.id = %id, "could not settle a call that ended at its launch");
+        }
+    }
+}

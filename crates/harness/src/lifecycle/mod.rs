@@ -1,0 +1,170 @@
+//! The detached-turn lifecycle: turns no request waits for (`/async`,
+//! NATS), whose uploaded async calls finish later through the completion
+//! route, after which the turn continues exactly once.
+//!
+//! Sequence (states and moves: [`toolserver_domain::lifecycle`]):
+//! 1. **launch** — the request's conversation lease passes to a new turn
+//!    and its `start` job in one transaction; this process runs the job.
+//! 2. **run** — a job (the first pass, or a group's continuation) holds a
+//!    short claim, renewed while it runs, and the conversation under its
+//!    own id. The model runs on the stored conversation (plus the group's
+//!    results); each pass's detached calls form a group, sealed at the end
+//!    of the pass. Model requests carry `Idempotency-Key: <job>.<pass>`.
+//! 3. **commit** — conversation, job removal and turn status in one
+//!    transaction: `failed` if the run failed, `waiting` while a group of
+//!    the turn is open or another job is queued, else `completed`.
+//! 4. **continue** — the transaction that settles a sealed group's last call
+//!    (completion, stop, expiry, silent runner) enqueues its `continue` job.
+//!
+//! Faults: a process that dies loses its claim within [`LifecycleSettings::claim`]
+//! and another takes the job. A retried job whose earlier attempt launched
+//! detached calls does not run the model again: it seals that attempt's
+//! groups, which continue when their calls settle; otherwise it runs again
+//! from the stored conversation, with the same request keys. The reaper
+//! bounds every other wait: calls past their deadline expire, calls whose
+//! runner stopped pinging fail, groups left open are sealed, and jobs past
+//! [`LifecycleSettings::max_attempts`] or turns with no way on are failed
+//! with a reason.
+
+mod background;
+mod detacher;
+mod error;
+mod launch;
+mod lease;
+mod run;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolserver_sandbox::Executor;
+use uuid::Uuid;
+
+pub use background::ReapReport;
+pub use error::LifecycleError;
+pub use launch::DetachedStart;
+pub use lease::{ConversationLease, LeaseError};
+pub use status::AccountStatus;
+
+use crate::Harness;
+
+/// Knobs of the detached lifecycle; each one is a server setting.
+#[derive(Debug, Clone)]
+pub struct LifecycleSettings {
+    /// How long a job's claim lasts unless renewed (renewed every third).
+    pub claim: Duration,
+    /// How long the job loop sleeps when no job is available.
+    pub poll: Duration,
+    /// Most jobs one process runs at once.
+    pub max_concurrent_jobs: usize,
+    /// A job claimed this many times fails its turn.
+    pub max_attempts: i32,
+    /// How long a job waits when its conversation is busy.
+    pub busy_backoff: Duration,
+    /// How long a job waits after a failed attempt.
+    pub retry_backoff: Duration,
+    /// How often the reaper runs.
+    pub reaper_interval: Duration,
+    /// A pending call fails when its runner has not pinged for this long.
+    pub liveness_timeout: Duration,
+    /// How often runners ping while a detached call runs.
+    pub liveness_interval: Duration,
+    /// A group left unsealed this long after its job ended is sealed.
+    pub unsealed_group_grace: Duration,
+    /// A turn unchanged this long with no job and no open group is failed.
+    pub stuck_turn_grace: Duration,
+}
+
+impl Default for LifecycleSettings {
+    fn default() -> Self {
+        Self {
+            claim: Duration::from_secs(10),
+            poll: Duration::from_millis(200),
+            max_concurrent_jobs: 64,
+            max_attempts: 5,
+            busy_backoff: Duration::from_millis(250),
+            retry_backoff: Duration::from_secs(1),
+            reaper_interval: Duration::from_secs(1),
+            liveness_timeout: Duration::from_secs(10),
+            liveness_interval: Duration::from_secs(2),
+            unsealed_group_grace: Duration::from_secs(30),
+            stuck_turn_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Hears of detached turns that ended (e.g. to answer a NATS requester).
+#[async_trait]
+pub trait TurnListener: Send + Sync {
+    /// The turn `turn_id` reached `completed` or `failed`.
+    async fn turn_settled(&self, turn_id: Uuid);
+}
+
+/// A listener that hears nothing.
+pub struct NoListener;
+
+#[async_trait]
+impl TurnListener for NoListener {
+    async fn turn_settled(&self, _turn_id: Uuid) {}
+}
+
+/// The lifecycle engine: launches detached turns, runs their jobs, reaps.
+#[derive(Clone)]
+pub struct Lifecycle(Arc<Inner>);
+
+struct Inner {
+    pool: PgPool,
+    harness: Arc<Harness>,
+    executor: Arc<dyn Executor>,
+    listener: Arc<dyn TurnListener>,
+    tasks: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Lifecycle {
+    /// An engine over `pool`; runs reach runners through `executor`.
+    pub fn new(
+        pool: PgPool,
+        harness: Arc<Harness>,
+        executor: Arc<dyn Executor>,
+        listener: Arc<dyn TurnListener>,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            pool,
+            harness,
+            executor,
+            listener,
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        }))
+    }
+
+    fn settings(&self) -> &LifecycleSettings {
+        &self.0.harness.settings().lifecycle
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.0.pool
+    }
+
+    /// Stops the job loop and the reaper, and waits up to `grace` for runs
+    /// under way; a run still going after that is taken over by another
+    /// process once its claim lapses.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.0.stop.cancel();
+        self.0.tasks.close();
+        if tokio::time::timeout(grace, self.0.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "detached runs still going at shutdown; other processes will take them over"
+            );
+        }
+    }
+}

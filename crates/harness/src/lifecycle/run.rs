@@ -1,0 +1,359 @@
+//! Running one job: a detached turn's first pass or a group's continuation,
+//! from the stored conversation to one commit. See the module header of
+//! [`super`] for the sequence and what a retried job does.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use toolserver_domain::{AccountId, AgentId, CallStatus, TurnStatus};
+use toolserver_store::async_results::{self, AsyncResultRecord};
+use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
+use toolserver_store::jobs::{self, Job, JobKind};
+use toolserver_store::{agents, StoreError};
+use tracing::Instrument;
+
+use super::detacher::GroupDetacher;
+use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
+use crate::turn::{pending_output, run_turn, Arrival, Settled, TurnPlan};
+use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
+use crate::CheckedAgent;
+
+/// How a job ended without an error.
+enum Ran {
+    /// The run committed; the turn now stands here.
+    Committed(TurnStatus),
+    /// The conversation is held by another run; try again soon.
+    Busy,
+    /// Nothing to do (the reason is logged).
+    Dropped(&'static str),
+}
+
+impl Lifecycle {
+    /// Runs a claimed job in the background (holding `permit`, if any, until
+    /// it ends).
+    pub(super) fn spawn_run(&self, job: Job, permit: Option<OwnedSemaphorePermit>) {
+        let span = tracing::info_span!(
+            "detached_run",
+            job.id = %job.id,
+            turn.id = %job.turn_id,
+            attempt = job.attempts
+        );
+        let this = self.clone();
+        self.0.tasks.spawn(
+            async move {
+                this.run_claimed(job).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Runs `job` while renewing its claim, and records how it ended.
+    async fn run_claimed(&self, job: Job) {
+        let started = Instant::now();
+        let lost = CancellationToken::new();
+        let _renewal = self.keep_claimed(&job, lost.clone());
+        let result = tokio::select! {
+            result = self.run_job(&job) => result,
+            () = lost.cancelled() => Err(LifecycleError::LostClaim),
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let pool = self.pool();
+        match result {
+            Ok(Ran::Committed(status)) => {
+                tracing::info!(turn.id = %job.turn_id, %status, duration_ms, "detached run committed");
+                if status.is_terminal() {
+                    self.0.listener.turn_settled(job.turn_id).await;
+                }
+            }
+            Ok(Ran::Busy) => {
+                if let Err(err) = jobs::postpone(pool, &job, self.settings().busy_backoff).await {
+                    tracing::warn!(error = %err, "could not postpone a job; its claim will lapse");
+                }
+            }
+            Ok(Ran::Dropped(reason)) => {
+                tracing::info!(turn.id = %job.turn_id, reason, duration_ms, "job dropped");
+            }
+            Err(LifecycleError::LostClaim) => {
+                tracing::warn!(turn.id = %job.turn_id, duration_ms, "job claim lost; another process runs it");
+            }
+            Err(err) if err.ends_the_turn() => {
+                let reason = err.to_string();
+                tracing::info!(turn.id = %job.turn_id, %reason, duration_ms, "detached turn failed");
+                match async_turns::fail(pool, job.turn_id, &reason).await {
+                    Ok(true) => self.0.listener.turn_settled(job.turn_id).await,
+                    Ok(false) => {}
+                    Err(err) => {
+                        tracing::warn!(error = %err, "could not fail the turn; the job will be retried")
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, turn.id = %job.turn_id, duration_ms, "detached run failed; it will be retried");
+                let backoff = self.settings().retry_backoff;
+                if let Err(err) = jobs::retry_later(pool, &job, backoff, &err.to_string()).await {
+                    tracing::warn!(error = %err, "could not release the job; its claim will lapse");
+                }
+            }
+        }
+    }
+
+    /// Renews `job`'s claim every third of its length; cancels `lost` when
+    /// another process has taken it.
+    fn keep_claimed(&self, job: &Job, lost: CancellationToken) -> AbortOnDropHandle<()> {
+        let (pool, job, claim) = (self.pool().clone(), job.clone(), self.settings().claim);
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(claim / 3).await;
+                match jobs::renew(&pool, &job, claim).await {
+                    Ok(true) => {}
+                    Ok(false) => return lost.cancel(),
+                    Err(err) => tracing::warn!(error = %err, "could not renew a job's claim"),
+                }
+            }
+        }))
+    }
+
+    async fn run_job(&self, job: &Job) -> Result<Ran, LifecycleError> {
+        let pool = self.pool();
+        let (account, turn) = match async_turns::get_any(pool, job.turn_id).await {
+            Ok(found) => found,
+            Err(StoreError::NotFound) => return Ok(Ran::Dropped("the turn was deleted")),
+            Err(err) => return Err(err.into()),
+        };
+        if turn.status.is_terminal() {
+            let mut tx = pool.begin().await.map_err(StoreError::from)?;
+            jobs::finish(&mut tx, job).await?;
+            tx.commit().await.map_err(StoreError::from)?;
+            return Ok(Ran::Dropped("the turn had already ended"));
+        }
+        let Some(agent_id) = turn.agent_id.map(AgentId::from_uuid) else {
+            return Err(LifecycleError::AgentDeleted);
+        };
+        let checked = self.checked_agent(&account, agent_id).await?;
+        let lease = match ConversationLease::take_as(
+            pool,
+            &account,
+            &turn.conversation_id,
+            agent_id,
+            self.0.harness.settings().turn_lease,
+            job.id,
+        )
+        .await
+        {
+            Ok(lease) => lease,
+            Err(LeaseError::Busy) => return Ok(Ran::Busy),
+            Err(err) => return Err(err.into()),
+        };
+        if job.attempts > 1 && self.earlier_attempt_launched(job).await? {
+            tracing::info!(turn.id = %turn.id, "an earlier attempt recorded detached calls; their groups carry the turn on");
+            return self
+                .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                .await;
+        }
+        let mut messages = lease.stored_messages()?;
+        let mut assistant = match messages.pop() {
+            Some(message) if message.role == "assistant" => message,
+            other => {
+                messages.extend(other);
+                UiMessage::assistant(format!("msg_{}", job.id.simple()))
+            }
+        };
+        let arrivals = match (job.kind, job.group_id) {
+            (JobKind::Continue, Some(group_id)) => {
+                let siblings = async_results::of_group(pool, group_id).await?;
+                let stored =
+                    |m: &UiMessage| m.parts.iter().filter_map(tool_part_id).collect::<Vec<_>>();
+                let mut known: HashSet<String> = messages.iter().flat_map(stored).collect();
+                known.extend(stored(&assistant));
+                if siblings.iter().any(|s| known.contains(&arrival_id(s))) {
+                    return self
+                        .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                        .await;
+                }
+                restore_lost_calls(&mut assistant, &siblings, &known);
+                siblings.into_iter().map(arrival).collect()
+            }
+            _ => Vec::new(),
+        };
+        let plan = self.plan(
+            job,
+            &account,
+            &checked,
+            arrivals,
+            messages.clone(),
+            assistant,
+        );
+        let provider = self
+            .0
+            .harness
+            .provider(&checked.config)
+            .map_err(|err| LifecycleError::ConfigInvalid(err.to_string()))?;
+        async_turns::mark_running(pool, turn.id).await?;
+        let renewal = AbortOnDropHandle::new(lease.keep_renewed());
+        let (chunks, mut receiver) = mpsc::channel(64);
+        let drain = tokio::spawn(async move { while receiver.recv().await.is_some() {} });
+        let outcome = run_turn(provider, checked.registry, plan, chunks).await;
+        let _ = drain.await;
+        drop(renewal);
+        messages.push(outcome.assistant);
+        let value = serde_json::to_value(&messages)
+            .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
+        let end = match &outcome.error {
+            Some(error) => RunEnd::Failed(&value, error),
+            None => RunEnd::Finished(&value),
+        };
+        self.commit(job, &account, &turn, lease, end).await
+    }
+
+    /// The turn's agent, checked again (it may have changed since launch).
+    async fn checked_agent(
+        &self,
+        account: &AccountId,
+        agent_id: AgentId,
+    ) -> Result<CheckedAgent, LifecycleError> {
+        let harness = &self.0.harness;
+        let record = match agents::get(self.pool(), account, agent_id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound) => return Err(LifecycleError::AgentDeleted),
+            Err(err) => return Err(err.into()),
+        };
+        let invalid = |err: String| LifecycleError::ConfigInvalid(err);
+        let config = harness
+            .unseal(
+                &record.config,
+                record.sealed_secrets.as_deref(),
+                account,
+                agent_id,
+            )
+            .map_err(|err| invalid(err.to_string()))?;
+        harness
+            .check(account, &config)
+            .await
+            .map_err(|err| invalid(err.to_string()))
+    }
+
+    /// Whether an earlier attempt of `job` opened dispatch groups.
+    async fn earlier_attempt_launched(&self, job: &Job) -> Result<bool, LifecycleError> {
+        let mut conn = self.pool().acquire().await.map_err(StoreError::from)?;
+        Ok(async_results::job_opened_groups(&mut conn, job.id).await?)
+    }
+
+    fn plan(
+        &self,
+        job: &Job,
+        account: &AccountId,
+        checked: &CheckedAgent,
+        arrivals: Vec<Arrival>,
+        history: Vec<UiMessage>,
+        assistant: UiMessage,
+    ) -> TurnPlan {
+        let settings = self.0.harness.settings();
+        let detacher = GroupDetacher {
+            pool: self.pool().clone(),
+            account: account.clone(),
+            turn_id: job.turn_id,
+            job_id: job.id,
+            public_url: settings.public_url.clone(),
+            ttl: settings.async_result_ttl,
+            settings: settings.lifecycle.clone(),
+        };
+        TurnPlan {
+            detach: Some(Arc::new(detacher)),
+            durable_status: Some(AccountStatus::shared(
+                self.pool().clone(),
+                self.0.executor.clone(),
+                account.clone(),
+            )),
+            arrivals,
+            request_key: Some(job.id.to_string()),
+            ..TurnPlan::for_agent(&checked.config, settings, history, assistant)
+        }
+    }
+
+    async fn commit(
+        &self,
+        job: &Job,
+        account: &AccountId,
+        turn: &AsyncTurnRecord,
+        lease: ConversationLease,
+        end: RunEnd<'_>,
+    ) -> Result<Ran, LifecycleError> {
+        let commit = RunCommit {
+            account,
+            conversation_id: &turn.conversation_id,
+            job,
+            end,
+        };
+        let committed = async_turns::commit_run(self.pool(), commit).await?;
+        lease.hand_over();
+        match committed {
+            Committed::Turn(status) => Ok(Ran::Committed(status)),
+            Committed::LostClaim => Err(LifecycleError::LostClaim),
+            Committed::LostConversation => Err(LifecycleError::LostConversation),
+        }
+    }
+}
+
+/// The call id of a tool part.
+fn tool_part_id(part: &UiPart) -> Option<String> {
+    match part {
+        UiPart::Tool(tool) => Some(tool.tool_call_id.clone()),
+        _ => None,
+    }
+}
+
+/// The call id under which the result of `call` is told to the model.
+fn arrival_id(call: &AsyncResultRecord) -> String {
+    format!("call_{}", call.id)
+}
+
+/// Puts back, in a step of their own, the calls of a pass whose process
+/// died before it stored them: the model made them, and their results are
+/// about to be told, so the conversation must show them (as pending).
+fn restore_lost_calls(
+    assistant: &mut UiMessage,
+    calls: &[AsyncResultRecord],
+    known: &HashSet<String>,
+) {
+    let lost: Vec<&AsyncResultRecord> = calls
+        .iter()
+        .filter(|call| !known.contains(&call.tool_call_id))
+        .collect();
+    if lost.is_empty() {
+        return;
+    }
+    assistant.parts.push(UiPart::StepStart);
+    for call in lost {
+        assistant.parts.push(UiPart::Tool(ToolPart {
+            tool_name: call.tool_name.clone(),
+            dynamic: false,
+            tool_call_id: call.tool_call_id.clone(),
+            state: ToolState::OutputAvailable,
+            input: Some(call.input.clone().unwrap_or_else(|| json!({}))),
+            output: Some(pending_output(&call.tool_name, &call.id.to_string())),
+            error_text: None,
+            approval: None,
+            preliminary: false,
+        }));
+    }
+}
+
+/// What the model is told of a settled call.
+fn arrival(call: AsyncResultRecord) -> Arrival {
+    let outcome = match (call.status, call.response) {
+        (CallStatus::Completed, Some(value)) => Settled::Completed(value),
+        (CallStatus::Cancelled, _) => Settled::Cancelled(call.error.unwrap_or_default()),
+        (status, _) => Settled::Failed(call.error.unwrap_or_else(|| status.to_string())),
+    };
+    Arrival {
+        status_id: call.id.to_string(),
+        tool_name: call.tool_name,
+        outcome,
+    }
+}
