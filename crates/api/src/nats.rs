@@ -30,7 +30,8 @@ struct NatsTurnRequest {
     request: ChatRequest,
 }
 
-/// Serves turn requests on `subject` until the connection closes.
+/// Serves turn requests on `subject` until the connection closes or the
+/// server shuts down (the loop runs on the lifecycle's task tracker).
 pub async fn spawn_turns(
     state: AppState,
     client: async_nats::Client,
@@ -38,7 +39,8 @@ pub async fn spawn_turns(
 ) -> Result<tokio::task::JoinHandle<()>, async_nats::SubscribeError> {
     let queue = format!("{subject}.servers");
     let mut requests = client.queue_subscribe(subject, queue).await?;
-    Ok(tokio::spawn(async move {
+    let lifecycle = state.lifecycle().clone();
+    Ok(lifecycle.spawn_loop(async move {
         while let Some(message) = requests.next().await {
             let (state, client) = (state.clone(), client.clone());
             tokio::spawn(async move {

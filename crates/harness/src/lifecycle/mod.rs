@@ -151,9 +151,24 @@ impl Lifecycle {
         &self.0.pool
     }
 
-    /// Stops the job loop and the reaper, and waits up to `grace` for runs
-    /// under way; a run still going after that is taken over by another
-    /// process once its claim lapses.
+    /// Runs `work` (an adapter's loop, such as the NATS subscription) on the
+    /// engine's task tracker, until it ends or the engine shuts down.
+    pub fn spawn_loop<F>(&self, work: F) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = self.0.stop.clone();
+        self.0.tasks.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = work => {}
+            }
+        })
+    }
+
+    /// Stops the job loop, the reaper and the loops of [`Self::spawn_loop`],
+    /// and waits up to `grace` for runs under way; a run still going after
+    /// that is taken over by another process once its claim lapses.
     pub async fn shutdown(&self, grace: Duration) {
         self.0.stop.cancel();
         self.0.tasks.close();
