@@ -15,7 +15,10 @@ DELETE FROM continuation_outbox WHERE done_at IS NOT NULL;
 ALTER TABLE continuation_outbox
     ALTER COLUMN group_id DROP NOT NULL,
     ADD COLUMN turn_id UUID REFERENCES async_turns (id) ON DELETE CASCADE,
-    ADD COLUMN kind TEXT NOT NULL DEFAULT 'continue' CHECK (kind IN ('start', 'continue')),
+    ADD COLUMN kind TEXT NOT NULL DEFAULT 'continue'
+        CHECK (kind IN ('start', 'continue', 'relaunch')),
+    -- The call a `relaunch` job launches again.
+    ADD COLUMN call_id UUID REFERENCES async_tool_results (id) ON DELETE CASCADE,
     -- Not claimable before this (a busy conversation backs off here).
     ADD COLUMN available_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     -- The live claim, if any: who holds it and until when.
@@ -60,6 +63,10 @@ ALTER TABLE async_tool_results
     -- The call's input, to restore the call in the conversation when the
     -- pass that made it died before storing it.
     ADD COLUMN input JSON,
+    -- Whether a call whose runner died may be launched again, and how many
+    -- times it has been launched.
+    ADD COLUMN safe_to_repeat BOOLEAN NOT NULL DEFAULT false,
+    ADD COLUMN launches INTEGER NOT NULL DEFAULT 1,
     -- The runner must ping before this, or the call fails (its runner died).
     ADD COLUMN alive_until TIMESTAMPTZ;
 

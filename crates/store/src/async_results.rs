@@ -48,6 +48,8 @@ pub struct NewAsyncResult {
     pub liveness_timeout: Duration,
     /// The call's input.
     pub input: Value,
+    /// Whether the call may be launched again when its runner dies.
+    pub safe_to_repeat: bool,
 }
 
 /// How a call ended, as its completion reports it.
@@ -184,10 +186,11 @@ pub async fn register_pass(
         sqlx::query(
             "INSERT INTO async_tool_results \
                  (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, \
-                  hard_expires_at, expires_at, heartbeat_timeout_secs, alive_until, input) \
+                  hard_expires_at, expires_at, heartbeat_timeout_secs, alive_until, input, \
+                  safe_to_repeat) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), \
                      now() + make_interval(secs => LEAST($8, COALESCE($9, $8))), $9, \
-                     now() + make_interval(secs => $10), $11::json)",
+                     now() + make_interval(secs => $10), $11::json, $12)",
         )
         .bind(id)
         .bind(account.as_str())
@@ -200,6 +203,7 @@ pub async fn register_pass(
         .bind(heartbeat)
         .bind(call.liveness_timeout.as_secs_f64())
         .bind(call.input.to_string())
+        .bind(call.safe_to_repeat)
         .execute(&mut *tx)
         .await?;
         ids.push(id);
@@ -443,13 +447,18 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
 }
 
 /// Fails up to `limit` pending calls whose runner stopped pinging (it died,
-/// with its server or alone): the call is not run again, and the model
-/// reads why. Returns how many.
+/// with its server or alone) and that may not be launched again (not safe
+/// to repeat, or launched `max_launches` times): the model reads why.
+/// Returns how many.
 #[tracing::instrument(skip(pool))]
-pub async fn fail_silent_runners(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
+pub async fn fail_silent_runners(
+    pool: &PgPool,
+    max_launches: i32,
+    limit: i64,
+) -> Result<u64, StoreError> {
     settle_due(
         pool,
-        "alive_until <= now()",
+        &format!("alive_until <= now() AND NOT (safe_to_repeat AND launches < {max_launches})"),
         CallStatus::Failed,
         "the runner of this call stopped before it reported an outcome (it was killed or \
          restarted); the call was not run again",
@@ -458,11 +467,60 @@ pub async fn fail_silent_runners(pool: &PgPool, limit: i64) -> Result<u64, Store
     .await
 }
 
+/// Queues a `relaunch` job for up to `limit` pending calls whose runner
+/// stopped pinging, that are safe to repeat and were launched fewer than
+/// `max_launches` times; each gets `liveness` to be launched again.
+/// Returns how many.
+#[tracing::instrument(skip(pool))]
+pub async fn relaunch_silent_runners(
+    pool: &PgPool,
+    max_launches: i32,
+    liveness: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let queued = sqlx::query(
+        "WITH due AS ( \
+             UPDATE async_tool_results SET launches = launches + 1, \
+                 alive_until = now() + make_interval(secs => $2) \
+             WHERE id IN (SELECT id FROM async_tool_results \
+                          WHERE status = 'pending' AND alive_until <= now() \
+                            AND safe_to_repeat AND launches < $1 \
+                          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, account_id, group_id) \
+         INSERT INTO continuation_outbox (id, kind, turn_id, account_id, call_id) \
+         SELECT gen_random_uuid(), 'relaunch', g.turn_id, due.account_id, due.id \
+         FROM due JOIN dispatch_groups g ON g.id = due.group_id",
+    )
+    .bind(max_launches)
+    .bind(liveness.as_secs_f64())
+    .bind(limit)
+    .execute(pool)
+    .await?;
+    Ok(queued.rows_affected())
+}
+
+/// Gives a pending call a new job token (the hash of it) before it is
+/// launched again; false when the call is no longer pending.
+pub async fn rotate_token(
+    pool: &PgPool,
+    id: Uuid,
+    token_sha256: [u8; 32],
+) -> Result<bool, StoreError> {
+    let rotated = sqlx::query(
+        "UPDATE async_tool_results SET token_sha256 = $2 WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(token_sha256.as_slice())
+    .execute(pool)
+    .await?;
+    Ok(rotated.rows_affected() == 1)
+}
+
 /// Settles up to `limit` pending calls matching `due` (a fixed SQL
 /// condition) as `status` with `error`, and lets their groups continue.
 async fn settle_due(
     pool: &PgPool,
-    due: &'static str,
+    due: &str,
     status: CallStatus,
     error: &str,
     limit: i64,

@@ -2,7 +2,8 @@
 //!
 //! A `start` job is the turn's first pass; a `continue` job is one dispatch
 //! group's continuation, enqueued by whichever transaction settles its last
-//! call or seals it (see [`crate::async_results`]). Delivery is at least
+//! call (see [`crate::async_results`]); a `relaunch` job launches a call
+//! again whose runner died, when the call is safe to repeat. Delivery is at least
 //! once: a job is claimed for `claim` with a fresh token, the claimer renews
 //! it while it runs, and a claim that lapses (its process died) lets another
 //! process take the job again. Only the holder of the current token can
@@ -28,6 +29,8 @@ pub enum JobKind {
     Start,
     /// A dispatch group's continuation.
     Continue,
+    /// A detached call launched again (its runner died; it is safe to repeat).
+    Relaunch,
 }
 
 /// A job held by one process.
@@ -41,6 +44,8 @@ pub struct Job {
     pub turn_id: Uuid,
     /// The group it continues (`continue` jobs).
     pub group_id: Option<Uuid>,
+    /// The call it launches again (`relaunch` jobs).
+    pub call_id: Option<Uuid>,
     /// The owning account.
     pub account_id: String,
     /// How many times it has been claimed, this claim included.
@@ -49,7 +54,8 @@ pub struct Job {
     pub claim_token: Uuid,
 }
 
-const RETURNING: &str = "RETURNING id, kind, turn_id, group_id, account_id, attempts, claim_token";
+const RETURNING: &str =
+    "RETURNING id, kind, turn_id, group_id, call_id, account_id, attempts, claim_token";
 
 /// Records the `start` job of a new turn, already claimed by the caller.
 pub async fn insert_start(

@@ -521,6 +521,10 @@ pub struct AgentsConfig {
         default_value_t = 2_000
     )]
     pub runner_liveness_interval_ms: u64,
+    /// Launches of one detached call that is safe to repeat, in all, before
+    /// a dead runner fails it (`TOOLSERVER_MAX_CALL_LAUNCHES`).
+    #[arg(long, env = "TOOLSERVER_MAX_CALL_LAUNCHES", default_value_t = 3)]
+    pub max_call_launches: i32,
     /// Seconds a dispatch group may stay unsealed after its job ended before
     /// the reaper seals it (`TOOLSERVER_UNSEALED_GROUP_GRACE_SECS`).
     #[arg(

@@ -36,6 +36,7 @@ fn new_call(tool_call_id: &str, token_sha256: [u8; 32], ttl: Duration) -> NewAsy
         heartbeat_timeout: None,
         liveness_timeout: Duration::from_secs(600),
         input: json!({}),
+        safe_to_repeat: false,
     }
 }
 

@@ -133,6 +133,10 @@ pub struct ToolSetting {
     /// Async tools: a detached call expires this many seconds after launch
     /// whatever its heartbeats (`timeoutSeconds`; default: the server's TTL).
     pub detached_timeout_secs: Option<u64>,
+    /// Async tools: the tool may run again for the same call, so a detached
+    /// call whose runner died is launched again instead of failing
+    /// (`safeToRepeat`).
+    pub safe_to_repeat: bool,
     /// Everything else: tool options (merged over an uploaded tool's `defaultConfig`).
     pub options: Map<String, Value>,
 }
@@ -183,6 +187,15 @@ impl ToolSetting {
                 )),
             },
         };
+        let safe_to_repeat = match flag("safeToRepeat")? {
+            Some(true) if !run_async => {
+                return Err(ValidationError::new(
+                    format!("{base}.safeToRepeat"),
+                    "applies only to async tools (set async: true)",
+                ))
+            }
+            other => other.unwrap_or(false),
+        };
         let heartbeat_timeout_secs = seconds("heartbeatTimeoutSeconds")?;
         let detached_timeout_secs = seconds("timeoutSeconds")?;
         let mut options = Map::new();
@@ -195,6 +208,7 @@ impl ToolSetting {
                     | "timeoutMs"
                     | "heartbeatTimeoutSeconds"
                     | "timeoutSeconds"
+                    | "safeToRepeat"
             ) {
                 continue;
             }
@@ -212,6 +226,7 @@ impl ToolSetting {
             timeout_ms,
             heartbeat_timeout_secs,
             detached_timeout_secs,
+            safe_to_repeat,
             options,
         })
     }
@@ -280,12 +295,13 @@ mod tests {
         let key = ToolKey::Uploaded(ToolId::generate());
         let setting = ToolSetting::parse(
             key,
-            &json!({"async": true, "heartbeatTimeoutSeconds": 5, "timeoutSeconds": 60}),
+            &json!({"async": true, "heartbeatTimeoutSeconds": 5, "timeoutSeconds": 60, "safeToRepeat": true}),
             1000,
         )
         .unwrap();
         assert_eq!(setting.heartbeat_timeout_secs, Some(5));
         assert_eq!(setting.detached_timeout_secs, Some(60));
+        assert!(setting.safe_to_repeat);
         assert!(setting.options.is_empty());
         for (bad, field) in [
             (
@@ -300,6 +316,7 @@ mod tests {
                 json!({"async": true, "timeoutSeconds": "1"}),
                 "timeoutSeconds",
             ),
+            (json!({"safeToRepeat": true}), "safeToRepeat"),
         ] {
             let err = ToolSetting::parse(key, &bad, 1000).unwrap_err();
             assert_eq!(err.field, format!("config.tools.{key}.{field}"));

@@ -18,6 +18,8 @@ const REAP_BATCH: i64 = 500;
 pub struct ReapReport {
     /// Calls past their deadline (or heartbeat deadline), now `expired`.
     pub expired: u64,
+    /// Calls whose runner stopped pinging, queued to launch again.
+    pub relaunched: u64,
     /// Calls whose runner stopped pinging, now `failed`.
     pub silent_runners: u64,
     /// Groups left open after their job ended, now sealed.
@@ -90,6 +92,7 @@ impl Lifecycle {
                 Ok(report) if report != ReapReport::default() => {
                     tracing::info!(
                         expired = report.expired,
+                        relaunched = report.relaunched,
                         silent_runners = report.silent_runners,
                         sealed_groups = report.sealed_groups,
                         exhausted_turns = report.exhausted_turns,
@@ -103,14 +106,24 @@ impl Lifecycle {
         }
     }
 
-    /// One reaper pass: expires calls past their deadline, fails calls
-    /// whose runner went silent, seals groups left open, and fails turns
+    /// One reaper pass: expires calls past their deadline, launches again
+    /// (or fails) calls whose runner went silent, seals groups left open,
+    /// and fails turns
     /// whose job used up its attempts or that have no way on.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
         let expired = async_results::expire_due(pool, REAP_BATCH).await?;
-        let silent_runners = async_results::fail_silent_runners(pool, REAP_BATCH).await?;
+        let relaunched = async_results::relaunch_silent_runners(
+            pool,
+            settings.max_call_launches,
+            settings.liveness_timeout,
+            REAP_BATCH,
+        )
+        .await?;
+        let silent_runners =
+            async_results::fail_silent_runners(pool, settings.max_call_launches, REAP_BATCH)
+                .await?;
         let sealed_groups =
             async_results::seal_orphaned_groups(pool, settings.unsealed_group_grace, REAP_BATCH)
                 .await?;
@@ -121,6 +134,7 @@ impl Lifecycle {
         self.announce(&stuck).await;
         Ok(ReapReport {
             expired,
+            relaunched,
             silent_runners,
             sealed_groups,
             exhausted_turns: exhausted.len(),

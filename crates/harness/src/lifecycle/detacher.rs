@@ -26,15 +26,42 @@ pub(super) struct GroupDetacher {
     pub(super) settings: LifecycleSettings,
 }
 
-impl GroupDetacher {
-    fn route(&self, id: Uuid, action: &str) -> Result<(String, Url), String> {
+/// A new random job token and its SHA-256.
+pub(super) fn job_token() -> (String, [u8; 32]) {
+    let mut secret = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
+    let token = hex::encode(secret);
+    let hash = Sha256::digest(token.as_bytes()).into();
+    (token, hash)
+}
+
+/// The `async` metadata a runner gets with the detached call `id`: where
+/// to post its outcome and heartbeats, with which token, how often to ping,
+/// and the call's idempotency key (the same on every launch of the call).
+pub(super) fn async_meta(
+    public_url: &Url,
+    settings: &LifecycleSettings,
+    id: Uuid,
+    token: &str,
+) -> Result<Value, String> {
+    let route = |action: &str| {
         let path = format!("/sandbox-jobs/{id}/{action}");
-        let url = self
-            .public_url
+        public_url
             .join(path.trim_start_matches('/'))
-            .map_err(|err| format!("the public URL cannot take {path}: {err}"))?;
-        Ok((path, url))
-    }
+            .map(|url| (path.clone(), url))
+            .map_err(|err| format!("the public URL cannot take {path}: {err}"))
+    };
+    let (complete_path, complete_url) = route("complete")?;
+    let (_, heartbeat_url) = route("heartbeat")?;
+    Ok(json!({
+        "resultId": id,
+        "idempotencyKey": id,
+        "completePath": complete_path,
+        "completeUrl": complete_url.as_str(),
+        "completionToken": token,
+        "heartbeatUrl": heartbeat_url.as_str(),
+        "livenessIntervalMs": settings.liveness_interval.as_millis() as u64,
+    }))
 }
 
 #[async_trait]
@@ -47,18 +74,17 @@ impl Detacher for GroupDetacher {
         let rows: Vec<NewAsyncResult> = calls
             .iter()
             .map(|call| {
-                let mut secret = [0u8; 32];
-                rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
-                let token = hex::encode(secret);
+                let (token, token_sha256) = job_token();
                 let row = NewAsyncResult {
                     tool_call_id: call.tool_call_id.to_owned(),
                     tool_id: call.tool.tool_id,
                     tool_name: call.tool.name.clone(),
-                    token_sha256: Sha256::digest(token.as_bytes()).into(),
+                    token_sha256,
                     ttl: call.tool.detached.timeout.unwrap_or(self.ttl),
                     heartbeat_timeout: call.tool.detached.heartbeat_timeout,
                     liveness_timeout: self.settings.liveness_timeout,
                     input: call.input.clone(),
+                    safe_to_repeat: call.tool.detached.safe_to_repeat,
                 };
                 tokens.push(token);
                 row
@@ -74,16 +100,7 @@ impl Detacher for GroupDetacher {
         ids.into_iter()
             .zip(tokens)
             .map(|(id, token)| {
-                let (complete_path, complete_url) = self.route(id, "complete")?;
-                let (_, heartbeat_url) = self.route(id, "heartbeat")?;
-                let meta = json!({
-                    "resultId": id,
-                    "completePath": complete_path,
-                    "completeUrl": complete_url.as_str(),
-                    "completionToken": token,
-                    "heartbeatUrl": heartbeat_url.as_str(),
-                    "livenessIntervalMs": self.settings.liveness_interval.as_millis() as u64,
-                });
+                let meta = async_meta(&self.public_url, &self.settings, id, &token)?;
                 Ok((id.to_string(), meta))
             })
             .collect()

@@ -22,7 +22,9 @@
 //! groups, which continue when their calls settle; otherwise it runs again
 //! from the stored conversation, with the same request keys. The reaper
 //! bounds every other wait: calls past their deadline expire, calls whose
-//! runner stopped pinging fail, groups left open are sealed, and jobs past
+//! runner stopped pinging are launched again when safe to repeat (up to
+//! [`LifecycleSettings::max_call_launches`]) and fail otherwise, groups
+//! left open are sealed, and jobs past
 //! [`LifecycleSettings::max_attempts`] or turns with no way on are failed
 //! with a reason.
 
@@ -73,6 +75,8 @@ pub struct LifecycleSettings {
     pub liveness_timeout: Duration,
     /// How often runners ping while a detached call runs.
     pub liveness_interval: Duration,
+    /// A call safe to repeat is launched at most this many times in all.
+    pub max_call_launches: i32,
     /// A group left unsealed this long after its job ended is sealed.
     pub unsealed_group_grace: Duration,
     /// A turn unchanged this long with no job and no open group is failed.
@@ -91,6 +95,7 @@ impl Default for LifecycleSettings {
             reaper_interval: Duration::from_secs(1),
             liveness_timeout: Duration::from_secs(10),
             liveness_interval: Duration::from_secs(2),
+            max_call_launches: 3,
             unsealed_group_grace: Duration::from_secs(30),
             stuck_turn_grace: Duration::from_secs(60),
         }

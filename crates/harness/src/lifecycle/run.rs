@@ -11,15 +11,15 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use toolserver_domain::{AccountId, AgentId, CallStatus, TurnStatus};
-use toolserver_store::async_results::{self, AsyncResultRecord};
+use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
 use toolserver_store::jobs::{self, Job, JobKind};
 use toolserver_store::{agents, StoreError};
 use tracing::Instrument;
 
-use super::detacher::GroupDetacher;
+use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
-use crate::turn::{pending_output, run_turn, Arrival, Settled, TurnPlan};
+use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
 use crate::CheckedAgent;
 
@@ -29,7 +29,7 @@ enum Ran {
     Committed(TurnStatus),
     /// The conversation is held by another run; try again soon.
     Busy,
-    /// Nothing to do (the reason is logged).
+    /// Nothing to commit (the reason is logged).
     Dropped(&'static str),
 }
 
@@ -127,15 +127,16 @@ impl Lifecycle {
             Err(err) => return Err(err.into()),
         };
         if turn.status.is_terminal() {
-            let mut tx = pool.begin().await.map_err(StoreError::from)?;
-            jobs::finish(&mut tx, job).await?;
-            tx.commit().await.map_err(StoreError::from)?;
+            self.finish_job(job).await?;
             return Ok(Ran::Dropped("the turn had already ended"));
         }
         let Some(agent_id) = turn.agent_id.map(AgentId::from_uuid) else {
             return Err(LifecycleError::AgentDeleted);
         };
         let checked = self.checked_agent(&account, agent_id).await?;
+        if job.kind == JobKind::Relaunch {
+            return self.relaunch(job, &account, &checked).await;
+        }
         let lease = match ConversationLease::take_as(
             pool,
             &account,
@@ -209,6 +210,64 @@ impl Lifecycle {
             None => RunEnd::Finished(&value),
         };
         self.commit(job, &account, &turn, lease, end).await
+    }
+
+    /// Removes a job that needs no commit of a run.
+    async fn finish_job(&self, job: &Job) -> Result<(), LifecycleError> {
+        let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
+        jobs::finish(&mut tx, job).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(())
+    }
+
+    /// Launches again a call whose runner died and that is safe to repeat:
+    /// same input and idempotency key, a new job token (the old runner's,
+    /// should it still be alive, no longer settles anything).
+    async fn relaunch(
+        &self,
+        job: &Job,
+        account: &AccountId,
+        checked: &CheckedAgent,
+    ) -> Result<Ran, LifecycleError> {
+        let pool = self.pool();
+        let call = match job.call_id {
+            Some(id) => match async_results::get(pool, account, id).await {
+                Ok(call) => Some(call),
+                Err(StoreError::NotFound) => None,
+                Err(err) => return Err(err.into()),
+            },
+            None => None,
+        };
+        let Some(call) = call.filter(|call| call.status == CallStatus::Pending) else {
+            self.finish_job(job).await?;
+            return Ok(Ran::Dropped("the call to launch again had settled"));
+        };
+        let (token, hash) = job_token();
+        if !async_results::rotate_token(pool, call.id, hash).await? {
+            self.finish_job(job).await?;
+            return Ok(Ran::Dropped("the call to launch again had settled"));
+        }
+        let settings = self.0.harness.settings();
+        let meta = async_meta(&settings.public_url, &settings.lifecycle, call.id, &token);
+        let launched = match (checked.registry.get(&call.tool_name), meta) {
+            (None, _) => Launch::Failed(format!("{} is no longer enabled", call.tool_name)),
+            (_, Err(error)) => Launch::Failed(error),
+            (Some(tool), Ok(meta)) => {
+                let input = call.input.clone().unwrap_or_else(|| json!({}));
+                launch(tool, call.tool_call_id.clone(), input, meta).await
+            }
+        };
+        let settled = match launched {
+            Launch::Running => None,
+            Launch::Ended(value) => Some(AsyncOutcome::Completed(value)),
+            Launch::Failed(error) => Some(AsyncOutcome::Failed(error)),
+        };
+        if let Some(outcome) = settled {
+            async_results::settle(pool, call.id, &outcome).await?;
+        }
+        self.finish_job(job).await?;
+        tracing::info!(result.id = %call.id, "detached call launched again after its runner died");
+        Ok(Ran::Dropped("the call was launched again"))
     }
 
     /// The turn's agent, checked again (it may have changed since launch).

@@ -76,6 +76,8 @@ pub struct DetachedLimits {
     pub heartbeat_timeout: Option<Duration>,
     /// A call expires this long after launch (default: the server's TTL).
     pub timeout: Option<Duration>,
+    /// A call whose runner died is launched again instead of failing.
+    pub safe_to_repeat: bool,
 }
 
 /// A tool offered to the model this turn.

@@ -185,6 +185,7 @@ impl ToolRegistry {
                     detached: DetachedLimits {
                         heartbeat_timeout: setting.heartbeat_timeout_secs.map(Duration::from_secs),
                         timeout: setting.detached_timeout_secs.map(Duration::from_secs),
+                        safe_to_repeat: setting.safe_to_repeat,
                     },
                     implementation,
                 },

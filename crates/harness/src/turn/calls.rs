@@ -248,35 +248,19 @@ async fn launch_one(
         tool_call_id: tool_call_id.clone(),
         error_text,
     };
-    let Some(mut events) = tool.call_detached(tool_call_id.clone(), input, meta) else {
-        let error = format!("{} cannot run detached", tool.name);
-        detach.ended_at_launch(status_id, Err(error.clone())).await;
-        return Ok(failed(error));
+    let launched = tokio::select! {
+        launched = launch(&tool, tool_call_id.clone(), input, meta) => launched,
+        () = emitter.gone() => return Err(ClientGone),
     };
-    loop {
-        let event = tokio::select! {
-            event = events.next() => event,
-            () = emitter.gone() => return Err(ClientGone),
-        };
-        match event {
-            Some(ToolEvent::Launched) => break,
-            // The runner ran the call to its end instead of detaching it:
-            // its outcome settles the call, and reaches the model through
-            // the continuation like any other.
-            Some(ToolEvent::Output(value)) => {
-                detach.ended_at_launch(status_id, Ok(value)).await;
-                break;
-            }
-            Some(ToolEvent::Failed(error)) => {
-                detach.ended_at_launch(status_id, Err(error.clone())).await;
-                return Ok(failed(error));
-            }
-            Some(_) => continue,
-            None => {
-                let error = "the runner did not launch the call".to_owned();
-                detach.ended_at_launch(status_id, Err(error.clone())).await;
-                return Ok(failed(error));
-            }
+    match launched {
+        Launch::Running => {}
+        // The runner ran the call to its end instead of detaching it: its
+        // outcome settles the call, and reaches the model through the
+        // continuation like any other.
+        Launch::Ended(value) => detach.ended_at_launch(status_id, Ok(value)).await,
+        Launch::Failed(error) => {
+            detach.ended_at_launch(status_id, Err(error.clone())).await;
+            return Ok(failed(error));
         }
     }
     Ok(output_chunk(
@@ -284,6 +268,37 @@ async fn launch_one(
         pending_output(&tool.name, status_id),
         None,
     ))
+}
+
+/// How launching a detached call went.
+pub enum Launch {
+    /// The call runs on its runner.
+    Running,
+    /// The runner ran it to its end at once, with this output.
+    Ended(Value),
+    /// It could not be launched, or failed at once.
+    Failed(String),
+}
+
+/// Sends a detached call to `tool`'s runner and waits for the launch.
+pub async fn launch(
+    tool: &RegisteredTool,
+    tool_call_id: String,
+    input: Value,
+    meta: Value,
+) -> Launch {
+    let Some(mut events) = tool.call_detached(tool_call_id, input, meta) else {
+        return Launch::Failed(format!("{} cannot run detached", tool.name));
+    };
+    loop {
+        match events.next().await {
+            Some(ToolEvent::Launched) => return Launch::Running,
+            Some(ToolEvent::Output(value)) => return Launch::Ended(value),
+            Some(ToolEvent::Failed(error)) => return Launch::Failed(error),
+            Some(_) => continue,
+            None => return Launch::Failed("the runner did not launch the call".to_owned()),
+        }
+    }
 }
 
 fn input_available(call: &ModelCall, input: &Value) -> UiChunk {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-pub use calls::pending_output;
+pub use calls::{launch, pending_output, Launch};
 pub use detach::{DetachedCall, Detacher, DurableStatus};
 pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
