@@ -18,7 +18,6 @@
 pub mod api;
 pub mod checks;
 pub mod config;
-pub mod database;
 pub mod model;
 pub mod plan;
 pub mod procs;
@@ -37,10 +36,10 @@ pub use config::ChaosConfig;
 pub use summary::Summary;
 
 use crate::api::Api;
-use crate::database::ScratchDatabase;
 use crate::model::ChaosModel;
 use crate::servers::Server;
 use crate::trial::{Cluster, Outcome, TrialReport, TurnRecord};
+use toolserver_testsupport::bench::ScratchDatabase;
 
 /// Why a run could not be carried out (as opposed to what it found).
 #[derive(Debug, thiserror::Error)]
@@ -96,9 +95,11 @@ pub async fn run(config: ChaosConfig) -> Result<Summary, ChaosError> {
         .tempdir()?;
     // Runners may run as another user: they must reach their roots.
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))?;
-    let database = ScratchDatabase::create(&config.database_url, config.seed).await?;
+    let database =
+        ScratchDatabase::try_create(&config.database_url, &format!("chaos_{}", config.seed))
+            .await?;
     let outcome = run_in(&config, root.path(), &database.url).await;
-    let dropped = database.drop_now().await;
+    let dropped = database.try_drop().await;
     let mut summary = outcome?;
     dropped?;
     summary.wall = started.elapsed();

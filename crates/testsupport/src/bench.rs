@@ -15,38 +15,57 @@ pub struct ScratchDatabase {
 
 impl ScratchDatabase {
     /// Creates `toolserver_bench_<pid>_<tag>` on the server of `DATABASE_URL`.
+    ///
+    /// # Panics
+    /// When `DATABASE_URL` is unset or the database cannot be created.
     pub async fn create(tag: &str) -> Self {
         let admin_url =
             std::env::var("DATABASE_URL").expect("DATABASE_URL must point at a Postgres server");
-        let name = format!("toolserver_bench_{}_{tag}", std::process::id());
-        let mut conn = PgConnection::connect(&admin_url)
+        Self::try_create(&admin_url, tag)
             .await
-            .expect("connect to Postgres");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("create the scratch database");
-        let mut url = url::Url::parse(&admin_url).expect("DATABASE_URL is a URL");
-        url.set_path(&name);
-        Self {
-            admin_url,
-            name,
-            url: url.to_string(),
-        }
+            .expect("create the scratch database")
     }
 
-    /// Drops the database (connections to it must be closed).
+    /// Creates `toolserver_bench_<pid>_<tag>` on the server of `admin_url`
+    /// (dropping a leftover of that name first).
+    pub async fn try_create(admin_url: &str, tag: &str) -> Result<Self, sqlx::Error> {
+        let name = format!("toolserver_bench_{}_{tag}", std::process::id());
+        let mut url =
+            url::Url::parse(admin_url).map_err(|err| sqlx::Error::Configuration(Box::new(err)))?;
+        let mut conn = PgConnection::connect(admin_url).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        url.set_path(&name);
+        Ok(Self {
+            admin_url: admin_url.to_owned(),
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    /// Drops the database, closing what is still connected to it.
+    ///
+    /// # Panics
+    /// When the database cannot be dropped.
     pub async fn drop_now(self) {
-        let mut conn = PgConnection::connect(&self.admin_url)
-            .await
-            .expect("connect to Postgres");
+        self.try_drop().await.expect("drop the scratch database");
+    }
+
+    /// Drops the database, closing what is still connected to it.
+    pub async fn try_drop(self) -> Result<(), sqlx::Error> {
+        let mut conn = PgConnection::connect(&self.admin_url).await?;
         sqlx::query(&format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
         ))
         .execute(&mut conn)
-        .await
-        .expect("drop the scratch database");
+        .await?;
+        conn.close().await
     }
 }
 
