@@ -38,8 +38,18 @@ pub async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &
 }
 
 pub async fn wait_for_status(app: &LiveApp, id: &str, wanted: &str) -> Value {
+    wait_for_status_within(app, id, wanted, Duration::from_secs(10)).await
+}
+
+/// Polls `GET /async/{id}` every 50 ms until the turn is `wanted`, for at most `limit`.
+pub async fn wait_for_status_within(
+    app: &LiveApp,
+    id: &str,
+    wanted: &str,
+    limit: Duration,
+) -> Value {
     let mut last = Value::Null;
-    for _ in 0..200 {
+    for _ in 0..limit.as_millis() / 50 {
         let (status, body) = app
             .request(
                 reqwest::Method::GET,

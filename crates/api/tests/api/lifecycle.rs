@@ -15,7 +15,7 @@ use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
 use crate::completion::turn_fixture;
-use crate::detached::{next_reply, start_async, wait_for_status};
+use crate::detached::{next_reply, start_async, wait_for_status, wait_for_status_within};
 use crate::live::{user_turn, LiveApp};
 use crate::support::*;
 
@@ -52,6 +52,23 @@ async fn async_agent(
 
 /// Waits `ms`, then reports the idempotency key it ran under.
 const REPEATABLE: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { key: ctx.asyncTool.idempotencyKey }; } };";
+
+/// SIGKILLs the resident worker of `tool` (account A) mid-call.
+async fn kill_worker(app: &LiveApp, tool: &str) {
+    let key = toolserver_sandbox::ReservationKey::new(
+        account(),
+        toolserver_domain::ToolId::parse(tool).unwrap(),
+    );
+    let pid = app
+        .executor()
+        .worker_pid(&key)
+        .await
+        .expect("a live worker");
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+}
 
 fn account() -> AccountId {
     AccountId::parse(ACCOUNT_A).unwrap()
@@ -491,19 +508,7 @@ async fn a_call_whose_runner_dies_fails_at_once_and_its_group_continues(pool: Pg
     .await;
     let id = start_async(&app, &agent, "conv-runner-dies", "go").await;
     wait_for_status(&app, &id, "waiting").await;
-    let key = toolserver_sandbox::ReservationKey::new(
-        account(),
-        toolserver_domain::ToolId::parse(&tool).unwrap(),
-    );
-    let pid = app
-        .executor()
-        .worker_pid(&key)
-        .await
-        .expect("a live worker");
-    std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_worker(&app, &tool).await;
     let started = std::time::Instant::now();
     let done = wait_for_status(&app, &id, "completed").await;
     assert!(
@@ -544,22 +549,7 @@ async fn a_tool_that_heartbeats_outlives_its_heartbeat_timeout(pool: PgPool) {
     assert_eq!(record.status, toolserver_domain::CallStatus::Pending);
     assert!(record.progress.unwrap()["beat"].as_u64().unwrap() >= 5);
     assert!(record.last_heartbeat_at.is_some());
-    let mut done = Value::Null;
-    for _ in 0..80 {
-        let (_, body) = app
-            .request(
-                reqwest::Method::GET,
-                &format!("/async/{id}"),
-                ACCOUNT_A,
-                None,
-            )
-            .await;
-        if body["status"] == "completed" {
-            done = body;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let done = wait_for_status_within(&app, &id, "completed", Duration::from_secs(40)).await;
     let text = text_of(&done["messages"]);
     assert!(
         text.contains("\"beats\":30") && text.contains("Finished."),
@@ -719,19 +709,7 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
     .await;
     let id = start_async(&app, &agent, "conv-repeatable", "go").await;
     wait_for_status(&app, &id, "waiting").await;
-    let key = toolserver_sandbox::ReservationKey::new(
-        account(),
-        toolserver_domain::ToolId::parse(&tool).unwrap(),
-    );
-    let pid = app
-        .executor()
-        .worker_pid(&key)
-        .await
-        .expect("a live worker");
-    std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_worker(&app, &tool).await;
     let done = wait_for_status(&app, &id, "completed").await;
     let (result_id, launches): (Uuid, i32) =
         sqlx::query_as("SELECT id, launches FROM async_tool_results")
