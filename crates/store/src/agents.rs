@@ -66,7 +66,7 @@ impl From<AgentRow> for AgentRecord {
 const COLUMNS: &str = "id, name, config, secrets, version, created_at, updated_at";
 
 /// Inserts an agent with a chosen id (the id is bound into the sealed credentials).
-#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id), err)]
+#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id))]
 pub async fn insert(
     pool: &PgPool,
     account: &AccountId,
@@ -91,7 +91,7 @@ pub async fn insert(
 }
 
 /// Reads one of `account`'s agents.
-#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id))]
 pub async fn get(
     pool: &PgPool,
     account: &AccountId,
@@ -108,7 +108,7 @@ pub async fn get(
 }
 
 /// One page of `account`'s agents in creation order, after `after`; and whether more follow.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn list(
     pool: &PgPool,
     account: &AccountId,
@@ -135,7 +135,7 @@ pub async fn list(
 }
 
 /// Replaces an agent's name, config and credentials, bumping its version.
-#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id), err)]
+#[tracing::instrument(skip(pool, agent), fields(account.id = %account, agent.id = %id))]
 pub async fn update(
     pool: &PgPool,
     account: &AccountId,
@@ -158,7 +158,7 @@ pub async fn update(
 }
 
 /// Deletes one of `account`'s agents and its conversations.
-#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id))]
 pub async fn delete(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
     let done = sqlx::query("DELETE FROM agents WHERE account_id = $1 AND id = $2")
         .bind(account.as_str())

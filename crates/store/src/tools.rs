@@ -116,7 +116,7 @@ impl TryFrom<ToolRow> for ToolRecord {
 
 /// Inserts a tool for `account`, creating the account row on its first write.
 /// A name already used in the account fails with `Conflict { tools_account_name_key }`.
-#[tracing::instrument(skip(pool, tool), fields(account.id = %account, tool.name = tool.name.as_str()), err)]
+#[tracing::instrument(skip(pool, tool), fields(account.id = %account, tool.name = tool.name.as_str()))]
 pub async fn insert(
     pool: &PgPool,
     account: &AccountId,
@@ -144,7 +144,7 @@ pub async fn insert(
 }
 
 /// Reads one of `account`'s tools.
-#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id))]
 pub async fn get(pool: &PgPool, account: &AccountId, id: ToolId) -> Result<ToolRecord, StoreError> {
     let row: ToolRow = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM tools WHERE account_id = $1 AND id = $2"
@@ -158,7 +158,7 @@ pub async fn get(pool: &PgPool, account: &AccountId, id: ToolId) -> Result<ToolR
 
 /// One page of `account`'s tools in creation order, starting after `after`.
 /// Returns up to `limit` tools and whether more follow.
-#[tracing::instrument(skip(pool), fields(account.id = %account), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn list(
     pool: &PgPool,
     account: &AccountId,
@@ -185,7 +185,7 @@ pub async fn list(
 }
 
 /// Applies `patch` to one of `account`'s tools in a single statement and bumps its version.
-#[tracing::instrument(skip(pool, patch), fields(account.id = %account, tool.id = %id), err)]
+#[tracing::instrument(skip(pool, patch), fields(account.id = %account, tool.id = %id))]
 pub async fn update(
     pool: &PgPool,
     account: &AccountId,
@@ -221,7 +221,7 @@ pub async fn update(
 }
 
 /// Deletes one of `account`'s tools.
-#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id), err)]
+#[tracing::instrument(skip(pool), fields(account.id = %account, tool.id = %id))]
 pub async fn delete(pool: &PgPool, account: &AccountId, id: ToolId) -> Result<(), StoreError> {
     let done = sqlx::query("DELETE FROM tools WHERE account_id = $1 AND id = $2")
         .bind(account.as_str())

@@ -97,10 +97,17 @@ impl Authenticator {
         let claims = decode::<Map<String, Value>>(token, &key, &self.validation)
             .map_err(|err| reject(&describe(&err)))?
             .claims;
+        // Only a string names an account: a number would land in the
+        // account of its decimal text (`123` and `"123"` alike).
         let account = match claims.get(&self.account_claim) {
             Some(Value::String(raw)) => raw.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => {
+            Some(_) => {
+                return Err(reject(&format!(
+                    "claim `{}` must be a string",
+                    self.account_claim
+                )))
+            }
+            None => {
                 return Err(reject(&format!(
                     "claim `{}` is missing",
                     self.account_claim

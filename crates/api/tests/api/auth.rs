@@ -130,6 +130,22 @@ async fn hs256_refuses_bad_tokens(pool: PgPool) {
             "account_id",
         ),
         (
+            "numeric account claim",
+            Some(format!(
+                "Bearer {}",
+                hs(json!({"account_id": 123, "exp": now() + 600}))
+            )),
+            "must be a string",
+        ),
+        (
+            "fractional account claim",
+            Some(format!(
+                "Bearer {}",
+                hs(json!({"account_id": 1.5, "exp": now() + 600}))
+            )),
+            "must be a string",
+        ),
+        (
             "bad account id",
             Some(format!(
                 "Bearer {}",
