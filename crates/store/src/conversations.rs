@@ -56,19 +56,11 @@ impl From<ConversationRow> for ConversationRecord {
     }
 }
 
-/// A conversation held by one turn.
-#[derive(Debug, Clone)]
-pub struct TurnLease {
-    /// The holder's id; every write names it.
-    pub turn_id: Uuid,
-    /// The stored messages when the turn began.
-    pub messages: Vec<Value>,
-}
-
 /// Creates the conversation if new and takes its lease for `lease` as
 /// `holder` (an unexpired lease of another holder is `Conflict { BUSY }`; a
 /// holder may take its own lease again, as a retried job does; a
-/// conversation of another agent is `Conflict { OTHER_AGENT }`).
+/// conversation of another agent is `Conflict { OTHER_AGENT }`). Returns
+/// the stored messages; every later write names `holder`.
 #[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %agent))]
 pub async fn begin_turn(
     pool: &PgPool,
@@ -77,8 +69,7 @@ pub async fn begin_turn(
     agent: AgentId,
     lease: Duration,
     holder: Uuid,
-) -> Result<TurnLease, StoreError> {
-    let turn_id = holder;
+) -> Result<Vec<Value>, StoreError> {
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
@@ -117,16 +108,15 @@ pub async fn begin_turn(
     )
     .bind(account.as_str())
     .bind(id)
-    .bind(turn_id)
+    .bind(holder)
     .bind(lease.as_secs_f64())
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
-    let messages = match messages {
+    Ok(match messages {
         Value::Array(items) => items,
         _ => Vec::new(),
-    };
-    Ok(TurnLease { turn_id, messages })
+    })
 }
 
 /// Stores the conversation's messages, if `turn_id` still holds the lease

@@ -14,7 +14,7 @@ pub mod text;
 pub mod tools;
 
 pub use agents::{AgentRecord, AgentWrite};
-pub use conversations::{ConversationRecord, TurnLease};
+pub use conversations::ConversationRecord;
 pub use error::StoreError;
 pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
 pub use tools::{NewTool, ToolPatch, ToolRecord};

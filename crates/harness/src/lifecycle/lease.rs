@@ -70,7 +70,7 @@ impl ConversationLease {
         lease: Duration,
         holder: Uuid,
     ) -> Result<Self, LeaseError> {
-        let taken = conversations::begin_turn(pool, account, id, agent, lease, holder)
+        let stored = conversations::begin_turn(pool, account, id, agent, lease, holder)
             .await
             .map_err(|err| match err {
                 StoreError::Conflict { constraint } if constraint == conversations::BUSY => {
@@ -86,9 +86,9 @@ impl ConversationLease {
             account: account.clone(),
             agent,
             id: id.to_owned(),
-            holder: taken.turn_id,
+            holder,
             lease,
-            stored: taken.messages,
+            stored,
             released: false,
         })
     }
