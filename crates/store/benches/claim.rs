@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use toolserver_store::jobs;
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
+use toolserver_testsupport::fixtures::detached_turn;
 use uuid::Uuid;
 
 const CLAIMS: usize = 500;
@@ -18,7 +19,7 @@ async fn main() {
     let db = ScratchDatabase::create("claim").await;
     let pool = PgPool::connect(&db.url).await.unwrap();
     toolserver_store::migrate(&pool).await.unwrap();
-    let turn = fixture(&pool).await;
+    let turn = detached_turn(&pool, "bench").await;
 
     let empty = claims(&pool, turn).await;
     let started = Instant::now();
@@ -39,32 +40,6 @@ async fn main() {
     );
     pool.close().await;
     db.drop_now().await;
-}
-
-/// One account, agent and turn to hang jobs on.
-async fn fixture(pool: &PgPool) -> Uuid {
-    let (agent, turn) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO accounts (id) VALUES ('bench')")
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO agents (id, account_id, name, config) VALUES ($1, 'bench', 'b', '{}')",
-    )
-    .bind(agent)
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id) \
-         VALUES ($1, 'bench', $2, 'c')",
-    )
-    .bind(turn)
-    .bind(agent)
-    .execute(pool)
-    .await
-    .unwrap();
-    turn
 }
 
 /// Enqueues and finishes `CLAIMS` jobs one at a time; returns each claim's latency.

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used)]
 
 pub mod bench;
+pub mod fixtures;
 pub mod http;
 pub mod kube;
 pub mod s3;

@@ -40,33 +40,9 @@ fn new_call(tool_call_id: &str, token_sha256: [u8; 32], ttl: Duration) -> NewAsy
     }
 }
 
-/// A detached turn to hang groups on (an agent and a turn row, no run).
+/// A detached turn of account A to hang groups on (no run).
 pub async fn turn_fixture(pool: &PgPool) -> Uuid {
-    let (agent, turn) = (Uuid::now_v7(), Uuid::now_v7());
-    sqlx::query("INSERT INTO accounts (id) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(ACCOUNT_A)
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO agents (id, account_id, name, config) VALUES ($1, $2, 'fixture', '{}')",
-    )
-    .bind(agent)
-    .bind(ACCOUNT_A)
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id) \
-         VALUES ($1, $2, $3, 'conv-fixture')",
-    )
-    .bind(turn)
-    .bind(ACCOUNT_A)
-    .bind(agent)
-    .execute(pool)
-    .await
-    .unwrap();
-    turn
+    toolserver_testsupport::fixtures::detached_turn(pool, ACCOUNT_A).await
 }
 
 async fn group_of(pool: &PgPool, calls: usize, ttl: Duration) -> (Uuid, Vec<Call>) {
