@@ -5,8 +5,11 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/toolserver/target
 export S3S_FS_BIN ?= $(HOME)/.cache/toolserver/bin/s3s-fs
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TRIALS ?= 200
+# The API fuzzer: examples per operation and a time budget (seconds) for `make fuzz-api`.
+FUZZ_EXAMPLES ?= 400
+FUZZ_SECONDS ?= 1800
 
-.PHONY: run build test test-deps lint test-rust test-worker bench chaos openapi clean kind-test
+.PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi clean kind-test
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
 run:
@@ -16,7 +19,7 @@ build:
 	cargo build --release -p toolserver
 
 ## Everything CI checks: formatting, lints, Rust tests, worker tests.
-test: test-deps lint test-rust test-worker
+test: test-deps lint test-rust test-worker test-fuzz
 
 test-deps:
 	bash scripts/test-services.sh
@@ -30,6 +33,18 @@ test-rust:
 
 test-worker:
 	cd crates/sandbox/worker && node --test test/
+
+## A CI-sized run of the API fuzzer against the debug server (a few
+## thousand requests, bounded in time); fails on any failed check.
+test-fuzz:
+	cargo build -p toolserver --locked
+	FUZZ_SEED=$${FUZZ_SEED:-1} bash scripts/fuzz-api.sh $(CARGO_TARGET_DIR)/debug/toolserver 15 240
+
+## The API fuzzer at full size against the release server: every check,
+## the stateful phase following openapi.yaml's links.
+fuzz-api: test-deps
+	cargo build --release -p toolserver --locked
+	bash scripts/fuzz-api.sh $(CARGO_TARGET_DIR)/release/toolserver $(FUZZ_EXAMPLES) $(FUZZ_SECONDS)
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
 ## job claims against history, turns, and the Kubernetes exec transport vs local sockets.

@@ -101,6 +101,20 @@ ensure_bubblewrap() {
   apt_install bubblewrap || echo "test-services: bubblewrap unavailable; runners use plain processes" >&2
 }
 
+# The API fuzzer (make fuzz-api, and its CI-sized run in make test), pinned, from PyPI.
+SCHEMATHESIS_VERSION="4.32.5"
+ensure_schemathesis() {
+  if python3 -c "import schemathesis, sys; sys.exit(schemathesis.__version__ != '$SCHEMATHESIS_VERSION')" 2>/dev/null \
+     && command -v st >/dev/null 2>&1; then
+    return
+  fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip python3-venv
+  fi
+  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" \
+    || python3 -m pip install --quiet --break-system-packages "schemathesis==$SCHEMATHESIS_VERSION"
+}
+
 # kubectl is not in Debian's archive, so it cannot be installed from here.
 ensure_kubectl() {
   if command -v kubectl >/dev/null 2>&1; then
@@ -122,4 +136,5 @@ ensure_node
 ensure_nats
 ensure_ai_sdk
 ensure_bubblewrap
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK and bubblewrap are ready"
+ensure_schemathesis
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, bubblewrap and schemathesis are ready"

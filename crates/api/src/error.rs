@@ -8,10 +8,17 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use toolserver_bundles::BundleError;
+use toolserver_domain::validation::abbreviate;
 use toolserver_domain::ValidationError;
 use toolserver_harness::lifecycle::{LeaseError, LifecycleError};
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
+
+/// Longest error message sent, in bytes; longer ones end in `…`.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// Longest `field` sent, in bytes.
+pub const MAX_FIELD_BYTES: usize = 256;
 
 /// An API failure, mapped to a status code and the JSON error body.
 #[derive(Debug, thiserror::Error)]
@@ -102,22 +109,44 @@ impl ApiError {
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
-        match self {
-            Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
-            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
-            Self::Gone(_) => (StatusCode::GONE, "expired"),
-            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::UnsupportedMediaType(_) => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
-            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
-            Self::Timeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        }
+        let status = match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict { code, .. } => return (StatusCode::CONFLICT, code),
+            Self::Gone(_) => StatusCode::GONE,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Timeout => StatusCode::REQUEST_TIMEOUT,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        (status, code_for_status(status))
+    }
+}
+
+/// The machine-readable code of an error answered with `status`, for every
+/// error body: those of [`ApiError`] and those the request edge rewrites.
+pub fn code_for_status(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "invalid_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::CONFLICT => "conflict",
+        StatusCode::GONE => "expired",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "validation_failed",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "error",
     }
 }
 
@@ -133,11 +162,13 @@ impl IntoResponse for ApiError {
             Self::Unavailable(cause) | Self::Internal(cause) => Some(cause.clone()),
             _ => None,
         };
+        // Messages may quote input (a mistyped value, a schema violation);
+        // the quote is cut so an error never echoes a large request back.
         let body = ErrorBody {
             error: ErrorDetail {
                 code: code.to_owned(),
-                message: self.to_string(),
-                field,
+                message: abbreviate(&self.to_string(), MAX_MESSAGE_BYTES),
+                field: field.map(|f| abbreviate(&f, MAX_FIELD_BYTES)),
             },
         };
         let mut response = (status, Json(body)).into_response();

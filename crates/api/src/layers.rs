@@ -1,5 +1,5 @@
 //! Cross-cutting HTTP layers: request ids, the request span, error logging,
-//! the request timeout and the body size limit.
+//! the request timeout, the URL and body size limits, and JSON error bodies.
 
 use std::time::Duration;
 
@@ -11,18 +11,41 @@ use axum::Router;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::edge;
 use crate::error::{ApiError, ErrorCause};
 
 /// The header carrying the request id, taken from the client or generated.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Wraps `router` in the standard layers (outermost first: request id, span, logging, limits).
-pub fn apply(router: Router, request_timeout: Duration, max_body_bytes: usize) -> Router {
+/// The bounds the layers enforce.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgeLimits {
+    /// Longest time a request may take to produce its response head.
+    pub request_timeout: Duration,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest URL (path and query), in bytes.
+    pub max_uri_bytes: usize,
+}
+
+/// Wraps `router` in the standard layers (outermost first: request id, span,
+/// logging, JSON error bodies, URL checks, timeout, body limit).
+pub fn apply(router: Router, limits: EdgeLimits) -> Router {
+    let EdgeLimits {
+        request_timeout,
+        max_body_bytes,
+        max_uri_bytes,
+    } = limits;
     router
+        .fallback(edge::no_such_route)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(move |req, next| {
             enforce_timeout(request_timeout, req, next)
         }))
+        .layer(middleware::from_fn(move |req, next| {
+            edge::refuse_unusable_uri(max_uri_bytes, req, next)
+        }))
+        .layer(middleware::from_fn(edge::json_error_bodies))
         .layer(middleware::from_fn(log_outcome))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))

@@ -3,6 +3,7 @@
 //! same route definitions.
 
 pub mod auth;
+pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod layers;
@@ -34,12 +35,26 @@ pub fn app(state: AppState) -> Router {
     let (router, _) = api_router().split_for_parts();
     layers::apply(
         router.with_state(state),
-        settings.request_timeout,
-        settings.max_request_bytes,
+        layers::EdgeLimits {
+            request_timeout: settings.request_timeout,
+            max_body_bytes: settings.max_request_bytes,
+            max_uri_bytes: settings.max_uri_bytes,
+        },
     )
 }
 
-/// The OpenAPI document describing [`app`].
+/// The OpenAPI document the routes generate (paths, operations, statuses).
 pub fn openapi() -> utoipa::openapi::OpenApi {
     api_router().split_for_parts().1
+}
+
+/// The published contract: [`openapi`] with every input rule laid over it.
+pub fn contract() -> anyhow::Result<serde_json::Value> {
+    let generated = serde_json::to_value(openapi())?;
+    Ok(openapi::apply_contract(generated)?)
+}
+
+/// [`contract`] as YAML, as `openapi.yaml` holds it.
+pub fn contract_yaml() -> anyhow::Result<String> {
+    Ok(serde_yaml::to_string(&contract()?)?)
 }

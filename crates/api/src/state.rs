@@ -27,6 +27,8 @@ pub struct ApiSettings {
     pub max_page_size: u32,
     /// Largest request body, in bytes.
     pub max_request_bytes: usize,
+    /// Longest request URL (path and query), in bytes.
+    pub max_uri_bytes: usize,
     /// Longest time a request may take to produce its response head.
     pub request_timeout: Duration,
     /// Tool call deadline when the caller names none.
@@ -47,6 +49,7 @@ impl Default for ApiSettings {
             default_page_size: 50,
             max_page_size: 200,
             max_request_bytes: 2 * 1024 * 1024,
+            max_uri_bytes: 8192,
             request_timeout: Duration::from_secs(30),
             default_tool_timeout: Duration::from_secs(25),
             max_tool_timeout: Duration::from_secs(600),

@@ -103,7 +103,13 @@ mod tests {
             .kill_on_drop(true)
             .spawn()
             .expect("sh runs");
-        let found = mentioning(&marker);
+        // Until the child has exec'd, its command line is still ours.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut found = mentioning(&marker);
+        while found.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            found = mentioning(&marker);
+        }
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(is_alive(&found[0]));
         assert_eq!(

@@ -16,4 +16,4 @@ pub use agent::{
 pub use digest::Sha256Digest;
 pub use lifecycle::{CallStatus, TurnStatus};
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
-pub use validation::ValidationError;
+pub use validation::{refuse_nul, refuse_nul_text, ValidationError};

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::prefixed_id::prefixed_id;
+use crate::validation::{abbreviate, refuse_nul, refuse_nul_text};
 use crate::ValidationError;
 
 /// Limits applied to uploaded tools; every one is configurable by the server.
@@ -73,6 +74,7 @@ impl ToolDescription {
         if raw.trim().is_empty() {
             return Err(ValidationError::new("description", "must not be empty"));
         }
+        refuse_nul_text("description", raw)?;
         let chars = raw.chars().count();
         if chars > limits.max_description_chars {
             return Err(ValidationError::new(
@@ -101,6 +103,7 @@ impl InputSchema {
     pub fn parse(value: Value, limits: &ToolLimits) -> Result<Self, ValidationError> {
         const FIELD: &str = "inputSchema";
         check_size(FIELD, &value, limits.max_schema_bytes)?;
+        refuse_nul(FIELD, &value)?;
         let Some(object) = value.as_object() else {
             return Err(ValidationError::new(FIELD, "must be a JSON object"));
         };
@@ -134,6 +137,10 @@ impl InputSchema {
     }
 }
 
+/// Longest description of one violation, in bytes: the violating value is
+/// quoted in it, and is cut rather than echoed whole.
+const MAX_VIOLATION_BYTES: usize = 300;
+
 /// Every way `input` violates a compiled schema, each as `<json pointer>: <problem>`.
 pub fn violations(validator: &jsonschema::Validator, input: &Value) -> Result<(), Vec<String>> {
     let errors: Vec<String> = validator
@@ -141,7 +148,7 @@ pub fn violations(validator: &jsonschema::Validator, input: &Value) -> Result<()
         .map(|err| {
             let path = err.instance_path().to_string();
             let at = if path.is_empty() { "/".into() } else { path };
-            format!("{at}: {err}")
+            abbreviate(&format!("{at}: {err}"), MAX_VIOLATION_BYTES)
         })
         .collect();
     if errors.is_empty() {
@@ -160,6 +167,7 @@ impl ToolConfig {
     pub fn parse(value: Value, limits: &ToolLimits) -> Result<Self, ValidationError> {
         const FIELD: &str = "defaultConfig";
         check_size(FIELD, &value, limits.max_config_bytes)?;
+        refuse_nul(FIELD, &value)?;
         match value {
             Value::Object(map) => Ok(Self(map)),
             _ => Err(ValidationError::new(FIELD, "must be a JSON object")),

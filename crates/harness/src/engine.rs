@@ -9,6 +9,7 @@ use toolserver_domain::{AccountId, AgentConfig, AgentId, AgentLimits, Secrets, V
 use url::Url;
 
 use crate::lifecycle::LifecycleSettings;
+use crate::outbound;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::ModelProvider;
 use crate::sealing::{SealError, SecretBox};
@@ -43,6 +44,9 @@ pub struct HarnessSettings {
     pub async_result_ttl: Duration,
     /// Knobs of the detached lifecycle.
     pub lifecycle: LifecycleSettings,
+    /// Longest wait for a name lookup when a config naming an endpoint is
+    /// saved (the outbound connect timeout).
+    pub outbound_resolve_timeout: Duration,
 }
 
 impl Default for HarnessSettings {
@@ -62,6 +66,7 @@ impl Default for HarnessSettings {
             public_url: Url::parse("http://127.0.0.1:8080/").expect("a constant URL"),
             async_result_ttl: Duration::from_secs(3600),
             lifecycle: LifecycleSettings::default(),
+            outbound_resolve_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -113,6 +118,31 @@ impl Harness {
         let supports = move |tool: &str| provider_supports(&provider, tool);
         let registry = ToolRegistry::build(&self.sources, account, &config, &supports).await?;
         Ok(CheckedAgent { config, registry })
+    }
+
+    /// [`Self::check`] for a config about to be saved: also refuses an
+    /// endpoint that is, or now resolves to, an address the outbound policy
+    /// does not allow (each request is judged again when it is made).
+    pub async fn check_for_save(
+        &self,
+        account: &AccountId,
+        config: &Value,
+    ) -> Result<CheckedAgent, RegistryError> {
+        let checked = self.check(account, config).await?;
+        for (name, credentials) in &checked.config.providers {
+            if let Some(url) = &credentials.base_url {
+                outbound::check_destination(
+                    url,
+                    &self.sources.policy,
+                    self.settings.outbound_resolve_timeout,
+                )
+                .await
+                .map_err(|reason| {
+                    ValidationError::new(format!("config.provider.{name}.baseUrl"), reason)
+                })?;
+            }
+        }
+        Ok(checked)
     }
 
     /// Restores sealed credentials into a stored (redacted) config.

@@ -60,6 +60,39 @@ pub fn check_url(url: &Url, policy: &OutboundPolicy) -> Result<(), String> {
     }
 }
 
+/// [`check_url`], and for a host name, every address it resolves to now
+/// must be allowed too: for destinations a tenant saves, so a private one is
+/// refused when it is named rather than when it is first used. A name that
+/// does not resolve (now, or within `resolve_timeout`) passes; the resolver
+/// of [`client`] judges every request again.
+pub async fn check_destination(
+    url: &Url,
+    policy: &OutboundPolicy,
+    resolve_timeout: Duration,
+) -> Result<(), String> {
+    check_url(url, policy)?;
+    let Some(Host::Domain(name)) = url.host() else {
+        return Ok(());
+    };
+    if policy.allow_private {
+        return Ok(());
+    }
+    let port = url.port_or_known_default().unwrap_or(443);
+    let lookup = tokio::net::lookup_host((name, port));
+    let Ok(Ok(addresses)) = tokio::time::timeout(resolve_timeout, lookup).await else {
+        return Ok(());
+    };
+    for address in addresses {
+        if !is_public(address.ip()) {
+            return Err(format!(
+                "{name} resolves to {}, which is not a public address",
+                address.ip()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The reason a request failed if the resolver of [`client`] refused its
 /// host, `None` for any other failure.
 pub fn refusal(err: &reqwest::Error) -> Option<String> {

@@ -158,15 +158,56 @@ pub async fn update(
 }
 
 /// Deletes one of `account`'s agents and its conversations.
+///
+/// The rows the cascade reaches are locked first, in the order turns take
+/// them (the agent, its conversations, its detached turns), so a turn
+/// committing on one of its conversations finishes before the delete goes
+/// on instead of deadlocking with it; a deadlock with any other writer is
+/// retried.
 #[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id))]
 pub async fn delete(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
-    let done = sqlx::query("DELETE FROM agents WHERE account_id = $1 AND id = $2")
-        .bind(account.as_str())
-        .bind(id.as_uuid())
-        .execute(pool)
-        .await?;
-    if done.rows_affected() == 0 {
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 1;
+    loop {
+        match delete_once(pool, account, id).await {
+            Err(StoreError::Other(err)) if attempt < ATTEMPTS && is_deadlock(&err) => {
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+async fn delete_once(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let found: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM agents WHERE account_id = $1 AND id = $2 FOR UPDATE")
+            .bind(account.as_str())
+            .bind(id.as_uuid())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if found.is_none() {
         return Err(StoreError::NotFound);
     }
+    for lock in [
+        "SELECT 1 FROM conversations WHERE account_id = $1 AND agent_id = $2 ORDER BY id FOR UPDATE",
+        "SELECT 1 FROM async_turns WHERE account_id = $1 AND agent_id = $2 ORDER BY id FOR UPDATE",
+    ] {
+        sqlx::query(lock)
+            .bind(account.as_str())
+            .bind(id.as_uuid())
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("DELETE FROM agents WHERE account_id = $1 AND id = $2")
+        .bind(account.as_str())
+        .bind(id.as_uuid())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
     Ok(())
+}
+
+fn is_deadlock(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("40P01"))
 }

@@ -171,7 +171,8 @@ pub async fn renew(
     Ok(())
 }
 
-/// Releases the lease held by `turn_id`.
+/// Releases the lease held by `turn_id`, removing the conversation if it
+/// still has no message.
 #[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn end_turn(
     pool: &PgPool,
@@ -179,6 +180,22 @@ pub async fn end_turn(
     id: &str,
     turn_id: Uuid,
 ) -> Result<(), StoreError> {
+    // A conversation that still has no message was created by this turn's
+    // lease for a request that was then refused: it goes, rather than stay
+    // behind empty and bound to the agent.
+    let removed = sqlx::query(
+        "DELETE FROM conversations \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3 \
+           AND json_array_length(messages) = 0",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .bind(turn_id)
+    .execute(pool)
+    .await?;
+    if removed.rows_affected() > 0 {
+        return Ok(());
+    }
     sqlx::query(
         "UPDATE conversations SET active_turn = NULL, lease_expires_at = NULL \
          WHERE account_id = $1 AND id = $2 AND active_turn = $3",

@@ -30,6 +30,9 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.is_unique_violation() => Self::Conflict {
                 constraint: db.constraint().unwrap_or("unknown").to_owned(),
             },
+            // A write that refers to a row deleted meanwhile (a turn
+            // starting on an agent being deleted): the referent is gone.
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => Self::NotFound,
             _ => Self::Other(err),
         }
     }

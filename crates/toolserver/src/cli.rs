@@ -55,7 +55,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(config) => startup::worker(*config).await,
         Command::Migrate(config) => startup::migrate_only(&config).await,
         Command::Openapi => {
-            print!("{}", toolserver_api::openapi().to_yaml()?);
+            print!("{}", toolserver_api::contract_yaml()?);
             Ok(())
         }
         Command::Token(args) => {

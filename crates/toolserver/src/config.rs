@@ -194,6 +194,9 @@ pub struct LimitsConfig {
     /// room for a base64 bundle of the largest size plus its manifest).
     #[arg(long, env = "TOOLSERVER_MAX_REQUEST_BYTES")]
     pub max_request_bytes: Option<usize>,
+    /// Longest request URL, path and query, in bytes (`TOOLSERVER_MAX_URI_BYTES`).
+    #[arg(long, env = "TOOLSERVER_MAX_URI_BYTES", default_value_t = 8192)]
+    pub max_uri_bytes: usize,
     /// Seconds a request may take to produce its response (`TOOLSERVER_REQUEST_TIMEOUT_SECS`).
     #[arg(long, env = "TOOLSERVER_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
     pub request_timeout_secs: u64,

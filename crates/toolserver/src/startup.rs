@@ -255,6 +255,7 @@ fn harness(
         public_url: public_url.clone(),
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
         lifecycle: lifecycle_settings(agents),
+        outbound_resolve_timeout: Duration::from_millis(agents.outbound_connect_timeout_ms),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
 }
@@ -374,6 +375,7 @@ fn api_settings(
         default_page_size: limits.default_page_size,
         max_page_size: limits.max_page_size,
         max_request_bytes: limits.max_request_bytes.unwrap_or(default_body),
+        max_uri_bytes: limits.max_uri_bytes,
         request_timeout: Duration::from_secs(limits.request_timeout_secs),
         default_tool_timeout: Duration::from_millis(runners.tool_timeout_ms),
         max_tool_timeout: Duration::from_millis(runners.max_tool_timeout_ms),

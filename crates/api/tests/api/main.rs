@@ -8,6 +8,7 @@ mod auth;
 mod bundles;
 mod chat;
 mod completion;
+mod contract;
 mod detached;
 mod invoke;
 mod lifecycle;

@@ -3,7 +3,7 @@
 
 #[test]
 fn openapi_yaml_matches_the_routes() {
-    let generated = toolserver_api::openapi().to_yaml().unwrap();
+    let generated = toolserver_api::contract_yaml().unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml");
     let committed = std::fs::read_to_string(path).unwrap_or_default();
     if generated != committed {
@@ -22,7 +22,7 @@ fn openapi_yaml_matches_the_routes() {
 #[test]
 fn every_tool_route_requires_the_bearer_scheme() {
     let doc: serde_yaml::Value =
-        serde_yaml::from_str(&toolserver_api::openapi().to_yaml().unwrap()).unwrap();
+        serde_yaml::from_str(&toolserver_api::contract_yaml().unwrap()).unwrap();
     let paths = doc["paths"].as_mapping().unwrap();
     let mut checked = 0;
     for (path, item) in paths {
@@ -41,4 +41,13 @@ fn every_tool_route_requires_the_bearer_scheme() {
     }
     assert!(checked >= 7, "expected the tool routes, saw {checked}");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_mapping());
+}
+
+#[test]
+fn the_published_base_url_pattern_is_the_one_the_server_enforces() {
+    let contract = toolserver_api::contract().unwrap();
+    assert_eq!(
+        contract["components"]["schemas"]["BaseUrl"]["pattern"],
+        toolserver_domain::agent::config::BASE_URL_PATTERN
+    );
 }

@@ -43,6 +43,18 @@ pub fn test_harness(
     let policy = OutboundPolicy {
         allow_private: true,
     };
+    harness_with_policy(pool, bundles, executor, tavily, settings, policy)
+}
+
+/// [`test_harness`] under the given outbound policy.
+pub fn harness_with_policy(
+    pool: PgPool,
+    bundles: Arc<dyn BundleStore>,
+    executor: Arc<dyn Executor>,
+    tavily: Option<url::Url>,
+    settings: HarnessSettings,
+    policy: OutboundPolicy,
+) -> Harness {
     let sources = ToolSources {
         pool,
         executor,
@@ -139,6 +151,21 @@ impl TestApp {
         Self::assemble(pool, bundles, hs256_auth(), settings, Some(dir))
     }
 
+    /// The app as deployed by default: outbound requests reach public
+    /// addresses only.
+    pub async fn public_outbound_only(pool: PgPool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let bundles = fs_store(dir.path()).await;
+        Self::assemble_with_policy(
+            pool,
+            bundles,
+            hs256_auth(),
+            ApiSettings::default(),
+            Some(dir),
+            OutboundPolicy::default(),
+        )
+    }
+
     pub fn assemble(
         pool: PgPool,
         bundles: Arc<dyn BundleStore>,
@@ -146,14 +173,29 @@ impl TestApp {
         settings: ApiSettings,
         dir: Option<tempfile::TempDir>,
     ) -> Self {
+        let policy = OutboundPolicy {
+            allow_private: true,
+        };
+        Self::assemble_with_policy(pool, bundles, auth, settings, dir, policy)
+    }
+
+    fn assemble_with_policy(
+        pool: PgPool,
+        bundles: Arc<dyn BundleStore>,
+        auth: Authenticator,
+        settings: ApiSettings,
+        dir: Option<tempfile::TempDir>,
+        policy: OutboundPolicy,
+    ) -> Self {
         let runners = tempfile::tempdir().unwrap();
         let executor: Arc<dyn Executor> = Arc::new(local_executor(runners.path()));
-        let harness = test_harness(
+        let harness = harness_with_policy(
             pool.clone(),
             bundles.clone(),
             executor.clone(),
             None,
             HarnessSettings::default(),
+            policy,
         );
         let state = AppState::new(
             pool,

@@ -294,8 +294,16 @@ async fn patch_rejects_bad_changes_and_keeps_the_tool(pool: PgPool) {
     let app = TestApp::new(pool).await;
     let created = app.create(ACCOUNT_A, "stable", BUNDLE).await;
     let path = format!("/accounts/me/tools/{}", created["toolId"].as_str().unwrap());
+    let unchanged = app
+        .call(Method::PATCH, &path, ACCOUNT_A, Some(json!({})))
+        .await;
+    assert_eq!(
+        unchanged.status,
+        StatusCode::OK,
+        "a patch that changes nothing is a no-op"
+    );
+    assert_eq!(unchanged.json()["version"], 1);
     let cases = [
-        (json!({}), StatusCode::BAD_REQUEST, Some("body")),
         (
             json!({"inputSchema": {"type": "array"}}),
             StatusCode::UNPROCESSABLE_ENTITY,

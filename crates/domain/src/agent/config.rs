@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use super::tools::{ToolKey, ToolSetting};
-use crate::{ToolId, ValidationError};
+use crate::validation::{whole_i64, whole_u64};
+use crate::{refuse_nul, ToolId, ValidationError};
 
 /// Model providers the server has adapters for.
 pub const PROVIDERS: &[&str] = &["openai"];
@@ -89,6 +90,7 @@ impl AgentConfig {
         let object = value
             .as_object()
             .ok_or_else(|| ValidationError::new("config", "must be an object"))?;
+        refuse_nul("config", value)?;
         for key in object.keys() {
             if !matches!(
                 key.as_str(),
@@ -119,7 +121,7 @@ impl AgentConfig {
         };
         let max_steps = match object.get("maxSteps") {
             None => limits.default_steps,
-            Some(value) => match value.as_u64() {
+            Some(value) => match whole_u64(value) {
                 Some(n) if n >= 1 && n <= u64::from(limits.max_steps) => n as u32,
                 _ => {
                     return Err(ValidationError::new(
@@ -200,11 +202,11 @@ fn parse_model(value: Option<&Value>) -> Result<ModelSpec, ValidationError> {
         }
     };
     let model_id = match object.get("modelId").and_then(Value::as_str) {
-        Some(id) if !id.trim().is_empty() && id.len() <= 200 => id.to_owned(),
+        Some(id) if !id.trim().is_empty() && id.chars().count() <= 200 => id.to_owned(),
         _ => {
             return Err(ValidationError::new(
                 "config.model.modelId",
-                "must be a non-empty string of at most 200 bytes",
+                "must be a string of 1-200 characters, not blank",
             ))
         }
     };
@@ -240,11 +242,11 @@ fn check_model_option(key: &str, value: &Value) -> Result<(), String> {
     match key {
         "temperature" => number_in(0.0, 2.0),
         "topP" => number_in(0.0, 1.0),
-        "maxOutputTokens" => match value.as_u64() {
+        "maxOutputTokens" => match whole_u64(value) {
             Some(1..=1_000_000) => Ok(()),
             _ => Err("must be an integer from 1 to 1000000".into()),
         },
-        "seed" => match value.as_i64() {
+        "seed" => match whole_i64(value) {
             Some(_) => Ok(()),
             None => Err("must be an integer".into()),
         },
@@ -280,16 +282,12 @@ fn parse_providers(
                     credentials.api_key = Some(k.clone());
                 }
                 ("baseUrl", Value::String(raw)) => {
-                    let url = Url::parse(raw)
-                        .ok()
-                        .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-                        .ok_or_else(|| {
-                            ValidationError::new(
-                                format!("{base}.baseUrl"),
-                                "must be an http(s) URL",
-                            )
-                        })?;
-                    credentials.base_url = Some(url);
+                    credentials.base_url = Some(parse_base_url(raw).ok_or_else(|| {
+                        ValidationError::new(
+                            format!("{base}.baseUrl"),
+                            "must be an http(s) URL of a host name or IPv4 address, an optional port and path, nothing else",
+                        )
+                    })?);
                 }
                 ("apiKey", _) => {
                     return Err(ValidationError::new(
@@ -308,6 +306,27 @@ fn parse_providers(
         providers.insert(name.clone(), credentials);
     }
     Ok(providers)
+}
+
+/// The grammar of an endpoint a config may name: http(s), a host name
+/// whose last label starts with a letter (so it never reads as an IPv4
+/// number) or a dotted IPv4 address, an optional port and path; no user
+/// info, query or fragment. `openapi.yaml` states the same pattern.
+pub const BASE_URL_PATTERN: &str = concat!(
+    r"^https?://(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*",
+    r"|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))",
+    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?",
+    r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?$",
+);
+
+fn parse_base_url(raw: &str) -> Option<Url> {
+    static GRAMMAR: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(BASE_URL_PATTERN).ok());
+    let grammar = GRAMMAR.as_ref()?;
+    if !grammar.is_match(raw) {
+        return None;
+    }
+    Url::parse(raw).ok()
 }
 
 #[cfg(test)]
@@ -346,6 +365,18 @@ mod tests {
     }
 
     #[test]
+    fn the_base_url_grammar_compiles_and_takes_plain_endpoints() {
+        assert!(regex::Regex::new(BASE_URL_PATTERN).is_ok());
+        for good in [
+            "https://api.openai.com/v1",
+            "http://10.0.0.1:8080",
+            "http://localhost:9/v1/",
+        ] {
+            assert!(parse_base_url(good).is_some(), "{good}");
+        }
+    }
+
+    #[test]
     fn each_bad_field_is_named() {
         let model = json!({"provider": "openai", "modelId": "m"});
         for (bad, field) in [
@@ -377,6 +408,18 @@ mod tests {
                 "config.provider.other",
             ),
             (json!({"model": model, "extra": 1}), "config.extra"),
+            (
+                json!({"model": model, "provider": {"openai": {"baseUrl": "https://a.example/v1?x=1"}}}),
+                "config.provider.openai.baseUrl",
+            ),
+            (
+                json!({"model": model, "provider": {"openai": {"baseUrl": "https://a.example*/v1"}}}),
+                "config.provider.openai.baseUrl",
+            ),
+            (
+                json!({"model": model, "provider": {"openai": {"baseUrl": "http://1.2.3.999/"}}}),
+                "config.provider.openai.baseUrl",
+            ),
         ] {
             assert_eq!(parse(bad.clone()).unwrap_err().field, field, "{bad}");
         }

@@ -1,6 +1,7 @@
 //! Agent identifiers and names.
 
 use crate::prefixed_id::prefixed_id;
+use crate::validation::refuse_nul_text;
 use crate::ValidationError;
 
 prefixed_id!(
@@ -22,6 +23,7 @@ impl AgentName {
                 "must be 1-100 characters and not blank",
             ));
         }
+        refuse_nul_text("name", raw)?;
         Ok(Self(raw.to_owned()))
     }
 

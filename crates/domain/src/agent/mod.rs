@@ -2,7 +2,7 @@
 //! system prompt, a step limit and the tools it may call. Parsed once at save
 //! time and again before every run; a parsed config is valid.
 
-mod config;
+pub mod config;
 mod id;
 mod secrets;
 mod tools;

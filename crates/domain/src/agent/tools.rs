@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+use crate::validation::whole_u64;
 use crate::{ToolId, ValidationError};
 
 /// Longest `heartbeatTimeoutSeconds` or `timeoutSeconds` of an async tool (a week).
@@ -63,7 +64,7 @@ impl BuiltinTool {
             },
             (Self::TavilySearch, "searchDepth") => enum_of(&["basic", "advanced"]),
             (Self::TavilySearch, "topic") => enum_of(&["general", "news", "finance"]),
-            (Self::TavilySearch, "maxResults") => match value.as_u64() {
+            (Self::TavilySearch, "maxResults") => match whole_u64(value) {
                 Some(1..=20) => Ok(()),
                 _ => Err("must be an integer from 1 to 20".into()),
             },
@@ -162,7 +163,7 @@ impl ToolSetting {
         };
         let timeout_ms = match object.get("timeoutMs") {
             None => None,
-            Some(value) => match value.as_u64() {
+            Some(value) => match whole_u64(value) {
                 Some(ms) if (1..=max_timeout_ms).contains(&ms) => Some(ms),
                 _ => {
                     return Err(ValidationError::new(
@@ -179,7 +180,7 @@ impl ToolSetting {
                 format!("{base}.{name}"),
                 "applies only to async tools (set async: true)",
             )),
-            Some(value) => match value.as_u64() {
+            Some(value) => match whole_u64(value) {
                 Some(secs) if (1..=MAX_DETACHED_SECS).contains(&secs) => Ok(Some(secs)),
                 _ => Err(ValidationError::new(
                     format!("{base}.{name}"),

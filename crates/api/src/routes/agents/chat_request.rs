@@ -41,6 +41,7 @@ impl ChatRequest {
         if !(1..=200).contains(&length) {
             return Err(ApiError::bad_field("id", "must be 1-200 characters"));
         }
+        toolserver_domain::refuse_nul_text("id", &self.id)?;
         let messages = self
             .messages
             .into_iter()

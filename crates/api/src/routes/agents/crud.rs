@@ -38,7 +38,7 @@ async fn prepare_config(
     let mut full = redacted.clone();
     secrets.restore(&mut full);
     let checked = harness
-        .check(account, &full)
+        .check_for_save(account, &full)
         .await
         .map_err(registry_error)?;
     Ok(PreparedConfig {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use toolserver_domain::AccountId;
-use toolserver_harness::conversation::{prepare_turn, PrepareError};
+use toolserver_harness::conversation::{prepare_turn, PrepareError, TurnTrigger};
 use toolserver_harness::lifecycle::ConversationLease;
 use toolserver_harness::provider::ModelProvider;
 use toolserver_harness::turn::{DurableStatus, TurnPlan};
@@ -79,6 +79,34 @@ pub async fn start_turn(
         settings.turn_lease,
     )
     .await?;
+    match fit_request(&lease, sent, trigger, settings) {
+        Ok((history, assistant, snapshot)) => {
+            lease.save(&snapshot).await?;
+            Ok(StartedTurn {
+                checked,
+                provider,
+                lease,
+                history,
+                assistant,
+            })
+        }
+        Err(refused) => {
+            // Released at once, so a refused first request leaves no
+            // conversation behind by the time it is answered.
+            lease.release().await;
+            Err(refused)
+        }
+    }
+}
+
+/// The request fitted to the stored conversation: the history, the
+/// assistant message to build, and the snapshot to store now.
+fn fit_request(
+    lease: &ConversationLease,
+    sent: Vec<UiMessage>,
+    trigger: TurnTrigger,
+    settings: &HarnessSettings,
+) -> ApiResult<(Vec<UiMessage>, UiMessage, Vec<UiMessage>)> {
     let prepared = prepare_turn(
         lease.stored_messages()?,
         sent,
@@ -101,14 +129,7 @@ pub async fn start_turn(
         settings.max_conversation_messages,
         settings.max_conversation_bytes,
     )?;
-    lease.save(&snapshot).await?;
-    Ok(StartedTurn {
-        checked,
-        provider,
-        lease,
-        history: prepared.history,
-        assistant: prepared.assistant,
-    })
+    Ok((prepared.history, prepared.assistant, snapshot))
 }
 
 fn check_size(messages: &[UiMessage], max_messages: usize, max_bytes: usize) -> ApiResult<()> {

@@ -42,6 +42,7 @@ pub struct InvokeBody {
     #[schema(value_type = Option<Object>)]
     pub config: Option<Map<String, Value>>,
     /// Deadline in milliseconds (default and maximum are server settings).
+    #[serde(default, deserialize_with = "crate::extract::optional_whole_u64")]
     pub timeout_ms: Option<u64>,
 }
 

@@ -13,7 +13,7 @@ use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
 use super::{parse_tool_id, tool_not_found};
 use crate::auth::Account;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::state::AppState;
 
 impl WithBase64Bundle for UpdateToolJson {
@@ -86,13 +86,14 @@ pub async fn update_tool(
         && patch.input_schema.is_none()
         && patch.default_config.is_none()
         && upload.bundle.is_none();
-    if nothing {
-        return Err(ApiError::bad_field("body", "the request changes nothing"));
-    }
     // Check the tool is the caller's before storing any bytes for it.
-    tools::get(state.pool(), &account, id)
+    let current = tools::get(state.pool(), &account, id)
         .await
         .map_err(tool_not_found)?;
+    if nothing {
+        // A patch that changes nothing is answered with the tool as it is.
+        return Ok(Json(current.into()));
+    }
     if let Some(bundle) = upload.bundle {
         let stored = state.bundles().put(bundle).await?;
         patch.bundle = Some((stored.sha256, stored.size as i64));

@@ -9,9 +9,10 @@ use axum::http::StatusCode;
 use base64::Engine;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{object_body, ApiJson};
 use crate::state::AppState;
 
 /// The two parts of an upload: manifest fields and (maybe) bundle bytes.
@@ -77,10 +78,10 @@ async fn read_multipart<M: DeserializeOwned>(
         match name.as_str() {
             "manifest" if upload.manifest.is_none() => {
                 let bytes = field.bytes().await.map_err(multipart_error)?;
-                let manifest = serde_json::from_slice(&bytes).map_err(|err| {
+                let manifest: Value = serde_json::from_slice(&bytes).map_err(|err| {
                     ApiError::bad_field("manifest", format!("manifest part is not valid: {err}"))
                 })?;
-                upload.manifest = Some(manifest);
+                upload.manifest = Some(object_body(manifest, "manifest")?);
             }
             "bundle" if upload.bundle.is_none() => {
                 let bytes = field.bytes().await.map_err(multipart_error)?;

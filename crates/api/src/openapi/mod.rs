@@ -1,6 +1,12 @@
 //! The OpenAPI document: paths come from the routers themselves (each handler
-//! carries its `#[utoipa::path]`), so a route cannot exist without its entry.
-//! `openapi.yaml` at the repository root is this document, checked for drift.
+//! carries its `#[utoipa::path]`), so a route cannot exist without its entry;
+//! the rules requests are checked against come from `contract.yaml`, laid
+//! over them. `openapi.yaml` at the repository root is this document,
+//! checked for drift.
+
+mod overlay;
+
+pub use overlay::apply as apply_contract;
 
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
