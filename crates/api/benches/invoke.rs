@@ -60,7 +60,7 @@ async fn main() {
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
         isolation: IsolationMode::Auto,
-        hidden: vec![],
+        egress: Default::default(),
     })
     .unwrap();
     let auth = Authenticator::new(

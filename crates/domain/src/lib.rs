@@ -5,6 +5,7 @@ pub mod account;
 pub mod agent;
 pub mod digest;
 pub mod lifecycle;
+pub mod network;
 mod prefixed_id;
 pub mod tool;
 pub mod validation;

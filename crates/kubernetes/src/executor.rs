@@ -401,7 +401,8 @@ impl Executor for KubernetesExecutor {
             }
         };
         self.touch(&runner).await;
-        let worker = connection.invoke(&request).await;
+        let sent = request.clone();
+        let worker = async move { connection.invoke(&sent).await };
         let kill_grace = self.inner.settings.kill_grace;
         let control = PodRunner {
             executor: self.clone(),

@@ -7,6 +7,7 @@
 
 mod assets;
 mod client;
+mod egress;
 mod error;
 mod executor;
 mod local;
@@ -16,9 +17,10 @@ mod reservation;
 
 pub use assets::WorkerAssets;
 pub use client::{WorkerClient, WorkerConnection};
+pub use egress::{EgressProxy, EgressScope, EgressSettings};
 pub use error::SandboxError;
 pub use executor::{Executor, FrameStream, RunnerInfo};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};
 pub use protocol::{BundleRef, Frame, InvokeRequest};
-pub use relay::{forward_frames, spawn_relay, RunnerControl};
+pub use relay::{forward_frames, spawn_relay, RunnerControl, WorkerAnswer};
 pub use reservation::ReservationKey;

@@ -13,9 +13,13 @@
 //! (`--lifeline-stdin`), and under bubblewrap `--die-with-parent` kills it too.
 //!
 //! Isolation: the worker gets an empty environment except `PATH`, `HOME`,
-//! `TMPDIR`, `NODE_ENV` and its cache root; runs as `nobody` when the server
-//! is root; and, under bubblewrap, sees a read-only system, a private `/tmp`,
-//! its own directory, and none of the `hidden` paths (the server's data).
+//! `TMPDIR`, `NODE_ENV` and its cache root, and runs as `nobody` when the
+//! server is root. Under bubblewrap it also gets its own pid, IPC, UTS and
+//! network namespaces and a minimal view of the host: `/usr` (and the
+//! merged-`/usr` links), the CA certificates, the Node installation, the
+//! worker sources, a private `/tmp` and its own directory. Its network
+//! namespace holds only loopback; its one way out is the egress proxy
+//! (`egress.rs`) on `egress.sock` in its directory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,8 +36,8 @@ use tokio::sync::mpsc;
 
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::{
-    Executor, Frame, FrameStream, InvokeRequest, ReservationKey, RunnerInfo, SandboxError,
-    WorkerAssets, WorkerClient,
+    EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream, InvokeRequest,
+    ReservationKey, RunnerInfo, SandboxError, WorkerAssets, WorkerClient,
 };
 
 /// How much the local backend isolates a worker.
@@ -62,8 +66,8 @@ pub struct LocalSettings {
     pub kill_grace: Duration,
     /// Isolation level.
     pub isolation: IsolationMode,
-    /// Paths a bubblewrapped worker must not see (the server's data directory).
-    pub hidden: Vec<PathBuf>,
+    /// Where isolated workers' connections may go.
+    pub egress: EgressSettings,
 }
 
 /// Runs workers as local child processes.
@@ -75,7 +79,9 @@ pub struct LocalExecutor {
 struct Inner {
     settings: LocalSettings,
     assets: WorkerAssets,
-    bwrap: Option<PathBuf>,
+    /// `bwrap` and the host view it builds, when workers are isolated.
+    bwrap: Option<(PathBuf, Vec<String>)>,
+    egress: EgressProxy,
     run_as: Option<(u32, u32)>,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
 }
@@ -83,7 +89,15 @@ struct Inner {
 struct Runner {
     name: String,
     dir: PathBuf,
+    /// Whose traffic the runner's egress socket carries.
+    egress: EgressScope,
+    /// The egress socket's listener, once served.
+    egress_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     process: tokio::sync::Mutex<Option<Child>>,
+    /// The live worker's pid, signalled by [`Runner::kill`] without waiting
+    /// for `process` (a health check may hold it while the worker spins).
+    /// Cleared before the child is reaped, so a reused pid is never signalled.
+    pid: Mutex<Option<u32>>,
     last_used: Mutex<Instant>,
     inflight: AtomicUsize,
 }
@@ -91,6 +105,10 @@ struct Runner {
 impl Runner {
     fn socket(&self) -> PathBuf {
         self.dir.join("worker.sock")
+    }
+
+    fn egress_socket(&self) -> PathBuf {
+        self.dir.join("egress.sock")
     }
 
     fn touch(&self) {
@@ -106,10 +124,49 @@ impl Runner {
             .unwrap_or_default()
     }
 
+    fn pid(&self) -> std::sync::MutexGuard<'_, Option<u32>> {
+        match self.pid.lock() {
+            Ok(pid) => pid,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Whether `child` still runs; if not, it is reaped and its pid forgotten.
+    fn is_running(&self, child: &mut Child) -> bool {
+        let mut pid = self.pid();
+        let running = matches!(child.try_wait(), Ok(None));
+        if !running {
+            *pid = None;
+        }
+        running
+    }
+
+    /// Kills `child` and waits for it, forgetting its pid first.
+    async fn reap(&self, mut child: Child) {
+        *self.pid() = None;
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+
+    /// Kills the live worker at once (SIGKILL by pid, whoever holds the
+    /// process lock), then reaps it; a successor started meanwhile is left
+    /// alone.
     async fn kill(&self) {
-        if let Some(mut child) = self.process.lock().await.take() {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+        let signalled = {
+            let pid = self.pid();
+            if let Some(raw) = *pid {
+                if let Some(target) = rustix::process::Pid::from_raw(raw as i32) {
+                    let _ = rustix::process::kill_process(target, rustix::process::Signal::KILL);
+                }
+            }
+            *pid
+        };
+        let Some(signalled) = signalled else { return };
+        let mut process = self.process.lock().await;
+        if process.as_ref().and_then(Child::id) == Some(signalled) {
+            if let Some(child) = process.take() {
+                self.reap(child).await;
+            }
         }
     }
 }
@@ -122,31 +179,42 @@ impl LocalExecutor {
         std::fs::create_dir_all(&settings.root)?;
         let assets = WorkerAssets::install(&settings.root.join(".worker"))?;
         let run_as = running_as_root().then_some((NOBODY, NOBODY));
-        if run_as.is_some() {
+        if let Some((uid, _)) = run_as {
+            refuse_untraversable(&settings.root, uid)?;
             // Workers run as `nobody`: they may pass through the root, not list it.
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&settings.root, std::fs::Permissions::from_mode(0o711))?;
         }
+        let view = host_view(&settings.node_binary, assets.dir());
         let bwrap = match settings.isolation {
             IsolationMode::None => None,
-            IsolationMode::Auto => probe_bwrap(run_as),
-            IsolationMode::Bwrap => Some(probe_bwrap(run_as).ok_or_else(|| {
+            IsolationMode::Auto => probe_bwrap(run_as, &view),
+            IsolationMode::Bwrap => Some(probe_bwrap(run_as, &view).ok_or_else(|| {
                 SandboxError::Start(
-                    "bubblewrap isolation was required but bwrap does not work here".into(),
+                    "bubblewrap isolation was required but bwrap cannot build a sandbox with its own network namespace here".into(),
                 )
             })?),
         };
+        if bwrap.is_none() {
+            tracing::warn!(
+                isolation = ?settings.isolation,
+                "RUNNERS ARE NOT ISOLATED: uploaded code runs as a plain process that sees the host's files and network \
+                 (bubblewrap with unprivileged namespaces is unavailable or switched off); do not serve untrusted tenants like this"
+            );
+        }
         tracing::info!(
             root = %settings.root.display(),
             bubblewrap = bwrap.is_some(),
             run_as_nobody = run_as.is_some(),
             "local runner backend ready"
         );
+        let egress = EgressProxy::new(settings.egress.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 settings,
                 assets,
-                bwrap,
+                bwrap: bwrap.map(|bwrap| (bwrap, view)),
+                egress,
                 run_as,
                 runners: Mutex::new(HashMap::new()),
             }),
@@ -168,9 +236,10 @@ impl LocalExecutor {
         let runner = self.runner(key);
         let mut process = runner.process.lock().await;
         let child = process.as_mut()?;
-        match child.try_wait() {
-            Ok(None) => child.id(),
-            _ => None,
+        if runner.is_running(child) {
+            child.id()
+        } else {
+            None
         }
     }
 
@@ -201,9 +270,8 @@ impl LocalExecutor {
                 continue;
             }
             tracing::info!(runner = %runner.name, "stopping idle runner");
-            if let Some(mut child) = process.take() {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+            if let Some(child) = process.take() {
+                runner.reap(child).await;
             }
         }
     }
@@ -233,8 +301,15 @@ impl LocalExecutor {
             .or_insert_with(|| {
                 Arc::new(Runner {
                     dir: self.inner.settings.root.join(&name),
+                    egress: EgressScope::new(
+                        &name,
+                        key.account().as_str(),
+                        &key.tool().to_string(),
+                    ),
+                    egress_listener: Mutex::new(None),
                     name,
                     process: tokio::sync::Mutex::new(None),
+                    pid: Mutex::new(None),
                     last_used: Mutex::new(Instant::now()),
                     inflight: AtomicUsize::new(0),
                 })
@@ -246,25 +321,12 @@ impl LocalExecutor {
     fn command(&self, runner: &Runner, script: &Path, args: &[&str]) -> Command {
         let settings = &self.inner.settings;
         let mut command = match &self.inner.bwrap {
-            Some(bwrap) => {
+            Some((bwrap, view)) => {
                 let mut cmd = Command::new(bwrap);
-                cmd.args(BWRAP_SYSTEM_VIEW).args(["--tmpfs", "/tmp"]);
-                for hidden in &settings.hidden {
-                    if hidden.exists() {
-                        cmd.arg("--tmpfs").arg(hidden);
-                    }
-                }
-                cmd.arg("--ro-bind")
-                    .arg(self.inner.assets.dir())
-                    .arg(self.inner.assets.dir());
+                // `/tmp` first: the binds after it may lie under it.
+                cmd.args(["--tmpfs", "/tmp"]).args(view);
                 cmd.arg("--bind").arg(&runner.dir).arg(&runner.dir);
-                cmd.args([
-                    "--unshare-pid",
-                    "--unshare-ipc",
-                    "--unshare-uts",
-                    "--die-with-parent",
-                    "--new-session",
-                ]);
+                cmd.args(BWRAP_NAMESPACES);
                 cmd.arg("--chdir").arg(runner.dir.join("work"));
                 cmd.arg("--").arg(&settings.node_binary);
                 cmd
@@ -281,6 +343,9 @@ impl LocalExecutor {
             .env("TOOLSERVER_CACHE_ROOTS", runner.dir.join("cache"))
             .current_dir(runner.dir.join("work"))
             .kill_on_drop(true);
+        if self.inner.bwrap.is_some() {
+            command.env("TOOLSERVER_EGRESS_SOCKET", runner.egress_socket());
+        }
         if let Some((uid, gid)) = self.inner.run_as {
             command.uid(uid).gid(gid);
         }
@@ -304,8 +369,30 @@ impl LocalExecutor {
         }
     }
 
+    /// Serves the runner's egress socket, once, when workers are isolated.
+    fn serve_egress(&self, runner: &Runner) -> Result<(), SandboxError> {
+        if self.inner.bwrap.is_none() {
+            return Ok(());
+        }
+        let mut listener = match runner.egress_listener.lock() {
+            Ok(listener) => listener,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if listener.as_ref().is_some_and(|task| !task.is_finished()) {
+            return Ok(());
+        }
+        let task = self.inner.egress.serve(
+            &runner.egress_socket(),
+            runner.egress.clone(),
+            self.inner.run_as,
+        )?;
+        *listener = Some(task);
+        Ok(())
+    }
+
     async fn start(&self, runner: &Runner) -> Result<Child, SandboxError> {
         self.prepare_dirs(runner)?;
+        self.serve_egress(runner)?;
         let socket = runner.socket();
         let socket_arg = socket.to_string_lossy().into_owned();
         let mut child = self
@@ -345,20 +432,35 @@ impl LocalExecutor {
 
     async fn ensure_runner(&self, runner: &Runner) -> Result<bool, SandboxError> {
         let mut process = runner.process.lock().await;
-        let alive = match process.as_mut() {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
+        let running = match process.as_mut() {
+            Some(child) => runner.is_running(child),
             None => false,
         };
-        if alive && WorkerClient::new(runner.socket()).health().await.is_ok() {
+        if running && self.answers_health(runner).await {
             return Ok(false);
         }
-        if let Some(mut dead) = process.take() {
+        if let Some(dead) = process.take() {
             tracing::warn!(runner = %runner.name, "runner unhealthy; replacing it");
-            let _ = dead.start_kill();
-            let _ = dead.wait().await;
+            runner.reap(dead).await;
         }
-        *process = Some(self.start(runner).await?);
+        let child = self.start(runner).await?;
+        *runner.pid() = child.id();
+        *process = Some(child);
         Ok(true)
+    }
+
+    /// Whether a running worker is healthy. One that does not answer within
+    /// the start timeout is busy (a call holds its event loop), not dead:
+    /// the relay's deadline, not this check, decides whether it is killed.
+    async fn answers_health(&self, runner: &Runner) -> bool {
+        let limit = self.inner.settings.start_timeout;
+        match tokio::time::timeout(limit, WorkerClient::new(runner.socket()).health()).await {
+            Ok(answer) => answer.is_ok(),
+            Err(_) => {
+                tracing::debug!(runner = %runner.name, "worker busy: /health unanswered; using it anyway");
+                true
+            }
+        }
     }
 }
 
@@ -385,6 +487,7 @@ impl RunnerControl for LocalRunner {
     ) -> Result<(), SandboxError> {
         let runner = &self.runner;
         self.executor.prepare_dirs(runner)?;
+        self.executor.serve_egress(runner)?;
         let mut child = self
             .executor
             .command(runner, &self.executor.inner.assets.oneshot(), &[])
@@ -456,11 +559,17 @@ impl Executor for LocalExecutor {
         let runner = self.runner(key);
         runner.inflight.fetch_add(1, Ordering::SeqCst);
         runner.touch();
+        if let Some(url) = &request.bundle.url {
+            let lifetime = Duration::from_millis(request.deadline_ms) + BUNDLE_URL_SLACK;
+            runner.egress.admit(url, lifetime);
+        }
         if let Err(err) = self.ensure_runner(&runner).await {
             runner.inflight.fetch_sub(1, Ordering::SeqCst);
             return Err(err);
         }
-        let worker = WorkerClient::new(runner.socket()).invoke(&request).await;
+        let client = WorkerClient::new(runner.socket());
+        let sent = request.clone();
+        let worker = async move { client.invoke(&sent).await };
         let kill_grace = self.inner.settings.kill_grace;
         let control = LocalRunner {
             executor: self.clone(),
@@ -487,28 +596,112 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// What every bubblewrapped worker sees of the system: a read-only root,
-/// a minimal `/dev` and its own `/proc`.
-const BWRAP_SYSTEM_VIEW: [&str; 7] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"];
+/// The namespaces every bubblewrapped worker gets to itself, and its tie to
+/// the server's life.
+const BWRAP_NAMESPACES: [&str; 6] = [
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-net",
+    "--die-with-parent",
+    "--new-session",
+];
+
+/// How long past a call's deadline the worker may still fetch its bundle URL.
+const BUNDLE_URL_SLACK: Duration = Duration::from_secs(60);
+
+/// What a bubblewrapped worker sees of the host, read-only: `/usr` with the
+/// merged-`/usr` links, the CA certificates, the Node installation if it
+/// lives elsewhere, the worker sources; a minimal `/dev` and its own `/proc`.
+fn host_view(node_binary: &Path, assets: &Path) -> Vec<String> {
+    let mut shown: Vec<PathBuf> = vec!["/usr".into()];
+    shown.extend(node_prefix(node_binary).filter(|prefix| !prefix.starts_with("/usr")));
+    shown.push(assets.to_path_buf());
+    shown.extend(
+        ["/etc/ssl", "/etc/ca-certificates"]
+            .map(PathBuf::from)
+            .into_iter()
+            .filter(|etc| etc.is_dir()),
+    );
+    let mut view: Vec<String> = Vec::new();
+    for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let host = Path::new("/").join(top);
+        match std::fs::read_link(&host) {
+            Ok(target) => view.extend([
+                "--symlink".to_owned(),
+                target.to_string_lossy().into_owned(),
+                host.to_string_lossy().into_owned(),
+            ]),
+            Err(_) if host.is_dir() => shown.push(host),
+            Err(_) => {}
+        }
+    }
+    for path in shown {
+        let path = path.to_string_lossy().into_owned();
+        view.extend(["--ro-bind".to_owned(), path.clone(), path]);
+    }
+    view.extend(["--dev", "/dev", "--proc", "/proc"].map(str::to_owned));
+    view
+}
+
+/// The installation prefix of the `node` binary (`<prefix>/bin/node`),
+/// found on `PATH` when it is a bare name.
+fn node_prefix(node_binary: &Path) -> Option<PathBuf> {
+    let found = if node_binary.components().count() > 1 {
+        node_binary.to_path_buf()
+    } else {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(node_binary))
+            .find(|candidate| candidate.is_file())?
+    };
+    let real = std::fs::canonicalize(found).ok()?;
+    Some(real.parent()?.parent()?.to_path_buf())
+}
 
 /// The `nobody` user and group on Debian-like systems.
 const NOBODY: u32 = 65534;
+
+/// Refuses a runner root the runner user `uid` could not reach: every
+/// directory above it must let others pass (mode `o+x`).
+fn refuse_untraversable(root: &Path, uid: u32) -> Result<(), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    for ancestor in root.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(ancestor) else {
+            continue;
+        };
+        if meta.mode() & 0o001 == 0 && meta.uid() != uid {
+            return Err(SandboxError::Start(format!(
+                "the runner directory {} lies under {} (mode {:o}), which the runner user (uid {uid}) cannot enter; \
+                 make it traversable (chmod o+x {}) or choose a data directory outside it",
+                root.display(),
+                ancestor.display(),
+                meta.mode() & 0o7777,
+                ancestor.display(),
+            )));
+        }
+    }
+    Ok(())
+}
 
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// Finds `bwrap` on `PATH` and checks it can build a sandbox here as the worker's user.
-fn probe_bwrap(run_as: Option<(u32, u32)>) -> Option<PathBuf> {
+/// Finds `bwrap` on `PATH` and checks it can build a worker's sandbox here
+/// (namespaces included) as the worker's user.
+fn probe_bwrap(run_as: Option<(u32, u32)>, view: &[String]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     let bwrap = std::env::split_paths(&path)
         .map(|dir| dir.join("bwrap"))
         .find(|candidate| candidate.exists())?;
     let mut probe = std::process::Command::new(&bwrap);
     probe
-        .args(BWRAP_SYSTEM_VIEW)
-        .args(["--unshare-pid", "true"]);
+        .args(["--tmpfs", "/tmp"])
+        .args(view)
+        .args(BWRAP_NAMESPACES)
+        .args(["--", "/usr/bin/true"]);
     if let Some((uid, gid)) = run_as {
         use std::os::unix::process::CommandExt;
         probe.uid(uid).gid(gid);

@@ -1,18 +1,24 @@
 //! The call relay every backend shares. Sequence: relay the worker's frames
-//! until a terminal one. If the worker yields no frame at all (it is gone, or
-//! crashed before answering), a plain call runs once in the one-shot runner
-//! instead. A detached call never does (the one-shot runner would run its
-//! body in the foreground and nobody would post its completion): unless the
-//! worker turns out to run it already (its `launched` frame was lost), the
-//! worker is replaced and the launch sent once more, and a second silence is
-//! a `LaunchFailed` error frame. Only a launch that produced no frame is ever
-//! sent again, so a detached body never runs twice. If no terminal frame
-//! arrives by the deadline plus the kill grace, the worker is hung: it is
-//! killed and the next call starts a fresh one. A worker that broke off
-//! mid-call is killed too, and the call ends in a `RunnerCrashed` error
-//! frame. Whatever the outcome, the runner hears that the call is over
+//! until a terminal one. A worker answers `/invoke` with its response head
+//! before it runs any of the tool's code, so a call whose worker never
+//! answered (it is gone, or crashed before accepting) has not run: a plain
+//! call then runs once in the one-shot runner instead. A call the worker
+//! accepted and then broke off, with or without frames, may have run some of
+//! the tool's code: the worker is killed and the call ends in a
+//! `RunnerCrashed` error frame, never in a second execution. A worker that
+//! refused the request (an HTTP error) gets it back as a `RunnerRefused`
+//! error frame. A detached call never goes to the one-shot runner (it would
+//! run its body in the foreground and nobody would post its completion):
+//! unless the worker turns out to run it already (its `launched` frame was
+//! lost), the worker is replaced and the launch sent once more, and a second
+//! silence is a `LaunchFailed` error frame. Only a launch that produced no
+//! frame is ever sent again, so a detached body never runs twice. If no
+//! terminal frame arrives by the deadline plus the kill grace, the worker is
+//! hung: it is killed and the next call starts a fresh one. Whatever the
+//! outcome, the runner hears that the call is over
 //! ([`RunnerControl::call_finished`]).
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -58,12 +64,16 @@ pub trait RunnerControl: Send + Sync + 'static {
 /// How long asking a worker about a call may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Relays one call's frames from `worker`, with the fallbacks above, in a
-/// task of its own; returns the frames the caller receives.
+/// The worker's answer to `/invoke`: its frames once it accepted the call.
+pub type WorkerAnswer = Result<mpsc::Receiver<Frame>, SandboxError>;
+
+/// Relays one call's frames from `worker` (the pending `/invoke`; the call's
+/// deadline covers waiting for its answer too), with the fallbacks above, in
+/// a task of its own; returns the frames the caller receives.
 pub fn spawn_relay(
     runner: impl RunnerControl,
     request: InvokeRequest,
-    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    worker: impl Future<Output = WorkerAnswer> + Send + 'static,
     kill_grace: Duration,
 ) -> mpsc::Receiver<Frame> {
     let (tx, rx) = mpsc::channel(64);
@@ -91,15 +101,28 @@ fn deadline_frame(request: &InvokeRequest) -> Frame {
     Frame::error("DeadlineExceeded", message)
 }
 
+/// How far relaying got.
+struct Relayed {
+    end: RelayEnd,
+    /// Whether the worker accepted the call (answered `/invoke` with 200).
+    accepted: bool,
+    /// Frames relayed.
+    frames: usize,
+}
+
 /// Relays one call's frames from `worker` to `tx`, with the fallbacks above.
 async fn relay_call(
     runner: &dyn RunnerControl,
     request: &InvokeRequest,
-    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    worker: impl Future<Output = WorkerAnswer>,
     tx: &mpsc::Sender<Frame>,
     kill_grace: Duration,
 ) {
-    let (end, relayed) = relay_frames(request, worker, tx, kill_grace).await;
+    let Relayed {
+        end,
+        accepted,
+        frames: relayed,
+    } = relay_frames(request, worker, tx, kill_grace).await;
     let name = runner.runner_name();
     let refused = matches!(end, RelayEnd::Refused(_));
     match end {
@@ -114,46 +137,59 @@ async fn relay_call(
         {
             launch_again(runner, request, reason, refused, tx, kill_grace).await;
         }
-        RelayEnd::Refused(reason) | RelayEnd::Broken(reason) if relayed == 0 => {
-            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames; using the one-shot runner");
+        RelayEnd::Refused(reason) => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker refused the call");
+            let _ = tx.send(Frame::error("RunnerRefused", reason)).await;
+        }
+        RelayEnd::Broken(reason) if !accepted => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker never accepted the call; using the one-shot runner");
             runner.kill_worker().await;
             run_oneshot(runner, request, tx, kill_grace).await;
         }
-        RelayEnd::Refused(reason) | RelayEnd::Broken(reason) => {
+        RelayEnd::Broken(reason) => {
+            tracing::warn!(runner = %name, call.id = %request.call_id, %reason, relayed, "worker broke off a call it had accepted; not running it again");
             runner.kill_worker().await;
-            let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
+            let message = format!("the runner's worker died during the call: {reason}");
+            let _ = tx.send(Frame::error("RunnerCrashed", message)).await;
         }
     }
 }
 
-/// Relays frames from `worker` until a terminal one, under the call's
-/// deadline plus grace; also returns how many frames were relayed.
+/// Waits for the worker's answer and relays its frames until a terminal
+/// one, all under the call's deadline plus grace.
 async fn relay_frames(
     request: &InvokeRequest,
-    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    worker: impl Future<Output = WorkerAnswer>,
     tx: &mpsc::Sender<Frame>,
     kill_grace: Duration,
-) -> (RelayEnd, usize) {
+) -> Relayed {
     let limit = Duration::from_millis(request.deadline_ms) + kill_grace;
+    let mut accepted = false;
     let mut relayed = 0usize;
-    let end = match worker {
-        Err(SandboxError::Protocol(reason)) => RelayEnd::Refused(reason),
-        Err(err) => RelayEnd::Broken(err.to_string()),
-        Ok(mut frames) => tokio::time::timeout(limit, async {
-            while let Some(frame) = frames.recv().await {
-                relayed += 1;
-                let terminal = frame.is_terminal();
-                let _ = tx.send(frame).await;
-                if terminal {
-                    return RelayEnd::Done;
-                }
+    let end = tokio::time::timeout(limit, async {
+        let mut frames = match worker.await {
+            Err(SandboxError::Protocol(reason)) => return RelayEnd::Refused(reason),
+            Err(err) => return RelayEnd::Broken(err.to_string()),
+            Ok(frames) => frames,
+        };
+        accepted = true;
+        while let Some(frame) = frames.recv().await {
+            relayed += 1;
+            let terminal = frame.is_terminal();
+            let _ = tx.send(frame).await;
+            if terminal {
+                return RelayEnd::Done;
             }
-            RelayEnd::Broken("the worker closed the stream without a result".to_owned())
-        })
-        .await
-        .unwrap_or(RelayEnd::Deadline),
-    };
-    (end, relayed)
+        }
+        RelayEnd::Broken("the worker closed the stream without a result".to_owned())
+    })
+    .await
+    .unwrap_or(RelayEnd::Deadline);
+    Relayed {
+        end,
+        accepted,
+        frames: relayed,
+    }
 }
 
 /// Whether the worker already runs the detached call (within [`PROBE_TIMEOUT`]).
@@ -192,8 +228,8 @@ async fn launch_again(
     }
     tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "worker produced no frames for a detached call; launching it on a fresh worker");
     runner.kill_worker().await;
-    let retry = runner.relaunch(request).await;
-    match relay_frames(request, retry, tx, kill_grace).await {
+    let retry = relay_frames(request, runner.relaunch(request), tx, kill_grace).await;
+    match (retry.end, retry.frames) {
         (RelayEnd::Done, _) => {}
         (RelayEnd::Deadline, _) => {
             runner.kill_worker().await;

@@ -3,6 +3,7 @@
 // result is drained and only its last value is reported, as a `final` frame.
 // A malformed request is reported as an error frame named `BadRequest`.
 
+import './egress.mjs';
 import { text } from 'node:stream/consumers';
 import { BundleCache, Call, RequestError, captureConsole, parseInvokeRequest, resolveCacheRoot } from './runtime.mjs';
 

@@ -14,6 +14,7 @@
 //   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}; inflight counts
 //                                   background calls until their outcome is delivered
 
+import './egress.mjs';
 import { lstatSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';

@@ -285,6 +285,27 @@ pub struct RunnerConfig {
         default_value = "auto"
     )]
     pub runner_isolation: RunnerIsolation,
+    /// Let isolated local runners reach loopback, private and other
+    /// non-public addresses through the egress proxy; for local development
+    /// only (`TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE",
+        default_value_t = false
+    )]
+    pub runner_egress_allow_private: bool,
+    /// Milliseconds the egress proxy may take to resolve a name, and again to
+    /// connect (`TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS",
+        default_value_t = 5_000
+    )]
+    pub runner_egress_timeout_ms: u64,
+    /// For tests only: `name=ip,…` answered by the egress proxy instead of
+    /// DNS and treated as public (`TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS", value_parser = parse_test_host, value_delimiter = ',')]
+    pub runner_egress_test_hosts: Vec<(String, std::net::IpAddr)>,
     /// Seconds without calls before a runner is stopped (`TOOLSERVER_RUNNER_IDLE_SECS`).
     #[arg(long, env = "TOOLSERVER_RUNNER_IDLE_SECS", default_value_t = 300)]
     pub runner_idle_secs: u64,
@@ -558,4 +579,16 @@ pub struct AgentsConfig {
     /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
     #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
     pub sse_keepalive_secs: u64,
+}
+
+/// One `name=ip` of `TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`.
+fn parse_test_host(entry: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, ip) = entry
+        .split_once('=')
+        .ok_or_else(|| format!("{entry:?} is not name=ip"))?;
+    let ip = ip
+        .trim()
+        .parse()
+        .map_err(|err| format!("{entry:?}: {err}"))?;
+    Ok((name.trim().to_ascii_lowercase(), ip))
 }

@@ -19,7 +19,7 @@ use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::tools::{TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_kubernetes::{CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerResources};
-use toolserver_sandbox::{Executor, IsolationMode, LocalExecutor, LocalSettings};
+use toolserver_sandbox::{EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings};
 use toolserver_store::PoolSettings;
 use url::Url;
 
@@ -98,7 +98,8 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
-    let (executor, runner_reaper) = executor(&config.runners, &config.database).await?;
+    let (executor, runner_reaper) =
+        executor(&config.runners, &config.database, &public_url).await?;
     let api = api_settings(&config.limits, &config.bundles, &config.runners);
     let harness = harness(
         config,
@@ -282,10 +283,11 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
 async fn executor(
     config: &RunnerConfig,
     db: &DatabaseConfig,
+    public_url: &Url,
 ) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
     Ok(match config.executor {
         ExecutorKind::Local => {
-            let executor = local_executor(config, db)?;
+            let executor = local_executor(config, db, public_url)?;
             let reaper = executor.spawn_reaper();
             (Arc::new(executor), reaper)
         }
@@ -330,12 +332,16 @@ fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
     settings
 }
 
-fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<LocalExecutor> {
+fn local_executor(
+    config: &RunnerConfig,
+    db: &DatabaseConfig,
+    public_url: &Url,
+) -> anyhow::Result<LocalExecutor> {
     let root = config
         .runner_dir
         .clone()
         .unwrap_or_else(|| db.data_dir.join("runners"));
-    let data_dir = std::path::absolute(&db.data_dir)?;
+    let egress_timeout = Duration::from_millis(config.runner_egress_timeout_ms);
     let settings = LocalSettings {
         node_binary: config.node_binary.clone(),
         root,
@@ -347,7 +353,13 @@ fn local_executor(config: &RunnerConfig, db: &DatabaseConfig) -> anyhow::Result<
             RunnerIsolation::Bwrap => IsolationMode::Bwrap,
             RunnerIsolation::None => IsolationMode::None,
         },
-        hidden: vec![data_dir],
+        egress: EgressSettings {
+            allow_private: config.runner_egress_allow_private,
+            resolve_overrides: config.runner_egress_test_hosts.iter().cloned().collect(),
+            callback_base: Some(public_url.clone()),
+            resolve_timeout: egress_timeout,
+            connect_timeout: egress_timeout,
+        },
     };
     Ok(LocalExecutor::new(settings)?)
 }

@@ -92,7 +92,7 @@ pub fn local_executor(dir: &std::path::Path) -> LocalExecutor {
         start_timeout: std::time::Duration::from_secs(10),
         kill_grace: std::time::Duration::from_millis(500),
         isolation: IsolationMode::Auto,
-        hidden: vec![],
+        egress: Default::default(),
     })
     .unwrap()
 }

@@ -199,14 +199,19 @@ async fn a_dead_worker_is_started_again_in_the_same_pod() {
 }
 
 #[tokio::test]
-async fn a_worker_that_dies_before_answering_falls_back_to_the_one_shot_runner() {
+async fn a_worker_that_dies_loading_a_bundle_is_not_run_again() {
     let cluster = cluster(|_| {}).await;
     let key = key("acct_1");
     let tool = r#"
 if (process.argv[1].endsWith('worker.mjs')) process.exit(1);
 export default { async *execute() { yield 'partial'; yield 'from the one-shot runner'; } };"#;
     let answer = cluster.call(&key, request(bundle(tool), json!(null))).await;
-    assert_eq!(answer, final_of(json!("from the one-shot runner")));
+    assert!(
+        matches!(answer, Frame::Error { ref name, .. } if name == "RunnerCrashed"),
+        "{answer:?}"
+    );
+    let answer = cluster.call(&key, request(bundle(ECHO), json!(4))).await;
+    assert_eq!(answer, final_of(json!({"echo": 4})));
 }
 
 #[tokio::test]

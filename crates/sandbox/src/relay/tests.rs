@@ -99,7 +99,14 @@ async fn relay(
     worker: Result<mpsc::Receiver<Frame>, SandboxError>,
 ) -> Vec<Frame> {
     let (tx, mut rx) = mpsc::channel(64);
-    relay_call(fake, &request, worker, &tx, Duration::from_millis(100)).await;
+    relay_call(
+        fake,
+        &request,
+        std::future::ready(worker),
+        &tx,
+        Duration::from_millis(100),
+    )
+    .await;
     drop(tx);
     let mut frames = Vec::new();
     while let Some(frame) = rx.recv().await {
@@ -174,14 +181,62 @@ async fn a_detached_call_whose_launch_broke_after_a_frame_is_not_sent_again() {
 }
 
 #[tokio::test]
-async fn a_silent_plain_call_still_runs_in_the_one_shot_runner() {
+async fn a_plain_call_the_worker_never_accepted_runs_in_the_one_shot_runner() {
     let fake = Fake::default();
-    let frames = relay(&fake, request(None), silent()).await;
+    let unreachable = Err(SandboxError::Transport("connection refused".into()));
+    let frames = relay(&fake, request(None), unreachable).await;
     assert_eq!(
         frames,
         vec![Frame::Final {
             value: json!("ran in the foreground")
         }]
     );
+    // [kills, one-shot runs, relaunches]
     assert_eq!(counts(&fake), [1, 1, 0]);
+}
+
+#[tokio::test]
+async fn a_plain_call_whose_worker_died_after_accepting_it_is_never_run_again() {
+    let fake = Fake::default();
+    let frames = relay(&fake, request(None), silent()).await;
+    assert!(
+        matches!(frames.as_slice(), [Frame::Error { name, .. }] if name == "RunnerCrashed"),
+        "{frames:?}"
+    );
+    assert_eq!(counts(&fake), [1, 0, 0]);
+}
+
+#[tokio::test]
+async fn a_refused_plain_call_is_an_error_and_never_runs_elsewhere() {
+    let fake = Fake::default();
+    let refused = Err(SandboxError::Protocol("/invoke answered 409".into()));
+    let frames = relay(&fake, request(None), refused).await;
+    assert!(
+        matches!(frames.as_slice(), [Frame::Error { name, .. }] if name == "RunnerRefused"),
+        "{frames:?}"
+    );
+    assert_eq!(counts(&fake), [0, 0, 0]);
+}
+
+#[tokio::test]
+async fn a_worker_that_never_answers_the_invoke_is_cut_off_at_the_deadline() {
+    let fake = Fake::default();
+    let mut short = request(None);
+    short.deadline_ms = 50;
+    let (tx, mut rx) = mpsc::channel(64);
+    relay_call(
+        &fake,
+        &short,
+        std::future::pending::<WorkerAnswer>(),
+        &tx,
+        Duration::from_millis(50),
+    )
+    .await;
+    drop(tx);
+    let frame = rx.recv().await;
+    assert!(
+        matches!(&frame, Some(Frame::Error { name, .. }) if name == "DeadlineExceeded"),
+        "{frame:?}"
+    );
+    assert_eq!(counts(&fake), [1, 0, 0]);
 }

@@ -1,6 +1,6 @@
 //! What a call does: results, streaming, errors, caching, limits, environment.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -269,6 +269,11 @@ async fn the_worker_sees_no_server_secrets() {
         "NODE_ENV",
         "TOOLSERVER_CACHE_ROOTS",
         "PWD",
+        "TOOLSERVER_EGRESS_SOCKET",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
     ]
     .into();
     assert!(
@@ -291,20 +296,106 @@ fn frame_text(frame: &Frame) -> String {
     serde_json::to_string(frame).unwrap()
 }
 
+/// Tries each way out of the sandbox and reports what happened.
+const PROBE: &str = r#"
+import { readFileSync, readdirSync } from 'node:fs';
+import net from 'node:net';
+const attempt = async (f) => {
+  try { return 'ok: ' + String(await f()).slice(0, 200); }
+  catch (e) { return 'refused: ' + (e.cause?.message ?? e.code ?? e.message); }
+};
+const socket = (options) => new Promise((resolve, reject) => {
+  const s = net.connect(options);
+  s.on('connect', () => { s.destroy(); resolve('connected'); });
+  s.on('error', reject);
+});
+const get = (url) => fetch(url).then(async (r) => `${r.status} ${await r.text()}`);
+export default { async execute(ctx, input) {
+  const out = {};
+  out.etc = await attempt(() => readFileSync('/etc/passwd', 'utf8'));
+  out.pgSocket = await attempt(() => socket({ path: '/var/run/postgresql/.s.PGSQL.5432' }));
+  out.serverData = await attempt(() => readFileSync(input.serverData, 'utf8'));
+  out.otherRunner = await attempt(() => readdirSync(input.otherRunner).join(','));
+  for (const [name, url] of Object.entries(input.fetch)) out[name] = await attempt(() => get(url));
+  for (const [name, [host, port]] of Object.entries(input.tcp)) out[name] = await attempt(() => socket({ host, port }));
+  return out;
+}};
+"#;
+
 #[tokio::test]
-async fn hidden_server_data_is_out_of_reach() {
+async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none_of_the_host() {
+    let public = PublicHost::start("hello from the public internet").await;
+    let server = PublicHost::start("the server's own port").await;
     let data = tempfile::tempdir().unwrap();
     let secret = data.path().join("dev-jwt.key");
     std::fs::write(&secret, "server-secret-material").unwrap();
-    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let hidden = data.path().to_owned();
-    let h = Harness::with(move |s| s.hidden = vec![hidden]);
-    let key = key("acct");
-    let tool = format!(
-        "import {{ readFileSync }} from 'node:fs'; export default {{ execute() {{ try {{ return readFileSync({:?}, 'utf8'); }} catch (e) {{ return 'refused: ' + e.code; }} }} }};",
-        secret.display().to_string()
+    let server_url = format!("http://127.0.0.1:{}/", server.port);
+    let base = url::Url::parse(&server_url).unwrap();
+    let h = Harness::with(move |s| {
+        s.egress.callback_base = Some(base);
+        s.egress.resolve_overrides =
+            HashMap::from([("api.example.test".to_owned(), "127.0.0.1".parse().unwrap())]);
+    });
+    assert!(
+        h.executor.uses_bwrap(),
+        "this test needs bubblewrap with network namespaces (make test-deps installs it)"
     );
-    let frame = run(&h.executor, &key, request(inline(&tool), json!({}))).await;
-    let text = final_value(&frame).as_str().unwrap().to_owned();
-    assert!(text.starts_with("refused: "), "the worker read {text:?}");
+    let other = key("acct_other");
+    run(&h.executor, &other, request(inline(ECHO), json!({}))).await;
+    let other_dir = h.executor.socket_path(&other).parent().unwrap().to_owned();
+
+    let input = json!({
+        "serverData": secret,
+        "otherRunner": other_dir,
+        "fetch": {
+            "public": format!("http://api.example.test:{}/", public.port),
+            "postgres": "http://127.0.0.1:5432/",
+            "nats": "http://127.0.0.1:4222/",
+            "ipv6Loopback": "http://[::1]:5432/",
+            "mappedLoopback": "http://[::ffff:127.0.0.1]:5432/",
+            "loopbackName": "http://localhost:5432/",
+            "metadata": "http://169.254.169.254/latest/meta-data/",
+            "server": format!("{server_url}agents"),
+        },
+        "tcp": { "tcpPostgres": ["127.0.0.1", 5432], "tcpNats": ["127.0.0.1", 4222] },
+    });
+    let frame = run(&h.executor, &key("acct"), request(inline(PROBE), input)).await;
+    let out = final_value(&frame);
+    let field = |name: &str| out[name].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        field("public"),
+        "ok: 200 hello from the public internet",
+        "{out:#}"
+    );
+    for name in ["etc", "pgSocket", "serverData", "otherRunner"] {
+        assert!(
+            field(name).starts_with("refused: ENOENT"),
+            "{name}: {out:#}"
+        );
+    }
+    for name in [
+        "postgres",
+        "nats",
+        "ipv6Loopback",
+        "mappedLoopback",
+        "loopbackName",
+        "metadata",
+    ] {
+        let seen = field(name);
+        assert!(
+            seen.starts_with("refused: egress to ") && seen.contains("not a public address"),
+            "{name}: {out:#}"
+        );
+    }
+    assert!(
+        field("server").starts_with("ok: 403 egress to 127.0.0.1:")
+            && field("server").contains("neither a job callback nor a bundle"),
+        "{out:#}"
+    );
+    for name in ["tcpPostgres", "tcpNats"] {
+        assert!(
+            field(name).starts_with("refused: ECONNREFUSED"),
+            "{name}: {out:#}"
+        );
+    }
 }

@@ -67,12 +67,19 @@ async fn a_killed_worker_is_replaced_on_the_next_call() {
 }
 
 #[tokio::test]
-async fn a_worker_that_dies_without_frames_falls_back_to_the_one_shot_runner() {
+async fn a_tool_whose_worker_exits_mid_call_runs_exactly_once() {
     let h = Harness::new();
     let key = key("acct");
-    let tool = "export default { execute() { if (process.argv.some(a => a === '--socket')) process.exit(3); return 'one-shot'; } };";
+    let tool = "import { appendFileSync } from 'node:fs';
+export default { execute() { appendFileSync('runs', 'ran\\n'); process.exit(3); } };";
     let frame = run(&h.executor, &key, request(inline(tool), json!({}))).await;
-    assert_eq!(final_value(&frame), json!("one-shot"));
+    assert!(
+        matches!(&frame, Frame::Error { name, .. } if name == "RunnerCrashed"),
+        "{frame:?}"
+    );
+    let work = h.executor.socket_path(&key).parent().unwrap().join("work");
+    let runs = std::fs::read_to_string(work.join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "the body ran {runs:?}");
     let frame = run(&h.executor, &key, request(inline(ECHO), json!({"next": 1}))).await;
     assert_eq!(echo_of(&frame), json!({"next": 1}), "the runner recovers");
 }
@@ -161,9 +168,9 @@ export default {
 
 #[tokio::test]
 async fn a_detached_call_whose_worker_dies_before_answering_is_launched_on_a_fresh_worker() {
-    let h = Harness::new();
-    let key = key("acct");
     let sink = CallbackSink::start().await;
+    let h = Harness::with(|s| s.egress.callback_base = Some(sink.base()));
+    let key = key("acct");
     let armed = run(
         &h.executor,
         &key,
@@ -193,10 +200,13 @@ async fn a_detached_call_whose_worker_dies_before_answering_is_launched_on_a_fre
 
 #[tokio::test]
 async fn a_detached_call_outliving_the_idle_timeout_keeps_its_worker_and_delivers() {
-    let h = Harness::with(|s| s.idle_timeout = Duration::from_millis(200));
+    let sink = CallbackSink::start().await;
+    let h = Harness::with(|s| {
+        s.idle_timeout = Duration::from_millis(200);
+        s.egress.callback_base = Some(sink.base());
+    });
     let _reaper = h.executor.spawn_reaper();
     let key = key("acct");
-    let sink = CallbackSink::start().await;
     let slow = "export default { async execute() { await new Promise((r) => setTimeout(r, 1500)); return { slept: true }; } };";
     let mut call = request(inline(slow), json!({}));
     call.async_meta = Some(sink.async_meta("r-2"));
@@ -312,4 +322,56 @@ fn a_worker_dies_with_its_server_even_when_it_is_sigkilled() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+#[tokio::test]
+async fn a_spinning_call_past_its_deadline_does_not_hold_a_second_call_on_its_runner() {
+    let h = Harness::new();
+    let key = key("acct");
+    run(&h.executor, &key, request(inline(ECHO), json!({}))).await;
+    let spins = "export default { execute(ctx, input) { if (input.spin) for (;;) {} return { echo: input }; } };";
+    let mut spinning = request(inline(spins), json!({"spin": true}));
+    spinning.deadline_ms = 500;
+    let mut harmless = request(inline(spins), json!({"spin": false}));
+    harmless.deadline_ms = 5_000;
+    let started = Instant::now();
+    let first = tokio::spawn({
+        let (executor, key) = (h.executor.clone(), key.clone());
+        async move { run(&executor, &key, spinning).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = run(&h.executor, &key, harmless).await;
+    let first = first.await.unwrap();
+    assert!(
+        matches!(&first, Frame::Error { name, .. } if name == "DeadlineExceeded"),
+        "{first:?}"
+    );
+    assert_eq!(final_value(&second), json!({"echo": {"spin": false}}));
+    // Before, both waited for a health check with no limit (about 30 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_runner_root_the_runner_user_cannot_enter_is_refused_at_start_naming_the_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let started = toolserver_sandbox::LocalExecutor::new(settings(&private.path().join("runners")));
+    let running_as_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap();
+    if !running_as_root {
+        // Workers run as the server's own user, which may enter its directory.
+        assert!(started.is_ok());
+        return;
+    }
+    let err = started.err().expect("refused at start").to_string();
+    assert!(
+        err.contains(&private.path().display().to_string()) && err.contains("cannot enter"),
+        "{err}"
+    );
 }

@@ -24,7 +24,7 @@ pub fn settings(root: &std::path::Path) -> LocalSettings {
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_millis(500),
         isolation: IsolationMode::Auto,
-        hidden: vec![],
+        egress: Default::default(),
     }
 }
 
@@ -150,6 +150,11 @@ impl CallbackSink {
         Self { url, posted }
     }
 
+    /// The sink's base URL, where the job callbacks live.
+    pub fn base(&self) -> url::Url {
+        url::Url::parse(&format!("{}/", self.url)).unwrap()
+    }
+
     /// Async metadata of a detached call reporting to this sink.
     pub fn async_meta(&self, result_id: &str) -> Value {
         serde_json::json!({
@@ -221,4 +226,31 @@ async fn answer(mut socket: tokio::net::TcpStream) -> Option<Posted> {
         token: header("x-job-token"),
         body,
     })
+}
+
+/// A loopback HTTP server answering every request with one fixed text.
+pub struct PublicHost {
+    pub port: u16,
+}
+
+impl PublicHost {
+    pub async fn start(text: &'static str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let _ = socket.read(&mut buf).await;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        Self { port }
+    }
 }

@@ -1,0 +1,322 @@
+//! The runners' egress proxy. An isolated local runner has a network
+//! namespace of its own holding nothing but loopback; its one way out is
+//! this proxy, served on a unix socket in the runner's directory
+//! (`egress.sock`, see [`EgressProxy::serve`]).
+//!
+//! Every request is `CONNECT host:port` (the worker routes `fetch`, and the
+//! clients that honour `HTTP(S)_PROXY`, through it). The proxy resolves the
+//! host itself ([`route`]) and:
+//! - tunnels to the checked address when every answer is public unicast;
+//! - for the server's own job-callback origin, and the origin of a bundle URL
+//!   the runner was handed ([`EgressScope::admit`]), serves HTTP inside the
+//!   tunnel and forwards only those requests (`POST
+//!   …/sandbox-jobs/{id}/complete|heartbeat`, `GET` of the exact bundle URL);
+//! - refuses anything else with `403` and the reason as the body, logged
+//!   with the runner, account and tool.
+//!
+//! The proxy follows no redirects: a tunnel carries bytes, and a forwarded
+//! response goes back as it came.
+
+mod route;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use url::Url;
+
+use route::Route;
+
+/// Settings of the egress proxy; each is a server setting.
+#[derive(Debug, Clone)]
+pub struct EgressSettings {
+    /// Let runners reach loopback, private and other non-public addresses
+    /// (local development only).
+    pub allow_private: bool,
+    /// Names answered from this table instead of DNS, and treated as public
+    /// (for tests: a public-looking name served on loopback).
+    pub resolve_overrides: HashMap<String, IpAddr>,
+    /// The server's public base URL, under which the job callbacks live.
+    pub callback_base: Option<Url>,
+    /// How long resolving a name may take.
+    pub resolve_timeout: Duration,
+    /// How long connecting to a destination may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for EgressSettings {
+    /// Public addresses only, no callbacks, 5 s to resolve and to connect.
+    fn default() -> Self {
+        Self {
+            allow_private: false,
+            resolve_overrides: HashMap::new(),
+            callback_base: None,
+            resolve_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Serves every isolated runner's egress socket.
+#[derive(Clone)]
+pub struct EgressProxy {
+    settings: Arc<EgressSettings>,
+}
+
+/// Whose traffic one runner's socket carries, and the bundle URLs it was
+/// handed.
+#[derive(Clone)]
+pub struct EgressScope {
+    runner: String,
+    account: String,
+    tool: String,
+    admitted: Arc<Mutex<HashMap<Url, Instant>>>,
+}
+
+impl EgressScope {
+    /// The scope of `runner`, serving `account`'s `tool`.
+    pub fn new(runner: &str, account: &str, tool: &str) -> Self {
+        Self {
+            runner: runner.to_owned(),
+            account: account.to_owned(),
+            tool: tool.to_owned(),
+            admitted: Arc::default(),
+        }
+    }
+
+    /// Lets the runner `GET` exactly `url` (a bundle URL the server signed)
+    /// for `ttl`, whatever its address.
+    pub fn admit(&self, url: &str, ttl: Duration) {
+        let Ok(url) = Url::parse(url) else { return };
+        let now = Instant::now();
+        let mut admitted = self.admitted_urls();
+        admitted.retain(|_, until| *until > now);
+        admitted.insert(url, now + ttl);
+    }
+
+    fn admitted_urls(&self) -> std::sync::MutexGuard<'_, HashMap<Url, Instant>> {
+        match self.admitted.lock() {
+            Ok(admitted) => admitted,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Whether `url` was admitted and has not expired.
+    fn admits(&self, url: &Url) -> bool {
+        self.admitted_urls()
+            .get(url)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// Whether some admitted URL lives at `host:port`.
+    fn admits_origin(&self, host: &str, port: u16) -> bool {
+        self.admitted_urls()
+            .keys()
+            .any(|url| route::same_origin(url, host, port))
+    }
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+impl EgressProxy {
+    /// A proxy with `settings`.
+    pub fn new(settings: EgressSettings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// Listens on `socket` for `scope`'s runner until the returned task is
+    /// aborted; the socket is made connectable by `owner` (uid, gid) only.
+    pub fn serve(
+        &self,
+        socket: &Path,
+        scope: EgressScope,
+        owner: Option<(u32, u32)>,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::remove_file(socket) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+        let listener = UnixListener::bind(socket)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(socket, Some(uid), Some(gid))?;
+        }
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+        let proxy = self.clone();
+        Ok(tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(proxy.clone().serve_connection(scope.clone(), stream));
+            }
+        }))
+    }
+
+    async fn serve_connection(self, scope: EgressScope, stream: UnixStream) {
+        let service = service_fn(move |request| {
+            let (proxy, scope) = (self.clone(), scope.clone());
+            async move { Ok::<_, Infallible>(proxy.connect(&scope, request).await) }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await;
+    }
+
+    /// Answers one `CONNECT`.
+    async fn connect(
+        &self,
+        scope: &EgressScope,
+        request: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        if request.method() != Method::CONNECT {
+            return answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the egress proxy takes CONNECT host:port only",
+            );
+        }
+        let Some((host, port)) = request.uri().authority().and_then(|authority| {
+            Some((route::bare_host(authority.host()), authority.port_u16()?))
+        }) else {
+            return answer(StatusCode::BAD_REQUEST, "CONNECT needs host:port");
+        };
+        let decided = route::route(&self.settings, scope, &host, port).await;
+        let (route, address) = match decided {
+            Ok(decided) => decided,
+            Err(reason) => return self.refuse(scope, &host, port, reason),
+        };
+        let upstream =
+            match tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(address))
+                .await
+            {
+                Ok(Ok(upstream)) => upstream,
+                Ok(Err(err)) => {
+                    return answer(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("connecting to {host}:{port}: {err}"),
+                    )
+                }
+                Err(_) => {
+                    return answer(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        &format!("connecting to {host}:{port} timed out"),
+                    )
+                }
+            };
+        let (proxy, scope) = (self.clone(), scope.clone());
+        tokio::spawn(async move {
+            let Ok(upgraded) = hyper::upgrade::on(request).await else {
+                return;
+            };
+            match route {
+                Route::Tunnel => {
+                    let mut upstream = upstream;
+                    let _ =
+                        tokio::io::copy_bidirectional(&mut TokioIo::new(upgraded), &mut upstream)
+                            .await;
+                }
+                Route::Inspect => proxy.inspect(scope, host, port, upgraded, upstream).await,
+            }
+        });
+        answer(StatusCode::OK, "")
+    }
+
+    /// Serves HTTP inside a tunnel to a non-public origin the runner may use
+    /// for callbacks and bundles only, forwarding just those requests over
+    /// `upstream`.
+    async fn inspect(
+        self,
+        scope: EgressScope,
+        host: String,
+        port: u16,
+        tunnel: hyper::upgrade::Upgraded,
+        upstream: TcpStream,
+    ) {
+        let Ok((sender, connection)) =
+            hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await
+        else {
+            return;
+        };
+        tokio::spawn(connection);
+        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let service = service_fn(move |request: Request<Incoming>| {
+            let (proxy, scope, host, sender) =
+                (self.clone(), scope.clone(), host.clone(), sender.clone());
+            async move {
+                if let Err(reason) =
+                    route::admit_request(&proxy.settings, &scope, &host, port, &request)
+                {
+                    return Ok::<_, Infallible>(proxy.refuse(&scope, &host, port, reason));
+                }
+                let mut sender = sender.lock().await;
+                let forwarded = match sender.ready().await {
+                    Ok(()) => sender.send_request(request).await,
+                    Err(err) => Err(err),
+                };
+                Ok(match forwarded {
+                    Ok(response) => response.map(BodyExt::boxed),
+                    Err(err) => answer(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("forwarding to {host}:{port}: {err}"),
+                    ),
+                })
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(tunnel, service)
+            .await;
+    }
+
+    /// Logs a refused destination and answers `403` with the reason.
+    fn refuse(
+        &self,
+        scope: &EgressScope,
+        host: &str,
+        port: u16,
+        reason: String,
+    ) -> Response<ProxyBody> {
+        tracing::warn!(
+            runner = %scope.runner,
+            account = %scope.account,
+            tool = %scope.tool,
+            host,
+            port,
+            %reason,
+            "runner egress refused"
+        );
+        answer(
+            StatusCode::FORBIDDEN,
+            &format!("egress to {host}:{port} refused: {reason}"),
+        )
+    }
+}
+
+/// A response with a plain-text body.
+fn answer(status: StatusCode, text: &str) -> Response<ProxyBody> {
+    let body = Full::new(Bytes::from(text.to_owned()))
+        .map_err(|never| match never {})
+        .boxed();
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    if !text.is_empty() {
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests;

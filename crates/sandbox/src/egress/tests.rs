@@ -1,0 +1,183 @@
+//! The proxy over a real unix socket, against loopback listeners.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixStream};
+
+use super::*;
+
+struct Served {
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    scope: EgressScope,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+fn settings(callback_base: Option<Url>) -> EgressSettings {
+    EgressSettings {
+        allow_private: false,
+        resolve_overrides: HashMap::from([(
+            "api.example.test".to_owned(),
+            IpAddr::from([127, 0, 0, 1]),
+        )]),
+        callback_base,
+        resolve_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
+fn serve(settings: EgressSettings) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let scope = EgressScope::new("tr-test", "acct", "tool_1");
+    let task = EgressProxy::new(settings)
+        .serve(&socket, scope.clone(), None)
+        .unwrap();
+    Served {
+        _dir: dir,
+        socket,
+        scope,
+        _task: task,
+    }
+}
+
+/// Sends `CONNECT authority`; returns the status, the reason body, and the
+/// stream (a tunnel when the status is 200).
+async fn connect(socket: &Path, authority: &str) -> (u16, String, UnixStream) {
+    let mut stream = UnixStream::connect(socket).await.unwrap();
+    let head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.unwrap();
+        seen.push(byte[0]);
+    }
+    let head = String::from_utf8(seen).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let length = head
+        .lines()
+        .find_map(|line| {
+            line.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_owned)
+        })
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.unwrap();
+    (status, String::from_utf8(body).unwrap(), stream)
+}
+
+/// A loopback listener that answers every connection with one HTTP response
+/// naming the request line it got.
+async fn http_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let read = stream.read(&mut buf).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&buf[..read]).into_owned();
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{line}",
+                    line.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    address
+}
+
+async fn request_through(tunnel: &mut UnixStream, head: &str) -> String {
+    tunnel.write_all(head.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tunnel.read_to_end(&mut reply)).await;
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+#[tokio::test]
+async fn loopback_and_private_destinations_are_refused_with_the_reason() {
+    let served = serve(settings(None));
+    for authority in [
+        "127.0.0.1:5432",
+        "[::1]:4222",
+        "[::ffff:127.0.0.1]:5432",
+        "10.0.0.1:80",
+        "169.254.169.254:80",
+        "localhost:5432",
+    ] {
+        let (status, reason, _) = connect(&served.socket, authority).await;
+        assert_eq!(status, 403, "{authority}: {reason}");
+        assert!(
+            reason.contains("not a public address"),
+            "{authority}: {reason}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_public_name_is_tunnelled_to_its_checked_address() {
+    let origin = http_origin().await;
+    let served = serve(settings(None));
+    let authority = format!("api.example.test:{}", origin.port());
+    let (status, _, mut tunnel) = connect(&served.socket, &authority).await;
+    assert_eq!(status, 200);
+    let reply = request_through(&mut tunnel, "GET /anything HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(reply.ends_with("GET /anything HTTP/1.1"), "{reply}");
+}
+
+#[tokio::test]
+async fn only_job_callbacks_and_admitted_bundles_reach_the_servers_own_origin() {
+    let origin = http_origin().await;
+    let base = Url::parse(&format!("http://127.0.0.1:{}/", origin.port())).unwrap();
+    let served = serve(settings(Some(base.clone())));
+    let bundle = format!("{base}bundles/abc?sig=1");
+    served.scope.admit(&bundle, Duration::from_secs(60));
+    let authority = format!("127.0.0.1:{}", origin.port());
+    let cases = [
+        ("POST /sandbox-jobs/r1/complete", true),
+        ("POST /sandbox-jobs/r1/heartbeat", true),
+        ("GET /bundles/abc?sig=1", true),
+        ("GET /bundles/abc?sig=2", false),
+        ("GET /sandbox-jobs/r1/complete", false),
+        ("POST /agents", false),
+        ("GET /healthz", false),
+    ];
+    for (line, admitted) in cases {
+        let (status, _, mut tunnel) = connect(&served.socket, &authority).await;
+        assert_eq!(status, 200, "{line}");
+        let head = format!(
+            "{line} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        let reply = request_through(&mut tunnel, &head).await;
+        if admitted {
+            assert!(
+                reply.ends_with(&format!("{line} HTTP/1.1")),
+                "{line}: {reply}"
+            );
+        } else {
+            assert!(reply.starts_with("HTTP/1.1 403"), "{line}: {reply}");
+            assert!(
+                reply.contains("neither a job callback nor a bundle"),
+                "{line}: {reply}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn anything_but_connect_is_refused() {
+    let served = serve(settings(None));
+    let mut stream = UnixStream::connect(&served.socket).await.unwrap();
+    let reply = request_through(
+        &mut stream,
+        "GET http://api.example.test/ HTTP/1.1\r\nhost: api.example.test\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+}

@@ -1,0 +1,107 @@
+// Routes a runner's outbound traffic through the server's egress proxy when
+// it has one (TOOLSERVER_EGRESS_SOCKET: a unix socket; the runner's network
+// namespace holds nothing else). Imported before any tool code runs.
+//
+// - fetch: the global dispatcher opens every connection as a CONNECT tunnel
+//   over the proxy socket (TLS inside it for https), so tool code calls
+//   external APIs unchanged. A refusal rejects the fetch with the proxy's
+//   reason as `err.cause.message`.
+// - HTTP_PROXY / HTTPS_PROXY point at a loopback relay to the same socket,
+//   for clients that honour them (they must use CONNECT).
+
+import net from 'node:net';
+import tls from 'node:tls';
+
+const socketPath = process.env.TOOLSERVER_EGRESS_SOCKET;
+const HEAD_LIMIT = 16 * 1024;
+
+/** `host:port` as a CONNECT target (IPv6 literals in brackets). */
+function authorityOf(host, port) {
+  const bare = host.replace(/^\[(.*)\]$/, '$1');
+  return net.isIPv6(bare) ? `[${bare}]:${port}` : `${bare}:${port}`;
+}
+
+/** Opens a CONNECT tunnel to `authority`; resolves with the socket once the proxy said 200. */
+function tunnel(authority) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(socketPath);
+    let seen = Buffer.alloc(0);
+    const fail = (err) => {
+      socket.destroy();
+      reject(err);
+    };
+    const onData = (chunk) => {
+      seen = Buffer.concat([seen, chunk]);
+      const end = seen.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (seen.length > HEAD_LIMIT) fail(new Error('the egress proxy sent an oversized answer'));
+        return;
+      }
+      const head = seen.subarray(0, end).toString('latin1');
+      const status = Number(head.slice(9, 12));
+      if (status === 200) {
+        socket.off('data', onData).off('error', fail).off('end', onEnd);
+        const rest = seen.subarray(end + 4);
+        if (rest.length > 0) socket.unshift(rest);
+        resolve(socket);
+        return;
+      }
+      const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+      const body = seen.subarray(end + 4);
+      if (body.length >= length) fail(new Error(body.subarray(0, length).toString('utf8') || `egress to ${authority} answered ${status}`));
+    };
+    const onEnd = () => fail(new Error(`the egress proxy closed the connection to ${authority}`));
+    socket.on('data', onData).on('error', fail).on('end', onEnd);
+    socket.write(`CONNECT ${authority} HTTP/1.1\r\nhost: ${authority}\r\n\r\n`);
+  });
+}
+
+/** undici's connector contract: `(options, callback(err, socket))`. */
+function connect(options, callback) {
+  const secure = options.protocol === 'https:';
+  const port = Number(options.port) || (secure ? 443 : 80);
+  tunnel(authorityOf(options.hostname, port)).then(
+    (socket) => {
+      if (!secure) {
+        callback(null, socket);
+        return;
+      }
+      const host = options.hostname.replace(/^\[(.*)\]$/, '$1');
+      const servername = options.servername ?? (net.isIP(host) ? undefined : host);
+      const wrapped = tls.connect({ socket, servername, ALPNProtocols: ['http/1.1'] });
+      wrapped.once('secureConnect', () => callback(null, wrapped)).once('error', (err) => callback(err));
+    },
+    (err) => callback(err),
+  );
+}
+
+// fetch's global dispatcher slot (shared by every undici copy, Node's own
+// included); Node exposes no public way to its Agent class, so one is
+// borrowed from the dispatcher Node installs on its first fetch.
+const DISPATCHER = Symbol.for('undici.globalDispatcher.1');
+
+async function routeFetch() {
+  await fetch('data:,');
+  const Agent = globalThis[DISPATCHER]?.constructor;
+  if (typeof Agent !== 'function') throw new Error('worker: no fetch dispatcher to route through the egress proxy');
+  globalThis[DISPATCHER] = new Agent({ connect });
+}
+
+function relayProxyVariables() {
+  const relay = net.createServer((client) => {
+    const upstream = net.connect(socketPath);
+    client.pipe(upstream).pipe(client);
+    client.on('error', () => upstream.destroy());
+    upstream.on('error', () => client.destroy());
+  });
+  relay.unref();
+  relay.listen(0, '127.0.0.1', () => {
+    const url = `http://127.0.0.1:${relay.address().port}`;
+    for (const name of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) process.env[name] = url;
+  });
+}
+
+if (socketPath) {
+  await routeFetch();
+  relayProxyVariables();
+}
