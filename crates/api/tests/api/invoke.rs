@@ -33,8 +33,10 @@ impl LiveServer {
             .await
             .unwrap();
         let runners = tempfile::tempdir().unwrap();
-        let executor: Arc<dyn toolserver_sandbox::Executor> =
-            Arc::new(local_executor(runners.path()));
+        let executor: Arc<dyn toolserver_sandbox::Executor> = Arc::new(local_executor(
+            runners.path(),
+            Some(url::Url::parse(&base).unwrap()),
+        ));
         let bundles: Arc<dyn toolserver_bundles::BundleStore> = Arc::new(bundles);
         let harness = test_harness(
             pool.clone(),

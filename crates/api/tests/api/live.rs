@@ -134,7 +134,10 @@ impl LiveApp {
         let bundles_dir = tempfile::tempdir().unwrap();
         let bundles = fs_store(bundles_dir.path()).await;
         let runners = tempfile::tempdir().unwrap();
-        let executor = Arc::new(local_executor(runners.path()));
+        let executor = Arc::new(local_executor(
+            runners.path(),
+            Some(url::Url::parse(&base).unwrap()),
+        ));
         let dyn_executor: Arc<dyn Executor> = executor.clone();
         let harness = test_harness(
             pool.clone(),

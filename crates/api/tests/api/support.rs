@@ -81,8 +81,9 @@ pub fn hs256_auth() -> Authenticator {
     Authenticator::new(&hs256_settings(), keys)
 }
 
-/// A local runner backend under `dir` (made reachable for a `nobody` worker).
-pub fn local_executor(dir: &std::path::Path) -> LocalExecutor {
+/// A local runner backend under `dir` (made reachable for a `nobody` worker)
+/// whose runners post job callbacks to the server at `public_url`.
+pub fn local_executor(dir: &std::path::Path, public_url: Option<url::Url>) -> LocalExecutor {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     LocalExecutor::new(LocalSettings {
@@ -92,7 +93,10 @@ pub fn local_executor(dir: &std::path::Path) -> LocalExecutor {
         start_timeout: std::time::Duration::from_secs(10),
         kill_grace: std::time::Duration::from_millis(500),
         isolation: IsolationMode::Auto,
-        egress: Default::default(),
+        egress: toolserver_sandbox::EgressSettings {
+            callback_base: public_url,
+            ..Default::default()
+        },
     })
     .unwrap()
 }
@@ -188,7 +192,7 @@ impl TestApp {
         policy: OutboundPolicy,
     ) -> Self {
         let runners = tempfile::tempdir().unwrap();
-        let executor: Arc<dyn Executor> = Arc::new(local_executor(runners.path()));
+        let executor: Arc<dyn Executor> = Arc::new(local_executor(runners.path(), None));
         let harness = harness_with_policy(
             pool.clone(),
             bundles.clone(),
