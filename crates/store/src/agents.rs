@@ -166,16 +166,7 @@ pub async fn update(
 /// retried.
 #[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %id))]
 pub async fn delete(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
-    const ATTEMPTS: usize = 3;
-    let mut attempt = 1;
-    loop {
-        match delete_once(pool, account, id).await {
-            Err(StoreError::Other(err)) if attempt < ATTEMPTS && is_deadlock(&err) => {
-                attempt += 1;
-            }
-            outcome => return outcome,
-        }
-    }
+    crate::error::retrying_deadlocks(|| delete_once(pool, account, id)).await
 }
 
 async fn delete_once(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<(), StoreError> {
@@ -206,8 +197,4 @@ async fn delete_once(pool: &PgPool, account: &AccountId, id: AgentId) -> Result<
         .await?;
     tx.commit().await?;
     Ok(())
-}
-
-fn is_deadlock(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("40P01"))
 }

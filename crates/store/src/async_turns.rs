@@ -302,10 +302,19 @@ pub async fn fail_turns_of_agent(
     agent: AgentId,
     error: &str,
 ) -> Result<Vec<Uuid>, StoreError> {
+    crate::error::retrying_deadlocks(|| fail_turns_of_agent_once(pool, account, agent, error)).await
+}
+
+async fn fail_turns_of_agent_once(
+    pool: &PgPool,
+    account: &AccountId,
+    agent: AgentId,
+    error: &str,
+) -> Result<Vec<Uuid>, StoreError> {
     let mut tx = pool.begin().await?;
     let open: Vec<(Uuid,)> = sqlx::query_as(
         "SELECT id FROM async_turns WHERE account_id = $1 AND agent_id = $2 \
-           AND status IN ('running', 'waiting') FOR UPDATE",
+           AND status IN ('running', 'waiting') ORDER BY id FOR UPDATE",
     )
     .bind(account.as_str())
     .bind(agent.as_uuid())

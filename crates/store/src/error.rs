@@ -37,3 +37,24 @@ impl From<sqlx::Error> for StoreError {
         }
     }
 }
+
+/// Runs `attempt` again, up to three times in all, while Postgres picks it
+/// as a deadlock's victim (its transaction rolled back, so a retry is safe).
+pub(crate) async fn retrying_deadlocks<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    const ATTEMPTS: usize = 3;
+    let mut tried = 1;
+    loop {
+        match attempt().await {
+            Err(StoreError::Other(err)) if tried < ATTEMPTS && is_deadlock(&err) => tried += 1,
+            outcome => return outcome,
+        }
+    }
+}
+
+fn is_deadlock(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("40P01"))
+}
