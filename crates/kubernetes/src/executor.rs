@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -89,10 +89,11 @@ impl KubernetesExecutor {
 
     fn runner(&self, key: &ReservationKey) -> Arc<Runner> {
         let name = manifests::pod_name(key);
-        let mut runners = match self.inner.runners.lock() {
-            Ok(map) => map,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut runners = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         runners
             .entry(name.clone())
             .or_insert_with(|| {

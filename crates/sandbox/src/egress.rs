@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -106,10 +106,7 @@ impl EgressScope {
     }
 
     fn admitted_urls(&self) -> std::sync::MutexGuard<'_, HashMap<Url, Instant>> {
-        match self.admitted.lock() {
-            Ok(admitted) => admitted,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        self.admitted.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether `url` was admitted and has not expired.

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -125,10 +125,7 @@ impl Runner {
     }
 
     fn pid(&self) -> std::sync::MutexGuard<'_, Option<u32>> {
-        match self.pid.lock() {
-            Ok(pid) => pid,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        self.pid.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether `child` still runs; if not, it is reaped and its pid forgotten.
@@ -292,10 +289,11 @@ impl LocalExecutor {
 
     fn runner(&self, key: &ReservationKey) -> Arc<Runner> {
         let name = key.runner_name();
-        let mut runners = match self.inner.runners.lock() {
-            Ok(map) => map,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut runners = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         runners
             .entry(name.clone())
             .or_insert_with(|| {
@@ -323,8 +321,7 @@ impl LocalExecutor {
         let mut command = match &self.inner.bwrap {
             Some((bwrap, view)) => {
                 let mut cmd = Command::new(bwrap);
-                // `/tmp` first: the binds after it may lie under it.
-                cmd.args(["--tmpfs", "/tmp"]).args(view);
+                cmd.args(view);
                 cmd.arg("--bind").arg(&runner.dir).arg(&runner.dir);
                 cmd.args(BWRAP_NAMESPACES);
                 cmd.arg("--chdir").arg(runner.dir.join("work"));
@@ -374,10 +371,10 @@ impl LocalExecutor {
         if self.inner.bwrap.is_none() {
             return Ok(());
         }
-        let mut listener = match runner.egress_listener.lock() {
-            Ok(listener) => listener,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut listener = runner
+            .egress_listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if listener.as_ref().is_some_and(|task| !task.is_finished()) {
             return Ok(());
         }
@@ -610,7 +607,8 @@ const BWRAP_NAMESPACES: [&str; 6] = [
 /// How long past a call's deadline the worker may still fetch its bundle URL.
 const BUNDLE_URL_SLACK: Duration = Duration::from_secs(60);
 
-/// What a bubblewrapped worker sees of the host, read-only: `/usr` with the
+/// What a bubblewrapped worker sees of the host: a private `/tmp` (first, as
+/// the binds after it may lie under it); read-only, `/usr` with the
 /// merged-`/usr` links, the CA certificates, the Node installation if it
 /// lives elsewhere, the worker sources; a minimal `/dev` and its own `/proc`.
 fn host_view(node_binary: &Path, assets: &Path) -> Vec<String> {
@@ -623,7 +621,7 @@ fn host_view(node_binary: &Path, assets: &Path) -> Vec<String> {
             .into_iter()
             .filter(|etc| etc.is_dir()),
     );
-    let mut view: Vec<String> = Vec::new();
+    let mut view: Vec<String> = vec!["--tmpfs".to_owned(), "/tmp".to_owned()];
     for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
         let host = Path::new("/").join(top);
         match std::fs::read_link(&host) {
@@ -698,7 +696,6 @@ fn probe_bwrap(run_as: Option<(u32, u32)>, view: &[String]) -> Option<PathBuf> {
         .find(|candidate| candidate.exists())?;
     let mut probe = std::process::Command::new(&bwrap);
     probe
-        .args(["--tmpfs", "/tmp"])
         .args(view)
         .args(BWRAP_NAMESPACES)
         .args(["--", "/usr/bin/true"]);
