@@ -93,20 +93,18 @@ fn silent() -> Result<mpsc::Receiver<Frame>, SandboxError> {
     Ok(mpsc::channel(1).1)
 }
 
-async fn relay(
+async fn relay(fake: &Fake, request: InvokeRequest, worker: WorkerAnswer) -> Vec<Frame> {
+    relay_pending(fake, request, std::future::ready(worker)).await
+}
+
+/// [`relay`] with the worker's answer still to come.
+async fn relay_pending(
     fake: &Fake,
     request: InvokeRequest,
-    worker: Result<mpsc::Receiver<Frame>, SandboxError>,
+    worker: impl std::future::Future<Output = WorkerAnswer>,
 ) -> Vec<Frame> {
     let (tx, mut rx) = mpsc::channel(64);
-    relay_call(
-        fake,
-        &request,
-        std::future::ready(worker),
-        &tx,
-        Duration::from_millis(100),
-    )
-    .await;
+    relay_call(fake, &request, worker, &tx, Duration::from_millis(100)).await;
     drop(tx);
     let mut frames = Vec::new();
     while let Some(frame) = rx.recv().await {
@@ -119,8 +117,13 @@ fn counts(fake: &Fake) -> [usize; 3] {
     [&fake.kills, &fake.oneshots, &fake.relaunches].map(|n| n.load(Ordering::SeqCst))
 }
 
+/// Whether `frames` are one error frame named `expected`.
+fn is_only_error(frames: &[Frame], expected: &str) -> bool {
+    matches!(frames, [Frame::Error { name, .. }] if name == expected)
+}
+
 fn is_launch_failure(frames: &[Frame]) -> bool {
-    matches!(frames, [Frame::Error { name, .. }] if name == "LaunchFailed")
+    is_only_error(frames, "LaunchFailed")
 }
 
 #[tokio::test]
@@ -199,10 +202,7 @@ async fn a_plain_call_the_worker_never_accepted_runs_in_the_one_shot_runner() {
 async fn a_plain_call_whose_worker_died_after_accepting_it_is_never_run_again() {
     let fake = Fake::default();
     let frames = relay(&fake, request(None), silent()).await;
-    assert!(
-        matches!(frames.as_slice(), [Frame::Error { name, .. }] if name == "RunnerCrashed"),
-        "{frames:?}"
-    );
+    assert!(is_only_error(&frames, "RunnerCrashed"), "{frames:?}");
     assert_eq!(counts(&fake), [1, 0, 0]);
 }
 
@@ -211,10 +211,7 @@ async fn a_refused_plain_call_is_an_error_and_never_runs_elsewhere() {
     let fake = Fake::default();
     let refused = Err(SandboxError::Protocol("/invoke answered 409".into()));
     let frames = relay(&fake, request(None), refused).await;
-    assert!(
-        matches!(frames.as_slice(), [Frame::Error { name, .. }] if name == "RunnerRefused"),
-        "{frames:?}"
-    );
+    assert!(is_only_error(&frames, "RunnerRefused"), "{frames:?}");
     assert_eq!(counts(&fake), [0, 0, 0]);
 }
 
@@ -223,20 +220,7 @@ async fn a_worker_that_never_answers_the_invoke_is_cut_off_at_the_deadline() {
     let fake = Fake::default();
     let mut short = request(None);
     short.deadline_ms = 50;
-    let (tx, mut rx) = mpsc::channel(64);
-    relay_call(
-        &fake,
-        &short,
-        std::future::pending::<WorkerAnswer>(),
-        &tx,
-        Duration::from_millis(50),
-    )
-    .await;
-    drop(tx);
-    let frame = rx.recv().await;
-    assert!(
-        matches!(&frame, Some(Frame::Error { name, .. }) if name == "DeadlineExceeded"),
-        "{frame:?}"
-    );
+    let frames = relay_pending(&fake, short, std::future::pending()).await;
+    assert!(is_only_error(&frames, "DeadlineExceeded"), "{frames:?}");
     assert_eq!(counts(&fake), [1, 0, 0]);
 }
