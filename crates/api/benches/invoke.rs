@@ -61,6 +61,7 @@ async fn main() {
         kill_grace: Duration::from_secs(2),
         isolation: IsolationMode::Auto,
         egress: Default::default(),
+        limits: Default::default(),
     })
     .unwrap();
     let auth = Authenticator::new(

@@ -58,6 +58,7 @@ async fn harness(pool: PgPool, tavily: url::Url) -> (Harness, tempfile::TempDir)
         kill_grace: Duration::from_secs(1),
         isolation: toolserver_sandbox::IsolationMode::None,
         egress: Default::default(),
+        limits: Default::default(),
     })
     .unwrap();
     let policy = OutboundPolicy {

@@ -86,6 +86,7 @@ async fn main() {
         kill_grace: Duration::from_secs(2),
         isolation: IsolationMode::None,
         egress: Default::default(),
+        limits: Default::default(),
     })
     .unwrap();
 

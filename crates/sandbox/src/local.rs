@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -34,10 +34,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::{
-    EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream, InvokeRequest,
-    ReservationKey, RunnerInfo, SandboxError, WorkerAssets, WorkerClient,
+    CallWatch, EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream,
+    InvokeRequest, Limit, LimitBreach, ReservationKey, RunnerInfo, RunnerLimits, SandboxError,
+    WorkerAssets, WorkerClient,
 };
 
 /// How much the local backend isolates a worker.
@@ -68,6 +70,8 @@ pub struct LocalSettings {
     pub isolation: IsolationMode,
     /// Where isolated workers' connections may go.
     pub egress: EgressSettings,
+    /// What each runner may use.
+    pub limits: RunnerLimits,
 }
 
 /// Runs workers as local child processes.
@@ -83,6 +87,8 @@ struct Inner {
     bwrap: Option<(PathBuf, Vec<String>)>,
     egress: EgressProxy,
     run_as: Option<(u32, u32)>,
+    /// The cgroup controllers runners get.
+    cgroups: CgroupSupport,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
 }
 
@@ -100,6 +106,10 @@ struct Runner {
     pid: Mutex<Option<u32>>,
     last_used: Mutex<Instant>,
     inflight: AtomicUsize,
+    /// The runner's cgroup, as its last worker started.
+    cgroup: Mutex<Option<Arc<RunnerCgroup>>>,
+    /// How often its workers reported V8 heap exhaustion.
+    heap_exhaustions: Arc<AtomicU64>,
 }
 
 impl Runner {
@@ -205,6 +215,22 @@ impl LocalExecutor {
             run_as_nobody = run_as.is_some(),
             "local runner backend ready"
         );
+        let cgroups = if run_as.is_some() {
+            CgroupSupport::detect()
+        } else {
+            CgroupSupport::none("the server is not root: it cannot give runners cgroups")
+        };
+        let enforced_by = |held: bool| if held { "cgroup" } else { "rlimit" };
+        tracing::info!(
+            memory = enforced_by(cgroups.has_memory()),
+            processes = enforced_by(cgroups.has_pids()),
+            limits = ?settings.limits,
+            "runner limits enforced"
+        );
+        for reason in cgroups.missing() {
+            tracing::warn!(%reason, "a runner limit falls back to an rlimit");
+        }
+        cgroups.sweep();
         let egress = EgressProxy::new(settings.egress.clone());
         Ok(Self {
             inner: Arc::new(Inner {
@@ -213,6 +239,7 @@ impl LocalExecutor {
                 bwrap: bwrap.map(|bwrap| (bwrap, view)),
                 egress,
                 run_as,
+                cgroups,
                 runners: Mutex::new(HashMap::new()),
             }),
         })
@@ -221,6 +248,12 @@ impl LocalExecutor {
     /// Whether workers run under bubblewrap.
     pub fn uses_bwrap(&self) -> bool {
         self.inner.bwrap.is_some()
+    }
+
+    /// Whether runners' memory and processes are held by cgroups (rather
+    /// than rlimits).
+    pub fn limits_by_cgroup(&self) -> bool {
+        self.inner.cgroups.has_memory() && self.inner.cgroups.has_pids()
     }
 
     /// The socket of the runner for `key` (it may not be running).
@@ -270,6 +303,7 @@ impl LocalExecutor {
             if let Some(child) = process.take() {
                 runner.reap(child).await;
             }
+            self.inner.cgroups.remove(&runner.name);
         }
     }
 
@@ -310,19 +344,42 @@ impl LocalExecutor {
                     pid: Mutex::new(None),
                     last_used: Mutex::new(Instant::now()),
                     inflight: AtomicUsize::new(0),
+                    cgroup: Mutex::new(None),
+                    heap_exhaustions: Arc::new(AtomicU64::new(0)),
                 })
             })
             .clone()
     }
 
-    /// Builds the command that runs `script` for `runner`, isolated.
-    fn command(&self, runner: &Runner, script: &Path, args: &[&str]) -> Command {
+    /// The runner's cgroup, made (again) for a worker about to start; `None`
+    /// where runners get none.
+    fn cgroup(&self, runner: &Runner) -> Result<Option<Arc<RunnerCgroup>>, SandboxError> {
+        let cgroups = &self.inner.cgroups;
+        if !cgroups.has_memory() && !cgroups.has_pids() {
+            return Ok(None);
+        }
+        let made = RunnerCgroup::create(cgroups, &runner.name, &self.inner.settings.limits)
+            .map_err(|err| SandboxError::Start(format!("making the runner's cgroup: {err}")))?;
+        let made = Arc::new(made);
+        *runner.cgroup.lock().unwrap_or_else(PoisonError::into_inner) = Some(made.clone());
+        Ok(Some(made))
+    }
+
+    /// Builds the command that runs `script` for `runner`, isolated and
+    /// held to its limits.
+    fn command(
+        &self,
+        runner: &Runner,
+        script: &Path,
+        args: &[&str],
+    ) -> Result<Command, SandboxError> {
         let settings = &self.inner.settings;
         let mut command = match &self.inner.bwrap {
             Some((bwrap, view)) => {
                 let mut cmd = Command::new(bwrap);
                 cmd.args(view);
                 cmd.arg("--bind").arg(&runner.dir).arg(&runner.dir);
+                cmd.args(["--remount-ro", "/tmp"]);
                 cmd.args(BWRAP_NAMESPACES);
                 cmd.arg("--chdir").arg(runner.dir.join("work"));
                 cmd.arg("--").arg(&settings.node_binary);
@@ -343,14 +400,29 @@ impl LocalExecutor {
         if self.inner.bwrap.is_some() {
             command.env("TOOLSERVER_EGRESS_SOCKET", runner.egress_socket());
         }
-        if let Some((uid, gid)) = self.inner.run_as {
-            command.uid(uid).gid(gid);
+        let cgroup = self.cgroup(runner)?;
+        SpawnLimits::new(
+            &settings.limits,
+            &self.inner.cgroups,
+            cgroup.as_deref(),
+            self.inner.run_as,
+        )
+        .apply(&mut command);
+        Ok(command)
+    }
+
+    /// Empties the runner's writable directories (after it broke its disk
+    /// limit); they are made again when its next worker starts.
+    fn wipe_dirs(&self, runner: &Runner) {
+        for sub in WRITABLE_DIRS {
+            if let Err(err) = std::fs::remove_dir_all(runner.dir.join(sub)) {
+                tracing::warn!(runner = %runner.name, %err, "could not empty {sub}");
+            }
         }
-        command
     }
 
     fn prepare_dirs(&self, runner: &Runner) -> Result<(), SandboxError> {
-        for sub in ["home", "cache", "tmp", "work"] {
+        for sub in WRITABLE_DIRS {
             let dir = runner.dir.join(sub);
             std::fs::create_dir_all(&dir)?;
             if let Some((uid, gid)) = self.inner.run_as {
@@ -397,7 +469,7 @@ impl LocalExecutor {
                 runner,
                 &self.inner.assets.worker(),
                 &["--socket", &socket_arg, "--lifeline-stdin"],
-            )
+            )?
             // The lifeline: the `Child` keeps the write end, and when this
             // process dies (even SIGKILLed) the worker reads its end and exits.
             .stdin(Stdio::piped())
@@ -405,7 +477,7 @@ impl LocalExecutor {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::Start(format!("spawning node: {e}")))?;
-        forward_stderr(&runner.name, child.stderr.take());
+        forward_stderr(runner, child.stderr.take());
         let stdout = child
             .stdout
             .take()
@@ -487,13 +559,13 @@ impl RunnerControl for LocalRunner {
         self.executor.serve_egress(runner)?;
         let mut child = self
             .executor
-            .command(runner, &self.executor.inner.assets.oneshot(), &[])
+            .command(runner, &self.executor.inner.assets.oneshot(), &[])?
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::Start(format!("spawning node: {e}")))?;
-        forward_stderr(&runner.name, child.stderr.take());
+        forward_stderr(runner, child.stderr.take());
         let body =
             serde_json::to_vec(request).map_err(|e| SandboxError::Protocol(e.to_string()))?;
         if let Some(mut stdin) = child.stdin.take() {
@@ -533,6 +605,30 @@ impl RunnerControl for LocalRunner {
     async fn call_finished(&self) {
         self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
         self.runner.touch();
+    }
+
+    fn watch_limits(&self) -> Option<Arc<CallWatch>> {
+        let runner = &self.runner;
+        let cgroup = runner
+            .cgroup
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let pid = *runner.pid();
+        Some(Arc::new(CallWatch::start(
+            self.executor.inner.settings.limits.clone(),
+            pid,
+            runner.dir.clone(),
+            cgroup,
+            runner.heap_exhaustions.clone(),
+        )))
+    }
+
+    async fn limit_broken(&self, breach: &LimitBreach) {
+        self.runner.kill().await;
+        if breach.limit == Limit::Disk {
+            self.executor.wipe_dirs(&self.runner);
+        }
     }
 }
 
@@ -603,6 +699,9 @@ const BWRAP_NAMESPACES: [&str; 6] = [
     "--die-with-parent",
     "--new-session",
 ];
+
+/// The directories of a runner its worker may write.
+const WRITABLE_DIRS: [&str; 4] = ["home", "cache", "tmp", "work"];
 
 /// How long past a call's deadline the worker may still fetch its bundle URL.
 const BUNDLE_URL_SLACK: Duration = Duration::from_secs(60);
@@ -721,13 +820,25 @@ async fn worker_busy(socket: &Path) -> bool {
     matches!(asked, Ok(Ok(count)) if count > 0)
 }
 
-fn forward_stderr(runner: &str, stderr: Option<tokio::process::ChildStderr>) {
+/// Logs a worker's stderr, counting the V8 heap exhaustions it reports
+/// (a memory limit broken inside the worker rather than by the kernel).
+fn forward_stderr(runner: &Runner, stderr: Option<tokio::process::ChildStderr>) {
     let Some(stderr) = stderr else { return };
-    let runner = runner.to_owned();
+    let name = runner.name.clone();
+    let heap_exhaustions = runner.heap_exhaustions.clone();
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(runner = %runner, "worker stderr: {line}");
+            if HEAP_EXHAUSTED.iter().any(|said| line.contains(said)) {
+                heap_exhaustions.fetch_add(1, Ordering::SeqCst);
+            }
+            tracing::debug!(runner = %name, "worker stderr: {line}");
         }
     });
 }
+
+/// What V8 prints when it cannot grow its heap.
+const HEAP_EXHAUSTED: [&str; 2] = [
+    "JavaScript heap out of memory",
+    "Fatal process out of memory",
+];

@@ -14,17 +14,23 @@
 //! silence is a `LaunchFailed` error frame. Only a launch that produced no
 //! frame is ever sent again, so a detached body never runs twice. If no
 //! terminal frame arrives by the deadline plus the kill grace, the worker is
-//! hung: it is killed and the next call starts a fresh one. Whatever the
-//! outcome, the runner hears that the call is over
+//! hung: it is killed and the next call starts a fresh one. A backend that
+//! watches its runners' resource limits ([`RunnerControl::watch_limits`])
+//! has the call checked while it runs and once more before its terminal
+//! frame goes out: a breach kills the worker and ends the call in a
+//! `LimitExceeded` error frame naming the limit, whatever the tool answered.
+//! Whatever the outcome, the runner hears that the call is over
 //! ([`RunnerControl::call_finished`]).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
+use crate::limits::{CallWatch, LimitBreach};
 use crate::protocol::FrameDecoder;
 use crate::{Frame, InvokeRequest, SandboxError};
 
@@ -59,6 +65,20 @@ pub trait RunnerControl: Send + Sync + 'static {
     /// The call has ended (its terminal frame is sent): the runner's
     /// in-flight count and idle clock are updated here.
     async fn call_finished(&self);
+
+    /// Starts watching the call about to be relayed against the runner's
+    /// resource limits; `None` (the default) where the backend's own limits
+    /// stop a worker.
+    fn watch_limits(&self) -> Option<Arc<CallWatch>> {
+        None
+    }
+
+    /// A call broke a resource limit: the worker is killed and whatever the
+    /// breach left behind is cleared (the default only kills).
+    async fn limit_broken(&self, breach: &LimitBreach) {
+        let _ = breach;
+        self.kill_worker().await;
+    }
 }
 
 /// How long asking a worker about a call may take.
@@ -86,8 +106,8 @@ pub fn spawn_relay(
 
 /// How relaying a worker's frames ended.
 enum RelayEnd {
-    /// A terminal frame was relayed.
-    Done,
+    /// The worker sent its terminal frame (not yet relayed).
+    Done(Frame),
     /// No terminal frame by the deadline plus grace.
     Deadline,
     /// The worker answered the request with an HTTP error.
@@ -118,15 +138,30 @@ async fn relay_call(
     tx: &mpsc::Sender<Frame>,
     kill_grace: Duration,
 ) {
+    let relayed = match runner.watch_limits() {
+        None => relay_frames(request, worker, tx, kill_grace).await,
+        Some(watch) => {
+            let relayed = tokio::select! {
+                relayed = relay_frames(request, worker, tx, kill_grace) => relayed,
+                breach = watch.clone().breached() => return end_on_breach(runner, request, breach, tx).await,
+            };
+            if let Some(breach) = watch.after().await {
+                return end_on_breach(runner, request, breach, tx).await;
+            }
+            relayed
+        }
+    };
     let Relayed {
         end,
         accepted,
         frames: relayed,
-    } = relay_frames(request, worker, tx, kill_grace).await;
+    } = relayed;
     let name = runner.runner_name();
     let refused = matches!(end, RelayEnd::Refused(_));
     match end {
-        RelayEnd::Done => {}
+        RelayEnd::Done(terminal) => {
+            let _ = tx.send(terminal).await;
+        }
         RelayEnd::Deadline => {
             tracing::warn!(runner = %name, call.id = %request.call_id, "worker missed the deadline; killing it");
             runner.kill_worker().await;
@@ -155,8 +190,22 @@ async fn relay_call(
     }
 }
 
+/// Ends a call that broke a resource limit: the worker is killed, the
+/// breach cleared, and the call answered with the limit's error.
+async fn end_on_breach(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    breach: LimitBreach,
+    tx: &mpsc::Sender<Frame>,
+) {
+    tracing::warn!(runner = %runner.runner_name(), call.id = %request.call_id, limit = ?breach.limit, %breach, "call broke a runner limit; killing the worker");
+    runner.limit_broken(&breach).await;
+    let frame = Frame::error(LimitBreach::ERROR_NAME, breach.to_string());
+    let _ = tx.send(frame).await;
+}
+
 /// Waits for the worker's answer and relays its frames until a terminal
-/// one, all under the call's deadline plus grace.
+/// one (returned, not relayed), all under the call's deadline plus grace.
 async fn relay_frames(
     request: &InvokeRequest,
     worker: impl Future<Output = WorkerAnswer>,
@@ -175,11 +224,10 @@ async fn relay_frames(
         accepted = true;
         while let Some(frame) = frames.recv().await {
             relayed += 1;
-            let terminal = frame.is_terminal();
-            let _ = tx.send(frame).await;
-            if terminal {
-                return RelayEnd::Done;
+            if frame.is_terminal() {
+                return RelayEnd::Done(frame);
             }
+            let _ = tx.send(frame).await;
         }
         RelayEnd::Broken("the worker closed the stream without a result".to_owned())
     })
@@ -230,7 +278,9 @@ async fn launch_again(
     runner.kill_worker().await;
     let retry = relay_frames(request, runner.relaunch(request), tx, kill_grace).await;
     match (retry.end, retry.frames) {
-        (RelayEnd::Done, _) => {}
+        (RelayEnd::Done(terminal), _) => {
+            let _ = tx.send(terminal).await;
+        }
         (RelayEnd::Deadline, _) => {
             runner.kill_worker().await;
             let _ = tx.send(deadline_frame(request)).await;

@@ -306,6 +306,32 @@ pub struct RunnerConfig {
     /// DNS and treated as public (`TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`).
     #[arg(long, env = "TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS", value_parser = parse_test_host, value_delimiter = ',')]
     pub runner_egress_test_hosts: Vec<(String, std::net::IpAddr)>,
+    /// Memory of one runner's processes together, in MiB (`TOOLSERVER_RUNNER_MEMORY_MB`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_MEMORY_MB", default_value_t = 512)]
+    pub runner_memory_mb: u64,
+    /// Processes and threads of one runner together (`TOOLSERVER_RUNNER_PROCESSES`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_PROCESSES", default_value_t = 128)]
+    pub runner_processes: u64,
+    /// Open files per runner process (`TOOLSERVER_RUNNER_OPEN_FILES`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_OPEN_FILES", default_value_t = 256)]
+    pub runner_open_files: u64,
+    /// Largest file a runner may write, in MiB (`TOOLSERVER_RUNNER_FILE_SIZE_MB`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_FILE_SIZE_MB", default_value_t = 64)]
+    pub runner_file_size_mb: u64,
+    /// Disk one runner's directory may take, in MiB (`TOOLSERVER_RUNNER_DISK_MB`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_DISK_MB", default_value_t = 256)]
+    pub runner_disk_mb: u64,
+    /// CPU time a runner may use during one call, in milliseconds (`TOOLSERVER_RUNNER_CPU_MS_PER_CALL`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_CPU_MS_PER_CALL",
+        default_value_t = 120_000
+    )]
+    pub runner_cpu_ms_per_call: u64,
+    /// How often a call's CPU time, disk use and cgroup counters are read, in
+    /// milliseconds (`TOOLSERVER_RUNNER_LIMIT_CHECK_MS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_LIMIT_CHECK_MS", default_value_t = 250)]
+    pub runner_limit_check_ms: u64,
     /// Seconds without calls before a runner is stopped (`TOOLSERVER_RUNNER_IDLE_SECS`).
     #[arg(long, env = "TOOLSERVER_RUNNER_IDLE_SECS", default_value_t = 300)]
     pub runner_idle_secs: u64,

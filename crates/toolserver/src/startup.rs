@@ -19,7 +19,9 @@ use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::tools::{TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_kubernetes::{CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerResources};
-use toolserver_sandbox::{EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings};
+use toolserver_sandbox::{
+    EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings, RunnerLimits,
+};
 use toolserver_store::PoolSettings;
 use url::Url;
 
@@ -360,8 +362,23 @@ fn local_executor(
             resolve_timeout: egress_timeout,
             connect_timeout: egress_timeout,
         },
+        limits: runner_limits(config),
     };
     Ok(LocalExecutor::new(settings)?)
+}
+
+/// The local runners' resource limits from the settings.
+fn runner_limits(config: &RunnerConfig) -> RunnerLimits {
+    const MIB: u64 = 1024 * 1024;
+    RunnerLimits {
+        memory_bytes: config.runner_memory_mb.saturating_mul(MIB),
+        processes: config.runner_processes,
+        open_files: config.runner_open_files,
+        file_size_bytes: config.runner_file_size_mb.saturating_mul(MIB),
+        disk_bytes: config.runner_disk_mb.saturating_mul(MIB),
+        cpu_per_call: Duration::from_millis(config.runner_cpu_ms_per_call),
+        check_interval: Duration::from_millis(config.runner_limit_check_ms.max(10)),
+    }
 }
 
 fn api_settings(

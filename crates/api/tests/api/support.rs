@@ -97,6 +97,7 @@ pub fn local_executor(dir: &std::path::Path, public_url: Option<url::Url>) -> Lo
             callback_base: public_url,
             ..Default::default()
         },
+        limits: Default::default(),
     })
     .unwrap()
 }

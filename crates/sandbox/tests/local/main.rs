@@ -3,4 +3,5 @@
 
 mod calls;
 mod lifecycle;
+mod limits;
 mod support;

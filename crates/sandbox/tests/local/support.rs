@@ -25,6 +25,7 @@ pub fn settings(root: &std::path::Path) -> LocalSettings {
         kill_grace: Duration::from_millis(500),
         isolation: IsolationMode::Auto,
         egress: Default::default(),
+        limits: Default::default(),
     }
 }
 

@@ -1,0 +1,99 @@
+//! What a worker's process does between fork and exec: join its runner's
+//! cgroups, set its rlimits, and only then drop to the runner user (joining
+//! a cgroup needs the server's privileges, so the user switch cannot be
+//! left to `Command::uid`, which runs first).
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::process::{Resource, Rlimit};
+
+use super::{CgroupSupport, RunnerCgroup, RunnerLimits};
+
+/// Everything prepared before the fork, so that nothing allocates after it.
+#[derive(Debug, Clone)]
+pub struct SpawnLimits {
+    joins: Vec<CString>,
+    rlimits: Vec<(Resource, u64)>,
+    run_as: Option<(u32, u32)>,
+}
+
+impl SpawnLimits {
+    /// The limits for a worker of a runner in `cgroup`, run as `run_as`
+    /// (uid, gid) when the server is root. What the cgroup does not hold
+    /// (memory, processes) falls back to an rlimit.
+    pub fn new(
+        limits: &RunnerLimits,
+        support: &CgroupSupport,
+        cgroup: Option<&RunnerCgroup>,
+        run_as: Option<(u32, u32)>,
+    ) -> Self {
+        let joins = cgroup
+            .map(|group| {
+                group
+                    .procs_files()
+                    .iter()
+                    .filter_map(|file| CString::new(file.as_os_str().as_bytes()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut rlimits = vec![
+            (Resource::Nofile, limits.open_files),
+            (Resource::Fsize, limits.file_size_bytes),
+            (Resource::Core, 0),
+        ];
+        if cgroup.is_none() || !support.has_memory() {
+            rlimits.push((Resource::Data, limits.memory_bytes));
+        }
+        if cgroup.is_none() || !support.has_pids() {
+            rlimits.push((Resource::Nproc, limits.processes));
+        }
+        Self {
+            joins,
+            rlimits,
+            run_as,
+        }
+    }
+
+    /// Makes `command` apply these limits in its child before `exec`.
+    pub fn apply(self, command: &mut tokio::process::Command) {
+        // SAFETY: the hook runs in the forked child, which has one thread.
+        // It only makes system calls (open, write, setrlimit, setgroups,
+        // setresgid, setresuid) on data prepared before the fork, and
+        // allocates nothing, so it is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || self.enter());
+        }
+    }
+
+    fn enter(&self) -> std::io::Result<()> {
+        for procs in &self.joins {
+            let file = rustix::fs::open(
+                procs.as_c_str(),
+                OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            rustix::io::write(&file, b"0")?;
+        }
+        for &(resource, value) in &self.rlimits {
+            let limit = Rlimit {
+                current: Some(value),
+                maximum: Some(value),
+            };
+            rustix::process::setrlimit(resource, limit)?;
+        }
+        if let Some((uid, gid)) = self.run_as {
+            // One thread after fork: the thread's ids are the process's.
+            let (uid, gid) = (
+                rustix::process::Uid::from_raw(uid),
+                rustix::process::Gid::from_raw(gid),
+            );
+            rustix::thread::set_thread_groups(&[])?;
+            rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+            rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! What a runner uses, read from `/proc` and its directory.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// CPU time of process `root` and every process below it (reaped children
+/// included), in clock ticks.
+pub fn tree_cpu_ticks(root: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut ticks: HashMap<u32, u64> = HashMap::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        else {
+            continue;
+        };
+        let Some((parent, used)) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+        else {
+            continue;
+        };
+        children.entry(parent).or_default().push(pid);
+        ticks.insert(pid, used);
+    }
+    let mut total = 0;
+    let mut pending = vec![root];
+    while let Some(pid) = pending.pop() {
+        total += ticks.get(&pid).copied().unwrap_or(0);
+        pending.extend(children.get(&pid).into_iter().flatten());
+    }
+    total
+}
+
+/// The parent and the CPU ticks (user, system, and of reaped children) in a
+/// `/proc/<pid>/stat` line.
+fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    // The command name (field 2) may hold anything but ends at the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): ppid is field 4, utime..cstime 14..17.
+    let parent = fields.get(1)?.parse().ok()?;
+    let used = fields
+        .get(11..15)?
+        .iter()
+        .map(|field| field.parse::<u64>().unwrap_or(0))
+        .sum();
+    Some((parent, used))
+}
+
+/// The smallest share of disk any file or directory counts for.
+const BLOCK: u64 = 4096;
+
+/// Disk taken under `dir`: allocated bytes, each entry at least one block.
+/// Stops counting once past `cap`.
+pub fn disk_use(dir: &Path, cap: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            total += (meta.blocks() * 512).max(BLOCK);
+            if total > cap {
+                return total;
+            }
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_parent_and_cpu_even_with_a_strange_command_name() {
+        let stat =
+            "4242 (no de) x) S 17 4242 4242 0 -1 4194560 500 0 0 0 120 30 7 3 20 0 11 0 9 1 2";
+        assert_eq!(parse_stat(stat), Some((17, 160)));
+    }
+
+    #[test]
+    fn this_process_uses_some_cpu_and_a_directory_counts_its_files() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(50) {}
+        assert!(tree_cpu_ticks(std::process::id()) > 0);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![1u8; 100_000]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b"), b"x").unwrap();
+        let used = disk_use(dir.path(), u64::MAX);
+        assert!((100_000 + 2 * BLOCK..200_000).contains(&used), "{used}");
+        assert!(
+            disk_use(dir.path(), 10) <= 100_000 + BLOCK,
+            "stops once past the cap"
+        );
+    }
+}
