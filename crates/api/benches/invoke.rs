@@ -164,6 +164,7 @@ async fn main() {
         deadline_ms: 10_000,
         max_output_bytes: 1 << 20,
         async_meta: None,
+        egress_allow: None,
     };
     let socket_call = |i: usize| {
         let mut request = direct.clone();

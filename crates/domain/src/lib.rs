@@ -4,6 +4,7 @@
 pub mod account;
 pub mod agent;
 pub mod digest;
+pub mod egress;
 pub mod lifecycle;
 pub mod network;
 mod prefixed_id;
@@ -15,6 +16,7 @@ pub use agent::{
     AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, Secrets, ToolKey, ToolSetting,
 };
 pub use digest::Sha256Digest;
+pub use egress::EgressAllowList;
 pub use lifecycle::{CallStatus, TurnStatus};
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::{refuse_nul, refuse_nul_text, ValidationError};

@@ -75,6 +75,7 @@ pub async fn build_request(
         deadline_ms: spec.timeout.as_millis() as u64,
         max_output_bytes: settings.max_output_bytes,
         async_meta: spec.async_meta,
+        egress_allow: tool.egress_allow.clone(),
     })
 }
 

@@ -44,6 +44,7 @@ fn request() -> InvokeRequest {
         deadline_ms: 10_000,
         max_output_bytes: 1 << 20,
         async_meta: None,
+        egress_allow: None,
     }
 }
 

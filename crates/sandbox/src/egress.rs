@@ -34,6 +34,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixListener, UnixStream};
+use toolserver_domain::EgressAllowList;
 use url::Url;
 
 use route::Route;
@@ -82,6 +83,8 @@ pub struct EgressScope {
     account: String,
     tool: String,
     admitted: Arc<Mutex<HashMap<Url, Instant>>>,
+    /// The tool's allow list as of its latest call; `None`: any public host.
+    allow: Arc<Mutex<Option<EgressAllowList>>>,
 }
 
 impl EgressScope {
@@ -92,7 +95,23 @@ impl EgressScope {
             account: account.to_owned(),
             tool: tool.to_owned(),
             admitted: Arc::default(),
+            allow: Arc::default(),
         }
+    }
+
+    /// Narrows (or, with `None`, widens back) the hosts the tool may reach:
+    /// each call brings the tool's current allow list.
+    pub fn restrict(&self, allow: Option<EgressAllowList>) {
+        *self.allow.lock().unwrap_or_else(PoisonError::into_inner) = allow;
+    }
+
+    /// Whether the tool's allow list (if any) admits `host`.
+    fn allows_host(&self, host: &str) -> bool {
+        self.allow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(|allow| allow.allows(host))
     }
 
     /// Lets the runner `GET` exactly `url` (a bundle URL the server signed)

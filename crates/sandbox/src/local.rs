@@ -652,6 +652,7 @@ impl Executor for LocalExecutor {
         let runner = self.runner(key);
         runner.inflight.fetch_add(1, Ordering::SeqCst);
         runner.touch();
+        runner.egress.restrict(request.egress_allow.clone());
         if let Some(url) = &request.bundle.url {
             let lifetime = Duration::from_millis(request.deadline_ms) + BUNDLE_URL_SLACK;
             runner.egress.admit(url, lifetime);

@@ -40,6 +40,10 @@ pub struct InvokeRequest {
     /// Async lifecycle metadata, when the call is detached.
     #[serde(rename = "async", skip_serializing_if = "Option::is_none")]
     pub async_meta: Option<Value>,
+    /// The hosts the tool may reach (its egress allow list); `None` for any
+    /// public host. Enforced by the backend, never sent to the worker.
+    #[serde(skip)]
+    pub egress_allow: Option<toolserver_domain::EgressAllowList>,
 }
 
 impl InvokeRequest {

@@ -4,7 +4,8 @@ use serde_json::Value;
 use sqlx::{FromRow, PgPool};
 use time::OffsetDateTime;
 use toolserver_domain::{
-    AccountId, InputSchema, Sha256Digest, ToolConfig, ToolDescription, ToolId, ToolName,
+    AccountId, EgressAllowList, InputSchema, Sha256Digest, ToolConfig, ToolDescription, ToolId,
+    ToolName,
 };
 use uuid::Uuid;
 
@@ -23,6 +24,8 @@ pub struct ToolRecord {
     pub input_schema: InputSchema,
     /// Configuration that per-agent options merge over.
     pub default_config: ToolConfig,
+    /// The hosts its code may reach; `None`: any public host.
+    pub egress_allow: Option<EgressAllowList>,
     /// Content address of the current bundle.
     pub bundle_sha256: Sha256Digest,
     /// Size of the current bundle in bytes.
@@ -46,6 +49,8 @@ pub struct NewTool {
     pub input_schema: InputSchema,
     /// Default configuration.
     pub default_config: ToolConfig,
+    /// Egress allow list; `None`: any public host.
+    pub egress_allow: Option<EgressAllowList>,
     /// Content address of the stored bundle.
     pub bundle_sha256: Sha256Digest,
     /// Size of the stored bundle in bytes.
@@ -63,6 +68,8 @@ pub struct ToolPatch {
     pub input_schema: Option<InputSchema>,
     /// New default configuration (replaces the old one whole).
     pub default_config: Option<ToolConfig>,
+    /// New egress allow list (`Some(None)` lifts it).
+    pub egress_allow: Option<Option<EgressAllowList>>,
     /// New bundle: its content address and size.
     pub bundle: Option<(Sha256Digest, i64)>,
 }
@@ -74,6 +81,7 @@ struct ToolRow {
     description: String,
     input_schema: Value,
     default_config: Value,
+    egress_allow: Option<Vec<String>>,
     bundle_sha256: String,
     bundle_size: i64,
     version: i32,
@@ -81,8 +89,8 @@ struct ToolRow {
     updated_at: OffsetDateTime,
 }
 
-const COLUMNS: &str = "id, name, description, input_schema, default_config, bundle_sha256, \
-                       bundle_size, version, created_at, updated_at";
+const COLUMNS: &str = "id, name, description, input_schema, default_config, egress_allow, \
+                       bundle_sha256, bundle_size, version, created_at, updated_at";
 
 impl TryFrom<ToolRow> for ToolRecord {
     type Error = StoreError;
@@ -99,12 +107,18 @@ impl TryFrom<ToolRow> for ToolRecord {
             Value::Object(map) => ToolConfig::from_stored(map),
             _ => return Err(corrupt("default_config")),
         };
+        let egress_allow = row
+            .egress_allow
+            .map(|patterns| EgressAllowList::parse(&patterns))
+            .transpose()
+            .map_err(|_| corrupt("egress_allow"))?;
         Ok(Self {
             id: ToolId::from_uuid(row.id),
             name: row.name,
             description: row.description,
             input_schema: InputSchema::from_stored(row.input_schema),
             default_config,
+            egress_allow,
             bundle_sha256,
             bundle_size: row.bundle_size,
             version: row.version,
@@ -126,8 +140,8 @@ pub async fn insert(
     accounts::ensure(&mut *tx, account).await?;
     let row: ToolRow = sqlx::query_as(&format!(
         "INSERT INTO tools (id, account_id, name, description, input_schema, default_config, \
-                            bundle_sha256, bundle_size) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLUMNS}"
+                            bundle_sha256, bundle_size, egress_allow) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
     ))
     .bind(ToolId::generate().as_uuid())
     .bind(account.as_str())
@@ -137,6 +151,7 @@ pub async fn insert(
     .bind(tool.default_config.to_value())
     .bind(tool.bundle_sha256.to_hex())
     .bind(tool.bundle_size)
+    .bind(tool.egress_allow.as_ref().map(EgressAllowList::patterns))
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -203,6 +218,7 @@ pub async fn update(
              default_config = COALESCE($6, default_config), \
              bundle_sha256 = COALESCE($7, bundle_sha256), \
              bundle_size = COALESCE($8, bundle_size), \
+             egress_allow = CASE WHEN $9 THEN $10 ELSE egress_allow END, \
              version = version + 1, \
              updated_at = now() \
          WHERE account_id = $1 AND id = $2 RETURNING {COLUMNS}"
@@ -215,6 +231,13 @@ pub async fn update(
     .bind(patch.default_config.as_ref().map(ToolConfig::to_value))
     .bind(sha)
     .bind(size)
+    .bind(patch.egress_allow.is_some())
+    .bind(
+        patch
+            .egress_allow
+            .as_ref()
+            .and_then(|allow| allow.as_ref().map(EgressAllowList::patterns)),
+    )
     .fetch_one(pool)
     .await?;
     row.try_into()

@@ -235,3 +235,89 @@ async fn renaming_onto_a_taken_name_conflicts_and_changes_nothing(pool: PgPool) 
         .json();
     assert_eq!(after, other);
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_egress_allow_list_is_stored_shown_replaced_and_lifted(pool: PgPool) {
+    let app = TestApp::new(pool).await;
+    let created = app.create(ACCOUNT_A, "open", BUNDLE).await;
+    assert_eq!(created["egress"], json!({}), "no list: any public host");
+
+    let mut body = manifest("narrow", BUNDLE);
+    body["egress"] = json!({"allow": ["API.example.com", "*.stripe.com"]});
+    let reply = app
+        .call(Method::POST, "/accounts/me/tools", ACCOUNT_A, Some(body))
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED);
+    let narrow = reply.json();
+    assert_eq!(
+        narrow["egress"],
+        json!({"allow": ["api.example.com", "*.stripe.com"]})
+    );
+    let path = format!("/accounts/me/tools/{}", narrow["toolId"].as_str().unwrap());
+    assert_eq!(
+        app.get(&path, ACCOUNT_A).await.json()["egress"],
+        narrow["egress"]
+    );
+
+    for bad in [
+        json!({"allow": ["http://api.example.com"]}),
+        json!({"allow": ["a.*.com"]}),
+        json!({"allow": [""]}),
+    ] {
+        let reply = app
+            .call(
+                Method::PATCH,
+                &path,
+                ACCOUNT_A,
+                Some(json!({"egress": bad})),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+        assert_eq!(reply.json()["error"]["field"], "egress.allow", "{bad}");
+    }
+    let unknown = app
+        .call(
+            Method::PATCH,
+            &path,
+            ACCOUNT_A,
+            Some(json!({"egress": {"deny": []}})),
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        app.get(&path, ACCOUNT_A).await.json()["egress"],
+        narrow["egress"],
+        "refused patches change nothing"
+    );
+
+    let replaced = app
+        .call(
+            Method::PATCH,
+            &path,
+            ACCOUNT_A,
+            Some(json!({"egress": {"allow": []}})),
+        )
+        .await
+        .json();
+    assert_eq!(
+        replaced["egress"],
+        json!({"allow": []}),
+        "an empty list allows nothing"
+    );
+    let untouched = app
+        .call(
+            Method::PATCH,
+            &path,
+            ACCOUNT_A,
+            Some(json!({"description": "Still narrow."})),
+        )
+        .await
+        .json();
+    assert_eq!(untouched["egress"], json!({"allow": []}));
+    let lifted = app
+        .call(Method::PATCH, &path, ACCOUNT_A, Some(json!({"egress": {}})))
+        .await
+        .json();
+    assert_eq!(lifted["egress"], json!({}));
+    assert_eq!(lifted["version"], 4);
+}

@@ -1,6 +1,8 @@
-//! Where one `CONNECT` may go: the host is resolved here (a test override,
-//! an IP literal, or DNS), and the answer decides between a plain tunnel, an
-//! inspected tunnel (callbacks and bundles only) and a refusal.
+//! Where one `CONNECT` may go: a host outside the tool's allow list is
+//! refused (the server's own origin and its bundle URLs excepted); the rest
+//! is resolved here (a test override, an IP literal, or DNS), and the answer
+//! decides between a plain tunnel, an inspected tunnel (callbacks and
+//! bundles only) and a refusal.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -29,6 +31,14 @@ pub(super) async fn route(
     host: &str,
     port: u16,
 ) -> Result<(Route, SocketAddr), String> {
+    let serves_the_server = settings
+        .callback_base
+        .as_ref()
+        .is_some_and(|base| same_origin(base, host, port))
+        || scope.admits_origin(host, port);
+    if !serves_the_server && !scope.allows_host(host) {
+        return Err(format!("{host} is not in the tool's egress allow list"));
+    }
     if let Some(&ip) = settings.resolve_overrides.get(&host.to_ascii_lowercase()) {
         return Ok((Route::Tunnel, SocketAddr::new(ip, port)));
     }
@@ -40,11 +50,7 @@ pub(super) async fn route(
     let Some(private) = private.filter(|_| !settings.allow_private) else {
         return Ok((Route::Tunnel, first));
     };
-    let callbacks = settings
-        .callback_base
-        .as_ref()
-        .is_some_and(|base| same_origin(base, host, port));
-    if callbacks || scope.admits_origin(host, port) {
+    if serves_the_server {
         return Ok((Route::Inspect, first));
     }
     if host.parse::<IpAddr>().is_ok() {

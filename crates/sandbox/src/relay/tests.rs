@@ -77,6 +77,7 @@ fn request(async_meta: Option<Value>) -> InvokeRequest {
         deadline_ms: 1000,
         max_output_bytes: 1024,
         async_meta,
+        egress_allow: None,
     }
 }
 

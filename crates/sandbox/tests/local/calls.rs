@@ -399,3 +399,56 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
         );
     }
 }
+
+#[tokio::test]
+async fn a_tools_egress_allow_list_admits_listed_hosts_and_refuses_the_rest() {
+    let public = PublicHost::start("listed").await;
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let h = Harness::with(move |s| {
+        s.egress.resolve_overrides = HashMap::from([
+            ("api.example.test".to_owned(), loopback),
+            ("eu.stripe.test".to_owned(), loopback),
+            ("other.example.test".to_owned(), loopback),
+        ]);
+    });
+    assert!(
+        h.executor.uses_bwrap(),
+        "this test needs bubblewrap with network namespaces (make test-deps installs it)"
+    );
+    let key = key("acct");
+    let url = |host: &str| format!("http://{host}:{}/", public.port);
+    let input = json!({
+        "serverData": "/nonexistent",
+        "otherRunner": "/nonexistent",
+        "fetch": {
+            "listed": url("api.example.test"),
+            "wildcard": url("eu.stripe.test"),
+            "unlisted": url("other.example.test"),
+        },
+        "tcp": {},
+    });
+    let mut req = request(inline(PROBE), input.clone());
+    req.egress_allow = Some(
+        toolserver_domain::EgressAllowList::parse(&[
+            "api.example.test".to_owned(),
+            "*.stripe.test".to_owned(),
+        ])
+        .unwrap(),
+    );
+    let out = final_value(&run(&h.executor, &key, req).await);
+    assert_eq!(out["listed"], "ok: 200 listed", "{out:#}");
+    assert_eq!(out["wildcard"], "ok: 200 listed", "{out:#}");
+    assert_eq!(
+        out["unlisted"],
+        "refused: egress to other.example.test:".to_owned()
+            + &public.port.to_string()
+            + " refused: other.example.test is not in the tool's egress allow list",
+        "{out:#}"
+    );
+
+    let out = final_value(&run(&h.executor, &key, request(inline(PROBE), input)).await);
+    assert_eq!(
+        out["unlisted"], "ok: 200 listed",
+        "without a list, any public host: {out:#}"
+    );
+}

@@ -68,6 +68,7 @@ pub fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
         deadline_ms: 10_000,
         max_output_bytes: 1024 * 1024,
         async_meta: None,
+        egress_allow: None,
     }
 }
 

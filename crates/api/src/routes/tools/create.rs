@@ -9,12 +9,13 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use toolserver_domain::{
-    InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName, ValidationError,
+    EgressAllowList, InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName,
+    ValidationError,
 };
 use toolserver_store::{tools, NewTool};
 
 use super::upload::{read_upload, WithBase64Bundle};
-use super::wire::{CreateToolForm, CreateToolJson, ToolManifest, ToolView};
+use super::wire::{CreateToolForm, CreateToolJson, ToolEgress, ToolManifest, ToolView};
 use crate::auth::Account;
 use crate::error::{ApiResult, ErrorBody};
 use crate::state::AppState;
@@ -28,6 +29,7 @@ impl WithBase64Bundle for CreateToolJson {
             description: self.description,
             input_schema: self.input_schema,
             default_config: self.default_config,
+            egress: self.egress,
         };
         (manifest, Some(self.bundle))
     }
@@ -43,6 +45,8 @@ pub struct ValidManifest {
     pub input_schema: InputSchema,
     /// Default configuration.
     pub default_config: ToolConfig,
+    /// Egress allow list; `None`: any public host.
+    pub egress_allow: Option<EgressAllowList>,
 }
 
 /// Validates every manifest field, reporting the first that fails.
@@ -58,7 +62,18 @@ pub fn validate_manifest(
             Some(value) => ToolConfig::parse(value, limits)?,
             None => ToolConfig::default(),
         },
+        egress_allow: egress_allow(m.egress)?,
     })
+}
+
+/// The allow list an `egress` field states, if it states one.
+pub fn egress_allow(
+    egress: Option<ToolEgress>,
+) -> Result<Option<EgressAllowList>, ValidationError> {
+    egress
+        .and_then(|egress| egress.allow)
+        .map(|patterns| EgressAllowList::parse(&patterns))
+        .transpose()
 }
 
 /// Uploads a tool: an already-bundled ESM module plus its manifest.
@@ -101,6 +116,7 @@ pub async fn create_tool(
             description: manifest.description,
             input_schema: manifest.input_schema,
             default_config: manifest.default_config,
+            egress_allow: manifest.egress_allow,
             bundle_sha256: stored.sha256,
             bundle_size: stored.size as i64,
         },

@@ -9,6 +9,7 @@ use toolserver_domain::{
 };
 use toolserver_store::{tools, ToolPatch};
 
+use super::create::egress_allow;
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
 use super::{parse_tool_id, tool_not_found};
@@ -25,6 +26,7 @@ impl WithBase64Bundle for UpdateToolJson {
             description: self.description,
             input_schema: self.input_schema,
             default_config: self.default_config,
+            egress: self.egress,
         };
         (manifest, self.bundle)
     }
@@ -46,6 +48,10 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
             .default_config
             .map(|c| ToolConfig::parse(c, limits))
             .transpose()?,
+        egress_allow: match m.egress {
+            Some(egress) => Some(egress_allow(Some(egress))?),
+            None => None,
+        },
         bundle: None,
     })
 }
@@ -85,6 +91,7 @@ pub async fn update_tool(
         && patch.description.is_none()
         && patch.input_schema.is_none()
         && patch.default_config.is_none()
+        && patch.egress_allow.is_none()
         && upload.bundle.is_none();
     // Check the tool is the caller's before storing any bytes for it.
     let current = tools::get(state.pool(), &account, id)

@@ -22,6 +22,8 @@ pub struct ToolView {
     /// Configuration that agent options merge over.
     #[schema(value_type = Object)]
     pub default_config: Value,
+    /// Where the tool's code may connect.
+    pub egress: ToolEgress,
     /// SHA-256 of the current bundle (hex).
     pub bundle_sha256: String,
     /// Size of the current bundle in bytes.
@@ -46,6 +48,9 @@ impl From<ToolRecord> for ToolView {
             description: tool.description,
             input_schema: tool.input_schema.as_value().clone(),
             default_config: tool.default_config.to_value(),
+            egress: ToolEgress {
+                allow: tool.egress_allow.map(|allow| allow.patterns().to_vec()),
+            },
             bundle_sha256: tool.bundle_sha256.to_hex(),
             bundle_size: tool.bundle_size,
             version: tool.version,
@@ -53,6 +58,17 @@ impl From<ToolRecord> for ToolView {
             updated_at: tool.updated_at,
         }
     }
+}
+
+/// Where a tool's code may connect.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolEgress {
+    /// Host names (`api.example.com`) or `*.` patterns (`*.example.com`:
+    /// any host below it) the code may reach, at most 64; the server's own
+    /// callbacks stay reachable. Absent: any public host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
 }
 
 /// The manifest of a tool: everything but its code.
@@ -69,6 +85,9 @@ pub struct ToolManifest {
     /// Default configuration object.
     #[schema(value_type = Option<Object>)]
     pub default_config: Option<Value>,
+    /// Where the tool's code may connect: `{"allow": [...]}` narrows it to
+    /// those hosts; absent or `{}`: any public host.
+    pub egress: Option<ToolEgress>,
 }
 
 /// Upload as JSON: the manifest plus the bundle in base64.
@@ -85,6 +104,9 @@ pub struct CreateToolJson {
     /// Default configuration object.
     #[schema(value_type = Option<Object>)]
     pub default_config: Option<Value>,
+    /// Where the tool's code may connect: `{"allow": [...]}` narrows it to
+    /// those hosts; absent or `{}`: any public host.
+    pub egress: Option<ToolEgress>,
     /// The bundled ESM module, base64 (standard alphabet, padded).
     pub bundle: String,
 }
@@ -114,6 +136,8 @@ pub struct UpdateToolJson {
     /// New default configuration (replaces the old one whole).
     #[schema(value_type = Option<Object>)]
     pub default_config: Option<Value>,
+    /// New egress rule (replaces the old one; `{}` lifts the allow list).
+    pub egress: Option<ToolEgress>,
     /// New bundle, base64.
     pub bundle: Option<String>,
 }
@@ -168,4 +192,6 @@ pub struct UpdateManifest {
     /// New default configuration.
     #[schema(value_type = Option<Object>)]
     pub default_config: Option<Value>,
+    /// New egress rule (replaces the old one; `{}` lifts the allow list).
+    pub egress: Option<ToolEgress>,
 }
