@@ -229,6 +229,18 @@ impl RunnerCgroup {
         &self.procs
     }
 
+    /// The processes in the runner's cgroup.
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(procs) = self.procs.first() else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(procs)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect()
+    }
+
     /// Processes of the runner the kernel killed for memory, so far.
     pub fn oom_kills(&self) -> u64 {
         counter(self.oom_counter.as_deref(), "oom_kill")

@@ -3,14 +3,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-/// CPU time of process `root` and every process below it (reaped children
-/// included), in clock ticks.
-pub fn tree_cpu_ticks(root: u32) -> u64 {
+/// Process `root` and every process below it, found by reading every
+/// process's parent from `/proc` (for a runner without a cgroup).
+pub fn process_tree(root: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return vec![root];
     };
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut ticks: HashMap<u32, u64> = HashMap::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -19,22 +18,30 @@ pub fn tree_cpu_ticks(root: u32) -> u64 {
         else {
             continue;
         };
-        let Some((parent, used)) = std::fs::read_to_string(entry.path().join("stat"))
+        let parent = std::fs::read_to_string(entry.path().join("stat"))
             .ok()
-            .and_then(|stat| parse_stat(&stat))
-        else {
-            continue;
-        };
-        children.entry(parent).or_default().push(pid);
-        ticks.insert(pid, used);
+            .and_then(|stat| parse_stat(&stat));
+        if let Some((parent, _)) = parent {
+            children.entry(parent).or_default().push(pid);
+        }
     }
-    let mut total = 0;
+    let mut tree = Vec::new();
     let mut pending = vec![root];
     while let Some(pid) = pending.pop() {
-        total += ticks.get(&pid).copied().unwrap_or(0);
+        tree.push(pid);
         pending.extend(children.get(&pid).into_iter().flatten());
     }
-    total
+    tree
+}
+
+/// CPU time of `pids` (user and system, and of their reaped children), in
+/// clock ticks; a process that is gone counts nothing.
+pub fn cpu_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| parse_stat(&stat))
+        .map(|(_, used)| used)
+        .sum()
 }
 
 /// The parent and the CPU ticks (user, system, and of reaped children) in a
@@ -97,7 +104,9 @@ mod tests {
     fn this_process_uses_some_cpu_and_a_directory_counts_its_files() {
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(50) {}
-        assert!(tree_cpu_ticks(std::process::id()) > 0);
+        let tree = process_tree(std::process::id());
+        assert_eq!(tree[0], std::process::id());
+        assert!(cpu_ticks(&tree) > 0);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), vec![1u8; 100_000]).unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();

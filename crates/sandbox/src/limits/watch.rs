@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::usage::{disk_use, tree_cpu_ticks};
+use super::usage::{cpu_ticks, disk_use, process_tree};
 use super::{mib, Limit, LimitBreach, RunnerCgroup, RunnerLimits};
 
 /// The watch over one call.
@@ -59,9 +59,18 @@ impl CallWatch {
         watch
     }
 
+    /// The runner's processes: its cgroup's, else the worker's tree.
+    fn processes(&self) -> Vec<u32> {
+        match (&self.cgroup, self.pid) {
+            (Some(group), _) => group.pids(),
+            (None, Some(pid)) => process_tree(pid),
+            (None, None) => Vec::new(),
+        }
+    }
+
     fn counters(&self) -> Counters {
         Counters {
-            cpu_ticks: self.pid.map(tree_cpu_ticks).unwrap_or(0),
+            cpu_ticks: cpu_ticks(&self.processes()),
             oom_kills: self.cgroup.as_ref().map_or(0, |group| group.oom_kills()),
             refused_forks: self
                 .cgroup
