@@ -24,7 +24,7 @@ pub struct CallWatch {
 }
 
 /// Counters read at the start of the call.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Counters {
     cpu_ticks: u64,
     oom_kills: u64,
@@ -48,12 +48,7 @@ impl CallWatch {
             dir,
             cgroup,
             heap_exhaustions,
-            start: Counters {
-                cpu_ticks: 0,
-                oom_kills: 0,
-                refused_forks: 0,
-                heap_exhaustions: 0,
-            },
+            start: Counters::default(),
         };
         watch.start = watch.counters();
         watch

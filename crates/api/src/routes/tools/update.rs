@@ -48,10 +48,10 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
             .default_config
             .map(|c| ToolConfig::parse(c, limits))
             .transpose()?,
-        egress_allow: match m.egress {
-            Some(egress) => Some(egress_allow(Some(egress))?),
-            None => None,
-        },
+        egress_allow: m
+            .egress
+            .map(|egress| egress_allow(Some(egress)))
+            .transpose()?,
         bundle: None,
     })
 }
