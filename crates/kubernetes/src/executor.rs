@@ -1,15 +1,21 @@
 //! [`KubernetesExecutor`]: the [`Executor`] over runner pods. Sequence of a
-//! call: exec the bridge into the pod and health-check the worker on that
-//! connection → if nothing healthy answers, make sure the pod is up
-//! (`pods.rs`), exec the launcher (which starts the worker detached) and
-//! bridge again → `POST /invoke` on the same connection → the shared relay
-//! (one-shot fallback by exec, kill on a missed deadline). A pod that vanished
-//! under a call (deleted by another server at idle) is looked up again once.
-//! The idle clock lives on the pod (an annotation), so every server sees it;
-//! a touch is written at most every quarter of the idle timeout, at a call's
-//! start and end and every quarter idle timeout while it runs. The reaper
-//! asks an idle pod's worker before deleting it: a worker still running
-//! calls (detached ones outlive their request) keeps its pod, marked used.
+//! call on a direct channel (the default): open a TCP connection to the
+//! pod's worker with the runner's secret, learned once from the pod and
+//! kept, and `POST /invoke` on it; no API request, no exec, no health check.
+//! When that connection cannot be opened or the worker refuses the secret
+//! (the pod was replaced), the slow path runs once under the runner's start
+//! lock: make sure the pod is up (`pods.rs`), learn its channel, health-check
+//! the worker there, and if nothing healthy answers, exec the launcher
+//! (which starts the worker detached) and check again. A pod whose network
+//! this server cannot reach is used by exec for a while (the bridge: the
+//! worker's socket through `kubectl exec`'s protocol), as it always is with
+//! the exec channel. Then the shared relay (one-shot fallback by exec, kill
+//! on a missed deadline). The idle clock lives on the pod (an annotation), so
+//! every server sees it; a touch is written at most every quarter of the
+//! idle timeout, at a call's start and end and every quarter idle timeout
+//! while it runs. The reaper asks an idle pod's worker before deleting it: a
+//! worker still running calls (detached ones outlive their request) keeps
+//! its pod, marked used.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,10 +33,11 @@ use toolserver_sandbox::{
     RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
 };
 
+use crate::channel::PodChannel;
 use crate::exec::ExecStream;
 use crate::manifests;
-use crate::pods::RunnerPods;
-use crate::settings::KubernetesSettings;
+use crate::pods::{EnsuredPod, RunnerPods};
+use crate::settings::{KubernetesSettings, RunnerChannel};
 
 /// Runs tool calls in runner pods.
 #[derive(Clone)]
@@ -52,7 +59,39 @@ struct Runner {
     starting: tokio::sync::Mutex<()>,
     inflight: AtomicUsize,
     touched: Mutex<Option<Instant>>,
+    route: Mutex<Route>,
 }
+
+/// How this server reaches one runner's worker now.
+#[derive(Debug, Clone)]
+enum Route {
+    /// Not known: the next call takes the slow path, which learns it.
+    Unknown,
+    /// The pod's direct channel.
+    Direct(PodChannel),
+    /// By exec until then (the pod network was out of reach, or the pod has
+    /// no channel); afterwards the direct channel is tried again.
+    Exec(Instant),
+}
+
+impl Runner {
+    fn route(&self) -> Route {
+        self.route
+            .lock()
+            .map(|route| route.clone())
+            .unwrap_or(Route::Unknown)
+    }
+
+    fn set_route(&self, route: Route) {
+        if let Ok(mut current) = self.route.lock() {
+            *current = route;
+        }
+    }
+}
+
+/// How long a runner whose pod network could not be reached is used by exec
+/// before the direct channel is tried again.
+const EXEC_FALLBACK_PERIOD: Duration = Duration::from_secs(60);
 
 impl KubernetesExecutor {
     /// The backend over `client`. Refuses to start when the configured
@@ -103,6 +142,7 @@ impl KubernetesExecutor {
                     starting: tokio::sync::Mutex::new(()),
                     inflight: AtomicUsize::new(0),
                     touched: Mutex::new(None),
+                    route: Mutex::new(Route::Unknown),
                 })
             })
             .clone()
@@ -162,26 +202,126 @@ impl KubernetesExecutor {
         Some(connection)
     }
 
+    /// A connection to `runner`'s worker without asking the API server:
+    /// its direct channel when known (no health check: a worker that
+    /// accepts the connection answers), else, when the route is exec, a
+    /// bridge whose health check passed.
+    async fn warm_connection(&self, runner: &Runner) -> Option<WorkerConnection> {
+        match (self.inner.settings.channel, runner.route()) {
+            (RunnerChannel::Exec, _) => self.healthy_bridge(&runner.name).await,
+            (
+                RunnerChannel::Direct {
+                    connect_timeout, ..
+                },
+                Route::Direct(channel),
+            ) => match channel.connect(connect_timeout).await {
+                Ok(connection) => Some(connection),
+                Err(err) => {
+                    tracing::debug!(runner = %runner.name, error = %err, "direct channel failed; looking the pod up");
+                    runner.set_route(Route::Unknown);
+                    None
+                }
+            },
+            (RunnerChannel::Direct { .. }, Route::Exec(until)) if Instant::now() < until => {
+                self.healthy_bridge(&runner.name).await
+            }
+            (RunnerChannel::Direct { .. }, _) => None,
+        }
+    }
+
+    /// A connection to the worker of the ready `pod` whose health check
+    /// passed, on its direct channel when the settings and the pod have one
+    /// (recorded as the runner's route), else by exec.
+    async fn checked_connection(
+        &self,
+        runner: &Runner,
+        pod: &EnsuredPod,
+    ) -> Result<WorkerConnection, SandboxError> {
+        let direct = match (self.inner.settings.channel, &pod.channel) {
+            (
+                RunnerChannel::Direct {
+                    connect_timeout, ..
+                },
+                Some(channel),
+            ) => Some((connect_timeout, channel)),
+            _ => None,
+        };
+        let Some((connect_timeout, channel)) = direct else {
+            let mut connection = self.bridge(&runner.name).await?;
+            connection.health().await?;
+            return Ok(connection);
+        };
+        let mut connection = channel.connect(connect_timeout).await?;
+        connection.health().await?;
+        runner.set_route(Route::Direct(channel.clone()));
+        Ok(connection)
+    }
+
     /// A connection whose health check passed, and whether anything had to
-    /// start. A warm runner costs one exec and no API read: the bridge
-    /// fails if the pod is gone. Otherwise, one caller per runner at a time
-    /// makes sure of the pod and starts the worker.
+    /// start. A warm runner costs one connection and no API read (see
+    /// [`Self::warm_connection`]). Otherwise, one caller per runner at a
+    /// time makes sure of the pod, learns its channel and starts the worker.
     async fn connect(&self, runner: &Runner) -> Result<(WorkerConnection, bool), SandboxError> {
-        if let Some(connection) = self.healthy_bridge(&runner.name).await {
+        if let Some(connection) = self.warm_connection(runner).await {
             return Ok((connection, false));
         }
         let _starting = runner.starting.lock().await;
+        if let Some(connection) = self.warm_connection(runner).await {
+            return Ok((connection, false));
+        }
         let pod = self.inner.pods.ensure(&runner.key).await?;
-        if let Some(connection) = self.healthy_bridge(&runner.name).await {
+        if let Ok(connection) = self.checked_connection(runner, &pod).await {
             return Ok((connection, pod.created));
         }
         let launched = self.launch(&runner.name).await?;
         if launched {
             tracing::info!(runner = %runner.name, pod.uid = %pod.uid, "worker started");
         }
-        let mut connection = self.bridge(&runner.name).await?;
-        connection.health().await?;
-        Ok((connection, pod.created || launched))
+        match self.checked_connection(runner, &pod).await {
+            Ok(connection) => Ok((connection, pod.created || launched)),
+            Err(err) if matches!(self.inner.settings.channel, RunnerChannel::Direct { .. }) => {
+                tracing::warn!(
+                    runner = %runner.name,
+                    error = %err,
+                    "the runner pod's network is out of reach (or the pod has no channel); using exec for {} s",
+                    EXEC_FALLBACK_PERIOD.as_secs()
+                );
+                runner.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
+                let mut connection = self.bridge(&runner.name).await?;
+                connection.health().await?;
+                Ok((connection, pod.created || launched))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A connection for one request (cancel, logs, health) to pod `name`'s
+    /// worker: its direct channel when this server has one and the worker
+    /// there answers a health check with it, else the bridge.
+    async fn query_connection(&self, name: &str) -> Result<WorkerConnection, SandboxError> {
+        let known = self
+            .inner
+            .runners
+            .lock()
+            .ok()
+            .and_then(|runners| runners.get(name).cloned());
+        if let (
+            Some(runner),
+            RunnerChannel::Direct {
+                connect_timeout, ..
+            },
+        ) = (known, self.inner.settings.channel)
+        {
+            if let Route::Direct(channel) = runner.route() {
+                if let Ok(mut connection) = channel.connect(connect_timeout).await {
+                    if connection.health().await.is_ok() {
+                        return Ok(connection);
+                    }
+                }
+                runner.set_route(Route::Unknown);
+            }
+        }
+        self.bridge(name).await
     }
 
     /// [`Self::connect`], looking the pod up again once if it went away.
@@ -222,7 +362,7 @@ impl KubernetesExecutor {
     /// that cannot be reached or does not answer in time is not busy.
     async fn worker_busy(&self, pod: &str) -> bool {
         let asked = tokio::time::timeout(HEALTH_TIMEOUT, async {
-            self.bridge(pod).await?.inflight().await
+            self.query_connection(pod).await?.inflight().await
         })
         .await;
         matches!(asked, Ok(Ok(count)) if count > 0)
@@ -264,6 +404,7 @@ impl KubernetesExecutor {
                     if let Ok(mut touched) = runner.touched.lock() {
                         *touched = None;
                     }
+                    runner.set_route(Route::Unknown);
                 }
             }
         }
@@ -355,7 +496,7 @@ impl RunnerControl for PodRunner {
     }
 
     async fn knows_call(&self, call_id: &str) -> bool {
-        match self.executor.bridge(&self.runner.name).await {
+        match self.executor.query_connection(&self.runner.name).await {
             Ok(mut connection) => connection.logs(call_id).await.is_ok(),
             Err(_) => false,
         }
@@ -403,7 +544,18 @@ impl Executor for KubernetesExecutor {
         };
         self.touch(&runner).await;
         let sent = request.clone();
-        let worker = async move { connection.invoke(&sent).await };
+        let (executor, target) = (self.clone(), runner.clone());
+        let worker = async move {
+            match connection.invoke(&sent).await {
+                Err(SandboxError::Unauthorized(reason)) => {
+                    tracing::info!(runner = %target.name, %reason, "runner refused a stale channel; looking the pod up");
+                    target.set_route(Route::Unknown);
+                    let (connection, _) = executor.connect_retrying(&target).await?;
+                    connection.invoke(&sent).await
+                }
+                answer => answer,
+            }
+        };
         let kill_grace = self.inner.settings.kill_grace;
         let control = PodRunner {
             executor: self.clone(),
@@ -414,14 +566,14 @@ impl Executor for KubernetesExecutor {
     }
 
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {
-        self.bridge(&manifests::pod_name(key))
+        self.query_connection(&manifests::pod_name(key))
             .await?
             .cancel(call_id)
             .await
     }
 
     async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError> {
-        self.bridge(&manifests::pod_name(key))
+        self.query_connection(&manifests::pod_name(key))
             .await?
             .logs(call_id)
             .await

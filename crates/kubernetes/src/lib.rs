@@ -1,19 +1,22 @@
 //! The Kubernetes runner backend. One persistent, hardened pod per
 //! reservation key (account, tool), named by the key's hash; the server
-//! reaches the worker inside by exec (no listening port in the pod), with
-//! the same worker protocol and call relay as the local backend. Idle pods
+//! reaches the worker inside over the pod network behind a per-runner bearer
+//! secret (`channel.rs`), or by exec where that network is out of reach,
+//! with the same worker protocol and call relay as the local backend. Idle pods
 //! are deleted (scale to zero) and recreated on the next call; their module
 //! cache lives on a per-runner claim that outlives them.
 
+mod channel;
 mod exec;
 mod executor;
 pub mod manifests;
 pub mod pods;
 mod settings;
 
+pub use channel::{PodChannel, CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
 pub use exec::ExecStream;
 pub use executor::KubernetesExecutor;
-pub use settings::{CacheVolume, KubernetesSettings, RunnerResources};
+pub use settings::{CacheVolume, KubernetesSettings, RunnerChannel, RunnerResources};
 use toolserver_sandbox::SandboxError;
 
 /// A client for `config`. TLS uses the ring provider: the server links two

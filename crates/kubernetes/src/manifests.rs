@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
-    NetworkPolicySpec,
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -20,7 +20,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 use toolserver_sandbox::ReservationKey;
 
-use crate::settings::{CacheVolume, KubernetesSettings};
+use crate::channel::{CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
+use crate::settings::{CacheVolume, KubernetesSettings, RunnerChannel};
 
 /// Label every runner pod carries; the NetworkPolicy selects on it.
 pub const RUNNER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "toolserver-runner");
@@ -40,6 +41,13 @@ pub const LAST_USED_ANNOTATION: &str = "toolserver.dev/last-used";
 pub const CONTAINER: &str = "runner";
 /// Name of the NetworkPolicy the runner namespace must hold.
 pub const NETWORK_POLICY_NAME: &str = "toolserver-runners";
+/// Namespace of the server's pods (the only ones a runner admits), as
+/// `deploy/kubernetes/base` installs it.
+pub const SERVER_NAMESPACE: &str = "toolserver";
+/// Label of the server's pods.
+pub const SERVER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "toolserver");
+/// Name of the worker's port on the pod network.
+pub const CHANNEL_PORT_NAME: &str = "worker";
 
 /// IPv4 ranges runner pods may not reach: private, shared, loopback,
 /// link-local (node metadata) and "this network". A cluster whose pod or
@@ -124,6 +132,20 @@ fn env(name: &str, value: &str) -> EnvVar {
     }
 }
 
+fn env_from_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
 fn mount(name: &str, path: &str) -> VolumeMount {
     VolumeMount {
         name: name.into(),
@@ -146,8 +168,15 @@ fn empty_dir(name: &str, size: &str) -> Volume {
 /// The runner pod for `key`: the worker image, idle until the server execs
 /// the worker into it; non-root, read-only root filesystem, no capabilities,
 /// no privilege escalation, RuntimeDefault seccomp, no service-account
-/// token, bounded CPU and memory, writable `/tmp` and `/cache` only.
-pub fn runner_pod(settings: &KubernetesSettings, key: &ReservationKey, now: &str) -> Pod {
+/// token, bounded CPU and memory, writable `/tmp` and `/cache` only. With a
+/// direct channel, the worker will listen on its pod IP at the channel port
+/// and want `secret` (this pod's alone) on every request.
+pub fn runner_pod(
+    settings: &KubernetesSettings,
+    key: &ReservationKey,
+    now: &str,
+    secret: &str,
+) -> Pod {
     let mut annotations = runner_annotations(key);
     annotations.insert(LAST_USED_ANNOTATION.into(), now.to_owned());
     let cache = match &settings.cache {
@@ -172,12 +201,15 @@ pub fn runner_pod(settings: &KubernetesSettings, key: &ReservationKey, now: &str
             "node".into(),
             settings.script("hold.mjs"),
         ]),
-        env: Some(vec![
-            env("HOME", "/tmp"),
-            env("TMPDIR", "/tmp"),
-            env("NODE_ENV", "production"),
-            env("TOOLSERVER_CACHE_ROOTS", "/cache/tools"),
-        ]),
+        env: Some(container_env(settings.channel, secret)),
+        ports: settings.channel.port().map(|port| {
+            vec![ContainerPort {
+                name: Some(CHANNEL_PORT_NAME.into()),
+                container_port: i32::from(port),
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            }]
+        }),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".into(), quantity(&limits.cpu_request)),
@@ -240,6 +272,23 @@ pub fn runner_pod(settings: &KubernetesSettings, key: &ReservationKey, now: &str
         }),
         status: None,
     }
+}
+
+/// The runner container's environment: paths, and the direct channel's
+/// address, port and secret when there is one.
+fn container_env(channel: RunnerChannel, secret: &str) -> Vec<EnvVar> {
+    let mut vars = vec![
+        env("HOME", "/tmp"),
+        env("TMPDIR", "/tmp"),
+        env("NODE_ENV", "production"),
+        env("TOOLSERVER_CACHE_ROOTS", "/cache/tools"),
+    ];
+    if let Some(port) = channel.port() {
+        vars.push(env_from_field(CHANNEL_HOST_ENV, "status.podIP"));
+        vars.push(env(CHANNEL_PORT_ENV, &port.to_string()));
+        vars.push(env(CHANNEL_SECRET_ENV, secret));
+    }
+    vars
 }
 
 /// The cache claim for `key`, when the cache is persistent.
@@ -305,10 +354,27 @@ fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
     }
 }
 
-/// The runner namespace's NetworkPolicy: no ingress; egress to cluster DNS
-/// and to public addresses only (every range in [`BLOCKED_IPV4`] and
+/// The runner namespace's NetworkPolicy: ingress only from the server's
+/// pods, to the worker's channel port (the default one); egress to cluster
+/// DNS and to public addresses only (every range in [`BLOCKED_IPV4`] and
 /// [`BLOCKED_IPV6`] is excepted).
 pub fn runner_network_policy(namespace: &str) -> NetworkPolicy {
+    let port = RunnerChannel::DEFAULT_DIRECT.port().unwrap_or_default();
+    let from_server = NetworkPolicyIngressRule {
+        from: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(&[(
+                "kubernetes.io/metadata.name",
+                SERVER_NAMESPACE,
+            )])),
+            pod_selector: Some(match_labels(&[SERVER_LABEL])),
+            ip_block: None,
+        }]),
+        ports: Some(vec![NetworkPolicyPort {
+            protocol: Some("TCP".into()),
+            port: Some(IntOrString::Int(i32::from(port))),
+            end_port: None,
+        }]),
+    };
     let dns = NetworkPolicyEgressRule {
         to: Some(vec![NetworkPolicyPeer {
             namespace_selector: Some(match_labels(&[(
@@ -333,7 +399,7 @@ pub fn runner_network_policy(namespace: &str) -> NetworkPolicy {
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(match_labels(&[RUNNER_LABEL])),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: None,
+            ingress: Some(vec![from_server]),
             egress: Some(vec![
                 dns,
                 public(ip_block("0.0.0.0/0", &BLOCKED_IPV4)),

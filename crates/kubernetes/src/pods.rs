@@ -16,6 +16,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use toolserver_sandbox::{ReservationKey, SandboxError};
 
+use crate::channel::PodChannel;
 use crate::manifests::{self, LAST_USED_ANNOTATION, MANAGED_LABEL, RUNNER_LABEL};
 use crate::settings::KubernetesSettings;
 
@@ -122,6 +123,8 @@ pub struct EnsuredPod {
     pub uid: String,
     /// Whether this call created it (first use or resume).
     pub created: bool,
+    /// Its direct channel, when its spec has one.
+    pub channel: Option<PodChannel>,
 }
 
 /// Creates, finds, resumes and deletes runner pods in one namespace.
@@ -160,7 +163,14 @@ impl RunnerPods {
                 .await
                 .map_err(|e| api_error("reading the runner pod", e))?;
             match classify(pod.as_ref(), key) {
-                PodState::Ready { uid } => return Ok(EnsuredPod { uid, created }),
+                PodState::Ready { uid } => {
+                    let channel = pod.as_ref().and_then(PodChannel::of);
+                    return Ok(EnsuredPod {
+                        uid,
+                        created,
+                        channel,
+                    });
+                }
                 PodState::Absent => {
                     self.create(key).await?;
                     created = true;
@@ -200,7 +210,8 @@ impl RunnerPods {
                 Err(err) => return Err(api_error("creating the runner cache claim", err)),
             }
         }
-        let pod = manifests::runner_pod(&self.settings, key, &now_rfc3339());
+        let secret = PodChannel::new_secret();
+        let pod = manifests::runner_pod(&self.settings, key, &now_rfc3339(), &secret);
         match self.pods.create(&PostParams::default(), &pod).await {
             Ok(_) => {
                 tracing::info!(runner = %manifests::pod_name(key), "runner pod created");

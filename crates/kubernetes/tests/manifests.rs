@@ -645,7 +645,7 @@ fn policies(objects: &[Value]) -> BTreeMap<String, Value> {
 }
 
 #[test]
-fn runner_pods_get_dns_and_public_addresses_only() {
+fn runner_pods_admit_only_the_server_and_get_dns_and_public_addresses_only() {
     let base = policies(&rendered(BASE));
     assert_eq!(
         base.keys().collect::<Vec<_>>(),
@@ -654,14 +654,44 @@ fn runner_pods_get_dns_and_public_addresses_only() {
     );
     let spec = &base["toolserver-runners"];
     assert_eq!(spec, &runner_policy_spec());
-    assert!(spec.get("ingress").is_none(), "no ingress rule: deny all");
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": SERVER_NAMESPACE}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver"}},
+            }],
+            "ports": [{"protocol": "TCP", "port": 8790}],
+        }]),
+        "ingress from the server's pods to the worker channel only"
+    );
     let typed: NetworkPolicy = find(
         &rendered(BASE),
         "NetworkPolicy",
         RUNNER_NAMESPACE,
         "toolserver-runners",
     );
-    assert!(typed.spec.expect("a spec").ingress.is_none());
+    assert_eq!(
+        typed.spec.expect("a spec").ingress.map(|rules| rules.len()),
+        Some(1)
+    );
+    // The rule's selector picks the server pods, and only them.
+    let objects = rendered(BASE);
+    let servers: Vec<String> = of_kind(&objects, "Deployment")
+        .iter()
+        .filter(|d| {
+            d["metadata"]["namespace"] == SERVER_NAMESPACE
+                && d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+                    == "toolserver"
+        })
+        .map(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(servers, ["toolserver"]);
 
     let production = policies(&rendered(PRODUCTION));
     assert_eq!(

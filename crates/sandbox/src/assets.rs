@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-const FILES: [(&str, &str); 8] = [
+const FILES: [(&str, &str); 9] = [
     ("runtime.mjs", include_str!("../worker/runtime.mjs")),
     ("callbacks.mjs", include_str!("../worker/callbacks.mjs")),
     ("worker.mjs", include_str!("../worker/worker.mjs")),
@@ -15,6 +15,7 @@ const FILES: [(&str, &str); 8] = [
     ("bridge.mjs", include_str!("../worker/bridge.mjs")),
     ("hold.mjs", include_str!("../worker/hold.mjs")),
     ("egress.mjs", include_str!("../worker/egress.mjs")),
+    ("channel.mjs", include_str!("../worker/channel.mjs")),
 ];
 
 /// The worker sources installed on disk.

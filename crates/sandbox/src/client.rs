@@ -1,6 +1,6 @@
 //! HTTP/1.1 to a worker. A [`WorkerConnection`] runs over any byte stream: a
-//! unix socket for local runners, an exec stream into a pod for Kubernetes
-//! ones. Requests on one connection go one after another (keep-alive), so a
+//! unix socket for local runners, a TCP connection to a pod (with the
+//! runner's bearer secret) or an exec stream into it for Kubernetes ones. Requests on one connection go one after another (keep-alive), so a
 //! health check and the call it guards can share a connection.
 //! [`WorkerClient`] opens one socket connection per request (connecting to a
 //! local socket costs microseconds).
@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, Request, Response};
+use hyper::header::{HeaderValue, AUTHORIZATION};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -28,6 +29,7 @@ fn transport(err: impl std::fmt::Display) -> SandboxError {
 /// One HTTP/1.1 connection to a worker.
 pub struct WorkerConnection {
     sender: SendRequest<Full<Bytes>>,
+    authorization: Option<HeaderValue>,
 }
 
 impl WorkerConnection {
@@ -41,7 +43,23 @@ impl WorkerConnection {
             .await
             .map_err(transport)?;
         tokio::spawn(connection);
-        Ok(Self { sender })
+        Ok(Self {
+            sender,
+            authorization: None,
+        })
+    }
+
+    /// [`Self::handshake`] for a worker that wants `bearer` on every request
+    /// (a pod's direct channel).
+    pub async fn handshake_bearer<IO>(io: IO, bearer: &str) -> Result<Self, SandboxError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut value = HeaderValue::try_from(format!("Bearer {bearer}")).map_err(transport)?;
+        value.set_sensitive(true);
+        let mut connection = Self::handshake(io).await?;
+        connection.authorization = Some(value);
+        Ok(connection)
     }
 
     async fn send(
@@ -51,14 +69,20 @@ impl WorkerConnection {
         body: Bytes,
     ) -> Result<Response<Incoming>, SandboxError> {
         self.sender.ready().await.map_err(transport)?;
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header("host", "worker")
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .map_err(transport)?;
-        self.sender.send_request(request).await.map_err(transport)
+            .header("content-type", "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let request = request.body(Full::new(body)).map_err(transport)?;
+        let response = self.sender.send_request(request).await.map_err(transport)?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            return Err(SandboxError::Unauthorized(format!("{path} answered 401")));
+        }
+        Ok(response)
     }
 
     async fn json(

@@ -9,6 +9,11 @@ pub enum SandboxError {
     /// Talking to the runner failed.
     #[error("runner transport error: {0}")]
     Transport(String),
+    /// The runner refused the server's credentials (on a direct channel to
+    /// a pod: the address now belongs to another runner, or the pod was
+    /// replaced); nothing was run.
+    #[error("runner refused the credentials: {0}")]
+    Unauthorized(String),
     /// The runner answered something that is not the protocol.
     #[error("runner protocol error: {0}")]
     Protocol(String),

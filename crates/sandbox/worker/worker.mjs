@@ -13,12 +13,16 @@
 //   GET  /logs?callId=<id>       -> {"logs":[...]} of a background call
 //   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}; inflight counts
 //                                   background calls until their outcome is delivered
+//
+// In a Kubernetes runner pod the same API is also served on the pod network,
+// behind the runner's bearer secret (channel.mjs).
 
 import './egress.mjs';
 import { lstatSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { channelSettings, listenChannel } from './channel.mjs';
 import { deliverCompletion, heartbeater, keepAlive } from './callbacks.mjs';
 import { BundleCache, Call, RequestError, captureConsole, parseInvokeRequest, resolveCacheRoot } from './runtime.mjs';
 
@@ -33,6 +37,7 @@ if (!args.socket) {
   process.exit(2);
 }
 
+const channel = channelSettings();
 captureConsole();
 const cache = new BundleCache(resolveCacheRoot());
 const inflight = new Map(); // callId -> Call (a background one until its outcome is delivered)
@@ -131,7 +136,7 @@ function health(res) {
   sendJson(res, 200, { ok: true, pid: process.pid, ...cache.stats, inflight: inflight.size });
 }
 
-const server = createServer(async (req, res) => {
+async function route(req, res) {
   const route = `${req.method} ${new URL(req.url, 'http://worker').pathname}`;
   try {
     if (route === 'POST /invoke') await invoke(req, res);
@@ -143,7 +148,9 @@ const server = createServer(async (req, res) => {
     if (err instanceof RequestError) sendJson(res, err.status, { error: err.message });
     else sendJson(res, 500, { error: err.message });
   }
-});
+}
+
+const server = createServer(route);
 
 // Remove a socket left behind by a previous worker, but never any other kind of file.
 try {
@@ -152,6 +159,7 @@ try {
   if (err.code !== 'ENOENT') throw err;
 }
 
+const channelServer = channel && (await listenChannel(channel, route));
 server.listen(args.socket, () => {
   process.stdout.write(`${JSON.stringify({ ready: true, pid: process.pid })}\n`);
 });
@@ -159,6 +167,7 @@ server.listen(args.socket, () => {
 for (const signal of ['SIGTERM', 'SIGINT']) {
   process.once(signal, () => {
     server.close();
+    channelServer?.close();
     rmSync(args.socket, { force: true });
     process.exit(0);
   });

@@ -262,6 +262,15 @@ pub enum CacheVolumeKind {
     Ephemeral,
 }
 
+/// How the server reaches a runner pod's worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChannelKind {
+    /// Over the pod network, behind a per-runner bearer secret.
+    Direct,
+    /// By exec through the API server, for every request.
+    Exec,
+}
+
 /// Where and how uploaded tools run.
 #[derive(Debug, Clone, Args)]
 pub struct RunnerConfig {
@@ -442,6 +451,28 @@ pub struct KubernetesConfig {
         default_value = "toolserver-runners"
     )]
     pub k8s_network_policy: String,
+    /// `direct` (the worker's HTTP port on the pod network, behind a
+    /// per-runner secret) or `exec` (every request through the API server,
+    /// e.g. for a server outside the cluster) (`TOOLSERVER_K8S_CHANNEL`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_CHANNEL",
+        value_enum,
+        default_value = "direct"
+    )]
+    pub k8s_channel: ChannelKind,
+    /// The worker's TCP port on the pod network (`TOOLSERVER_K8S_CHANNEL_PORT`;
+    /// the runner NetworkPolicy admits the server on 8790).
+    #[arg(long, env = "TOOLSERVER_K8S_CHANNEL_PORT", default_value_t = 8790)]
+    pub k8s_channel_port: u16,
+    /// Milliseconds opening a connection to a runner pod may take before the
+    /// pod is looked up again (`TOOLSERVER_K8S_CHANNEL_CONNECT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_K8S_CHANNEL_CONNECT_MS",
+        default_value_t = 1000
+    )]
+    pub k8s_channel_connect_ms: u64,
 }
 
 /// Agents, model providers, built-in tools and turn limits.

@@ -18,7 +18,9 @@ use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::tools::{TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
-use toolserver_kubernetes::{CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerResources};
+use toolserver_kubernetes::{
+    CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerChannel, RunnerResources,
+};
 use toolserver_sandbox::{
     EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings, RunnerLimits,
 };
@@ -26,8 +28,9 @@ use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
-    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, DatabaseConfig,
-    ExecutorKind, JwtAlgorithm, LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
+    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, ChannelKind,
+    DatabaseConfig, ExecutorKind, JwtAlgorithm, LimitsConfig, RunnerConfig, RunnerIsolation,
+    ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::{keys, telemetry};
@@ -331,6 +334,13 @@ fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
     settings.kill_grace = Duration::from_millis(config.runner_kill_grace_ms);
     settings.network_policy =
         (!k8s.k8s_network_policy.is_empty()).then(|| k8s.k8s_network_policy.clone());
+    settings.channel = match k8s.k8s_channel {
+        ChannelKind::Direct => RunnerChannel::Direct {
+            port: k8s.k8s_channel_port,
+            connect_timeout: Duration::from_millis(k8s.k8s_channel_connect_ms),
+        },
+        ChannelKind::Exec => RunnerChannel::Exec,
+    };
     settings
 }
 

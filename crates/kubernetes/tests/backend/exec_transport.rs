@@ -1,8 +1,9 @@
-//! The exec transport and the whole executor against a local server that
-//! plays the API server and kubelet: pods are objects in memory, and exec
-//! really runs the command (the real Node worker) over the
-//! `v5.channel.k8s.io` WebSocket protocol. Everything above the transport is
-//! the code that runs in a cluster.
+//! The transports (the direct channel on the pod network, and exec) and the
+//! whole executor against a local server that plays the API server and
+//! kubelet: pods are objects in memory with addresses of their own on the
+//! loopback network, and exec really runs the command (the real Node worker)
+//! over the `v5.channel.k8s.io` WebSocket protocol. Everything above the
+//! transport is the code that runs in a cluster.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use toolserver_domain::{AccountId, Sha256Digest, ToolId};
 use toolserver_kubernetes::manifests::runner_network_policy;
-use toolserver_kubernetes::{KubernetesExecutor, KubernetesSettings};
+use toolserver_kubernetes::{KubernetesExecutor, KubernetesSettings, RunnerChannel};
 use toolserver_sandbox::{
     BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey, WorkerAssets,
 };
@@ -23,6 +24,18 @@ struct Cluster {
     fake: FakeCluster,
     executor: KubernetesExecutor,
     _dir: tempfile::TempDir,
+}
+
+/// Another server's executor on the same cluster.
+async fn replica(fake: &FakeCluster) -> KubernetesExecutor {
+    let config = kube::Config::new(fake.url().parse().unwrap());
+    let client = toolserver_kubernetes::client(config).unwrap();
+    KubernetesExecutor::new(
+        client,
+        KubernetesSettings::new(NS, "toolserver-runner:test"),
+    )
+    .await
+    .unwrap()
 }
 
 async fn cluster(adjust: impl FnOnce(&mut KubernetesSettings)) -> Cluster {
@@ -155,6 +168,14 @@ export default {
     assert_eq!(next(&mut frames).await, Frame::End);
 }
 
+/// The API requests `cluster` received since the first `since`.
+fn requests_since(cluster: &Cluster, since: usize) -> Vec<String> {
+    cluster.fake.requests()[since..]
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
 #[tokio::test]
 async fn the_first_call_starts_pod_and_worker_and_later_calls_reuse_both() {
     let cluster = cluster(|_| {}).await;
@@ -168,21 +189,101 @@ async fn the_first_call_starts_pod_and_worker_and_later_calls_reuse_both() {
 
     let before = cluster.execs(&key);
     let requests_before = cluster.fake.requests().len();
+    for n in 0..3 {
+        let answer = cluster.call(&key, request(bundle(ECHO), json!(n))).await;
+        assert_eq!(answer, final_of(json!({ "echo": n })));
+    }
+    // Warm calls go straight to the worker on the pod network: no exec and
+    // no other API request.
+    assert_eq!(cluster.execs(&key), before);
+    let made = requests_since(&cluster, requests_before);
+    assert!(made.is_empty(), "{made:?}");
+    assert_eq!(cluster.pod_uid(&key), Some(uid));
+}
+
+#[tokio::test]
+async fn the_pod_channel_answers_only_with_the_runners_secret() {
+    let cluster = cluster(|_| {}).await;
+    let key = key("acct_1");
+    cluster.executor.ensure(&key).await.unwrap();
+    let pod = cluster.fake.pod(NS, &key.runner_name()).unwrap();
+    let ip = pod["status"]["podIP"].as_str().unwrap();
+    let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+    let secret = env
+        .iter()
+        .find(|var| var["name"] == "TOOLSERVER_CHANNEL_SECRET")
+        .and_then(|var| var["value"].as_str())
+        .unwrap();
+    let health = format!("http://{ip}:8790/health");
+    let http = reqwest::Client::new();
+    let anonymous = http.get(&health).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let wrong = http
+        .get(&health)
+        .bearer_auth("0".repeat(64))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let right = http.get(&health).bearer_auth(secret).send().await.unwrap();
+    assert_eq!(right.status(), 200);
+}
+
+#[tokio::test]
+async fn with_the_exec_channel_a_warm_call_is_one_exec() {
+    let cluster = cluster(|settings| settings.channel = RunnerChannel::Exec).await;
+    let key = key("acct_1");
+    cluster.executor.ensure(&key).await.unwrap();
+    let pod = cluster.fake.pod(NS, &key.runner_name()).unwrap();
+    let env = pod["spec"]["containers"][0]["env"].to_string();
+    assert!(!env.contains("TOOLSERVER_CHANNEL"), "no channel: {env}");
+    let before = cluster.execs(&key);
+    let requests_before = cluster.fake.requests().len();
     let answer = cluster.call(&key, request(bundle(ECHO), json!(1))).await;
     assert_eq!(answer, final_of(json!({"echo": 1})));
-    // A warm call is one exec and no other API request: health check and
-    // invoke share the bridge, and a missing pod would fail the exec.
+    // Health check and invoke share the bridge, and a missing pod would
+    // fail the exec.
     assert_eq!(cluster.execs(&key) - before, 1);
-    let made: Vec<String> = cluster.fake.requests()[requests_before..]
-        .iter()
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let made = requests_since(&cluster, requests_before);
     assert_eq!(made.len(), 1, "{made:?}");
     assert!(
         made[0].contains(&format!("/pods/{}/exec?", key.runner_name())),
         "{made:?}"
     );
-    assert_eq!(cluster.pod_uid(&key), Some(uid));
+}
+
+#[tokio::test]
+async fn a_replaced_pod_is_found_again_and_its_old_address_runs_nothing() {
+    let cluster = cluster(|_| {}).await;
+    let other = replica(&cluster.fake).await;
+    let (mine, theirs) = (key("acct_1"), key("acct_2"));
+    // The tool answers the pod directory it runs in (`/tmp/..` of its pod).
+    let whereami = bundle("export default { execute() { return process.cwd(); } };");
+    let ran_in = |frame: Frame| match frame {
+        Frame::Final { value } => value.as_str().unwrap().to_owned(),
+        other => panic!("{other:?}"),
+    };
+    let first = cluster
+        .call(&mine, request(whereami.clone(), json!(null)))
+        .await;
+    let old_uid = cluster.pod_uid(&mine).unwrap();
+    assert!(ran_in(first).contains(&old_uid));
+    let old_ip = cluster.fake.pod(NS, &mine.runner_name()).unwrap()["status"]["podIP"].clone();
+
+    // Another server deletes the pod, and another account's runner gets its
+    // address (with a secret of its own).
+    other.stop(&mine).await.unwrap();
+    other.ensure(&theirs).await.unwrap();
+    let theirs_pod = cluster.fake.pod(NS, &theirs.runner_name()).unwrap();
+    assert_eq!(theirs_pod["status"]["podIP"], old_ip);
+
+    // This server's channel to the old address now reaches the other
+    // runner's worker, which refuses it; the call runs in a new pod of its own.
+    let second = cluster.call(&mine, request(whereami, json!(null))).await;
+    let new_uid = cluster.pod_uid(&mine).expect("the pod was created again");
+    assert_ne!(new_uid, old_uid);
+    let place = ran_in(second);
+    assert!(place.contains(&new_uid), "ran in {place}");
 }
 
 #[tokio::test]

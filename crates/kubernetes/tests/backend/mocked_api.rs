@@ -16,6 +16,9 @@ use crate::mock::mocked;
 
 const NS: &str = "runners";
 
+/// The runner secret of pods these tests serve.
+const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
 fn settings() -> KubernetesSettings {
     let mut settings = KubernetesSettings::new(NS, "registry.example/toolserver-runner:1.2.3");
     settings.ready_timeout = Duration::from_secs(5);
@@ -30,7 +33,7 @@ fn key(account: &str) -> ReservationKey {
 /// The pod as the API would answer it: the backend's spec plus metadata and status.
 fn served_pod(key: &ReservationKey, uid: &str, phase: &str, ready: bool) -> Value {
     let mut pod =
-        serde_json::to_value(runner_pod(&settings(), key, "2026-01-01T00:00:00Z")).unwrap();
+        serde_json::to_value(runner_pod(&settings(), key, "2026-01-01T00:00:00Z", SECRET)).unwrap();
     pod["metadata"]["uid"] = json!(uid);
     pod["metadata"]["resourceVersion"] = json!("7");
     pod["status"] = json!({
@@ -62,7 +65,8 @@ fn the_runner_pod_is_hardened_and_labelled() {
     );
     let mut settings = settings();
     settings.runtime_class = Some("gvisor".into());
-    let pod = serde_json::to_value(runner_pod(&settings, &key, "2026-01-01T00:00:00Z")).unwrap();
+    let pod =
+        serde_json::to_value(runner_pod(&settings, &key, "2026-01-01T00:00:00Z", SECRET)).unwrap();
     let name = key.runner_name();
     let tool = key.tool().to_string();
     let account_hash = pod["metadata"]["labels"]["toolserver.dev/account"]
@@ -119,7 +123,11 @@ fn the_runner_pod_is_hardened_and_labelled() {
                         {"name": "TMPDIR", "value": "/tmp"},
                         {"name": "NODE_ENV", "value": "production"},
                         {"name": "TOOLSERVER_CACHE_ROOTS", "value": "/cache/tools"},
+                        {"name": "TOOLSERVER_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "TOOLSERVER_CHANNEL_PORT", "value": "8790"},
+                        {"name": "TOOLSERVER_CHANNEL_SECRET", "value": SECRET},
                     ],
+                    "ports": [{"name": "worker", "containerPort": 8790, "protocol": "TCP"}],
                     "resources": {
                         "requests": {"cpu": "100m", "memory": "128Mi"},
                         "limits": {"cpu": "1", "memory": "512Mi"},
@@ -146,7 +154,7 @@ fn label_safe_accounts_are_labelled_verbatim_and_ephemeral_caches_use_empty_dirs
     settings.cache = CacheVolume::Ephemeral {
         size: "64Mi".into(),
     };
-    let pod = serde_json::to_value(runner_pod(&settings, &key, "t")).unwrap();
+    let pod = serde_json::to_value(runner_pod(&settings, &key, "t", SECRET)).unwrap();
     assert_eq!(
         pod["metadata"]["labels"]["toolserver.dev/account"],
         "acct_1"
@@ -159,7 +167,7 @@ fn label_safe_accounts_are_labelled_verbatim_and_ephemeral_caches_use_empty_dirs
 }
 
 #[test]
-fn the_network_policy_denies_ingress_and_private_egress() {
+fn the_network_policy_admits_only_the_server_and_denies_private_egress() {
     let policy = serde_json::to_value(runner_network_policy(NS)).unwrap();
     assert_eq!(
         policy,
@@ -170,6 +178,13 @@ fn the_network_policy_denies_ingress_and_private_egress() {
             "spec": {
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver-runner"}},
                 "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{
+                    "from": [{
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "toolserver"}},
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver"}},
+                    }],
+                    "ports": [{"protocol": "TCP", "port": 8790}],
+                }],
                 "egress": [
                     {
                         "to": [{
@@ -257,12 +272,18 @@ async fn an_absent_runner_gets_its_claim_and_pod_then_waits_until_ready() {
     let create = api
         .expect("POST", &format!("/api/v1/namespaces/{NS}/pods?"))
         .await;
-    let mut expected = serde_json::to_value(runner_pod(&settings(), &key, "x")).unwrap();
     let mut sent = create.body.clone();
     assert!(sent["metadata"]["annotations"]["toolserver.dev/last-used"]
         .as_str()
         .is_some_and(|at| at.ends_with('Z')));
     sent["metadata"]["annotations"]["toolserver.dev/last-used"] = json!("x");
+    let secret = sent["spec"]["containers"][0]["env"][6]["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(secret.len(), 64, "a fresh 32-byte secret: {secret}");
+    assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()));
+    let mut expected = serde_json::to_value(runner_pod(&settings(), &key, "x", &secret)).unwrap();
     expected["metadata"]["annotations"]["toolserver.dev/last-used"] = json!("x");
     assert_eq!(sent, expected);
     create.reply(201, served_pod(&key, "uid-1", "Pending", false));

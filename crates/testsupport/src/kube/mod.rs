@@ -94,7 +94,6 @@ struct Store {
     /// Objects by collection path (e.g. `/api/v1/namespaces/ns/pods`), then name.
     objects: BTreeMap<String, BTreeMap<String, Value>>,
     revision: u64,
-    pods_created: u32,
     requests: Vec<RecordedRequest>,
     execs: HashMap<String, usize>,
     /// The processes side of each pod, by namespace and name.

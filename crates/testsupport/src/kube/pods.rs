@@ -34,7 +34,8 @@ pub(super) fn start(
         .unwrap_or_default()
         .to_owned();
     let first = &pod["spec"]["containers"][0];
-    let container = Container::new(options, name, &uid, first)?;
+    let ip = free_ip(state);
+    let container = Container::new(options, name, &uid, &ip, first)?;
     let argv: Vec<String> = ["command", "args"]
         .iter()
         .filter_map(|key| first[key].as_array())
@@ -49,8 +50,6 @@ pub(super) fn start(
             (None, "Failed")
         }
     };
-    state.pods_created += 1;
-    let ip = format!("10.244.0.{}", (state.pods_created - 1) % 254 + 1);
     merge_status(pod, phase, &ip);
     state.pods.insert(
         (namespace.to_owned(), name.to_owned()),
@@ -58,9 +57,22 @@ pub(super) fn start(
             container,
             log,
             main,
+            ip,
         },
     );
     Ok(())
+}
+
+/// The address for a new pod: the lowest one no live pod holds, on the
+/// loopback network (Linux answers on all of 127.0.0.0/8), so a worker
+/// listening on its pod IP is reachable from the test like a pod is from a
+/// server in the cluster, and a deleted pod's address is soon another's, as
+/// in a cluster.
+fn free_ip(state: &Store) -> String {
+    (0..250 * 254)
+        .map(|n| format!("127.244.{}.{}", n / 254, n % 254 + 1))
+        .find(|ip| state.pods.values().all(|pod| &pod.ip != ip))
+        .unwrap_or_else(|| "127.244.255.1".into())
 }
 
 /// Sets the phase of the pod `namespace/name`; `None` when there is no such

@@ -33,11 +33,13 @@ pub(super) struct Container {
 }
 
 impl Container {
-    /// Creates the pod's directories for the container spec `spec`.
+    /// Creates the pod's directories for the container spec `spec` of a pod
+    /// at address `ip` (what a `status.podIP` field reference resolves to).
     pub(super) fn new(
         options: &FakeClusterOptions,
         name: &str,
         uid: &str,
+        ip: &str,
         spec: &Value,
     ) -> io::Result<Self> {
         let tmp = options.root.join("pods").join(uid).join("tmp");
@@ -57,8 +59,12 @@ impl Container {
             .flatten()
             .filter_map(|var| {
                 let name = var["name"].as_str()?;
-                let value = var["value"].as_str().unwrap_or_default();
-                Some((name.to_owned(), container.map(value)))
+                let field = var["valueFrom"]["fieldRef"]["fieldPath"].as_str();
+                let value = match field {
+                    Some("status.podIP") => ip.to_owned(),
+                    _ => container.map(var["value"].as_str().unwrap_or_default()),
+                };
+                Some((name.to_owned(), value))
             })
             .collect();
         Ok(container)
@@ -151,6 +157,8 @@ pub(super) struct PodRuntime {
     pub(super) log: PathBuf,
     /// Dropped to kill the main process.
     pub(super) main: Option<oneshot::Sender<()>>,
+    /// The pod's address.
+    pub(super) ip: String,
 }
 
 impl PodRuntime {
@@ -209,7 +217,7 @@ mod tests {
             {"name": "PLAIN", "value": "/tmpfile"},
             {"name": "FROM_FIELD", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ]});
-        Container::new(&options, "pod-a", "uid-1", &spec).expect("pod directories")
+        Container::new(&options, "pod-a", "uid-1", "127.244.0.9", &spec).expect("pod directories")
     }
 
     #[test]
@@ -235,7 +243,7 @@ mod tests {
         assert_eq!(env, ["SOCKET", "PLAIN", "FROM_FIELD"]);
         assert_eq!(container.env[0].1, format!("{tmp}/worker.sock"));
         assert_eq!(container.env[1].1, "/tmpfile");
-        assert_eq!(container.env[2].1, "");
+        assert_eq!(container.env[2].1, "127.244.0.9");
     }
 
     #[tokio::test]
