@@ -13,8 +13,9 @@
 //! (`--lifeline-stdin`), and under bubblewrap `--die-with-parent` kills it too.
 //!
 //! Isolation: the worker gets an empty environment except `PATH`, `HOME`,
-//! `TMPDIR`, `NODE_ENV` and its cache root, and runs as `nobody` when the
-//! server is root. Under bubblewrap it also gets its own pid, IPC, UTS and
+//! `TMPDIR`, `NODE_ENV` and its cache root, and, when the server is root,
+//! runs as a user and group of its runner's own (`identity.rs`), which owns
+//! the runner's directory. Under bubblewrap it also gets its own pid, IPC, UTS and
 //! network namespaces and a minimal view of the host: `/usr` (and the
 //! merged-`/usr` links), the CA certificates, the Node installation, the
 //! worker sources, a private `/tmp` and its own directory. Its network
@@ -34,6 +35,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use crate::identity::{give_tree, RunnerIdentities};
 use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::{
@@ -86,7 +88,8 @@ struct Inner {
     /// `bwrap` and the host view it builds, when workers are isolated.
     bwrap: Option<(PathBuf, Vec<String>)>,
     egress: EgressProxy,
-    run_as: Option<(u32, u32)>,
+    /// Hands each runner a uid and gid of its own, when the server is root.
+    identities: Option<RunnerIdentities>,
     /// The cgroup controllers runners get.
     cgroups: CgroupSupport,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
@@ -110,9 +113,16 @@ struct Runner {
     cgroup: Mutex<Option<Arc<RunnerCgroup>>>,
     /// How often its workers reported V8 heap exhaustion.
     heap_exhaustions: Arc<AtomicU64>,
+    /// The runner's own (uid, gid), once its directories were prepared.
+    ids: Mutex<Option<(u32, u32)>>,
 }
 
 impl Runner {
+    /// The runner's own (uid, gid), when it runs as one.
+    fn ids(&self) -> Option<(u32, u32)> {
+        self.ids.lock().ok().and_then(|ids| *ids)
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("worker.sock")
     }
@@ -188,7 +198,7 @@ impl LocalExecutor {
         let run_as = running_as_root().then_some((NOBODY, NOBODY));
         if let Some((uid, _)) = run_as {
             refuse_untraversable(&settings.root, uid)?;
-            // Workers run as `nobody`: they may pass through the root, not list it.
+            // Workers run as users of their own: they may pass through the root, not list it.
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&settings.root, std::fs::Permissions::from_mode(0o711))?;
         }
@@ -212,7 +222,7 @@ impl LocalExecutor {
         tracing::info!(
             root = %settings.root.display(),
             bubblewrap = bwrap.is_some(),
-            run_as_nobody = run_as.is_some(),
+            user_per_runner = run_as.is_some(),
             "local runner backend ready"
         );
         let cgroups = if run_as.is_some() {
@@ -232,17 +242,27 @@ impl LocalExecutor {
         }
         cgroups.sweep();
         let egress = EgressProxy::new(settings.egress.clone());
+        let identities = match run_as {
+            Some(_) => Some(RunnerIdentities::new(&settings.root)?),
+            None => None,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 settings,
                 assets,
                 bwrap: bwrap.map(|bwrap| (bwrap, view)),
                 egress,
-                run_as,
+                identities,
                 cgroups,
                 runners: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// Whether every runner runs as a user and group of its own (the server
+    /// is root).
+    pub fn runs_as_own_users(&self) -> bool {
+        self.inner.identities.is_some()
     }
 
     /// Whether workers run under bubblewrap.
@@ -342,6 +362,7 @@ impl LocalExecutor {
                     name,
                     process: tokio::sync::Mutex::new(None),
                     pid: Mutex::new(None),
+                    ids: Mutex::new(None),
                     last_used: Mutex::new(Instant::now()),
                     inflight: AtomicUsize::new(0),
                     cgroup: Mutex::new(None),
@@ -405,7 +426,7 @@ impl LocalExecutor {
             &settings.limits,
             &self.inner.cgroups,
             cgroup.as_deref(),
-            self.inner.run_as,
+            runner.ids(),
         )
         .apply(&mut command);
         Ok(command)
@@ -421,16 +442,29 @@ impl LocalExecutor {
         }
     }
 
+    /// Makes the runner's directories, owned by its own ids (claimed on
+    /// its first start; a directory of another owner, e.g. from a server
+    /// that ran every runner as `nobody`, is handed over whole).
     fn prepare_dirs(&self, runner: &Runner) -> Result<(), SandboxError> {
+        let ids = match &self.inner.identities {
+            Some(identities) => Some(identities.of(&runner.name, &runner.dir)?),
+            None => None,
+        };
         for sub in WRITABLE_DIRS {
             let dir = runner.dir.join(sub);
             std::fs::create_dir_all(&dir)?;
-            if let Some((uid, gid)) = self.inner.run_as {
-                std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
+            if let Some((uid, gid)) = ids {
+                std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
             }
         }
-        if let Some((uid, gid)) = self.inner.run_as {
-            std::os::unix::fs::chown(&runner.dir, Some(uid), Some(gid))?;
+        if let Some(ids) = ids {
+            give_tree(&runner.dir, ids)?;
+            // Its own user alone may enter it, even without bubblewrap.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&runner.dir, std::fs::Permissions::from_mode(0o700))?;
+            if let Ok(mut current) = runner.ids.lock() {
+                *current = Some(ids);
+            }
         }
         match std::fs::remove_file(runner.socket()) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
@@ -453,7 +487,7 @@ impl LocalExecutor {
         let task = self.inner.egress.serve(
             &runner.egress_socket(),
             runner.egress.clone(),
-            self.inner.run_as,
+            runner.ids(),
         )?;
         *listener = Some(task);
         Ok(())
@@ -757,7 +791,8 @@ fn node_prefix(node_binary: &Path) -> Option<PathBuf> {
     Some(real.parent()?.parent()?.to_path_buf())
 }
 
-/// The `nobody` user and group on Debian-like systems.
+/// The `nobody` user and group on Debian-like systems: bubblewrap is probed
+/// as it, and a runner root must be traversable by it (by anyone).
 const NOBODY: u32 = 65534;
 
 /// Refuses a runner root the runner user `uid` could not reach: every

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolserver_domain::Sha256Digest;
-use toolserver_sandbox::{BundleRef, Executor, Frame};
+use toolserver_sandbox::{BundleRef, Executor, Frame, IsolationMode, RUNNER_UID_BASE};
 
 use crate::support::*;
 
@@ -290,6 +290,77 @@ async fn the_worker_sees_no_server_secrets() {
         }
     }
     assert_ne!(value["uid"], json!(0), "workers never run as root");
+}
+
+/// Reports the worker's uid and gid, and tries to read `input.peek`.
+const WHOAMI: &str = r#"
+import { readFileSync, writeFileSync } from 'node:fs';
+export default {
+  execute(ctx, input) {
+    writeFileSync('mine.txt', 'private');
+    let peeked;
+    try { peeked = readFileSync(input.peek, 'utf8'); } catch (err) { peeked = err.code; }
+    return { uid: process.getuid(), gid: process.getgid(), cwd: process.cwd(), peeked };
+  },
+};
+"#;
+
+#[tokio::test]
+async fn each_runner_runs_as_a_user_of_its_own_that_keeps_others_out() {
+    for isolation in [IsolationMode::Auto, IsolationMode::None] {
+        let h = Harness::with(|settings| settings.isolation = isolation);
+        if !h.executor.runs_as_own_users() {
+            eprintln!("skipped: the server is not root, so runners cannot get users of their own");
+            return;
+        }
+        let (a, b) = (key("acct_a"), key("acct_b"));
+        let first = final_value(
+            &run(
+                &h.executor,
+                &a,
+                request(inline(WHOAMI), json!({"peek": "/nonexistent"})),
+            )
+            .await,
+        );
+        let a_file = format!("{}/mine.txt", first["cwd"].as_str().unwrap());
+        let other = final_value(
+            &run(
+                &h.executor,
+                &b,
+                request(inline(WHOAMI), json!({"peek": a_file})),
+            )
+            .await,
+        );
+        let (uid_a, uid_b) = (
+            first["uid"].as_u64().unwrap(),
+            other["uid"].as_u64().unwrap(),
+        );
+        assert!(uid_a >= u64::from(RUNNER_UID_BASE), "{first}");
+        assert!(uid_b >= u64::from(RUNNER_UID_BASE), "{other}");
+        assert_ne!(uid_a, uid_b, "two tenants never share a uid");
+        assert_eq!(first["gid"], first["uid"]);
+        // Without bubblewrap the path exists but its owner alone may enter
+        // it; under bubblewrap the other runner's directory is not even there.
+        let refused = other["peeked"].as_str().unwrap();
+        assert!(
+            ["EACCES", "ENOENT"].contains(&refused),
+            "{isolation:?}: {other}"
+        );
+
+        h.executor.stop(&a).await.unwrap();
+        let again = final_value(
+            &run(
+                &h.executor,
+                &a,
+                request(inline(WHOAMI), json!({"peek": "/nonexistent"})),
+            )
+            .await,
+        );
+        assert_eq!(
+            again["uid"], first["uid"],
+            "a runner keeps its user across restarts"
+        );
+    }
 }
 
 fn frame_text(frame: &Frame) -> String {
