@@ -16,6 +16,7 @@ mod local;
 mod protocol;
 mod relay;
 mod reservation;
+mod seccomp;
 
 pub use assets::WorkerAssets;
 pub use client::{WorkerClient, WorkerConnection};

@@ -23,6 +23,7 @@
 //! (`egress.rs`) on `egress.sock` in its directory.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,6 +39,7 @@ use tokio::sync::mpsc;
 use crate::identity::{give_tree, RunnerIdentities};
 use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
+use crate::seccomp::SeccompFilters;
 use crate::{
     CallWatch, EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream,
     InvokeRequest, Limit, LimitBreach, ReservationKey, RunnerInfo, RunnerLimits, SandboxError,
@@ -87,6 +89,8 @@ struct Inner {
     assets: WorkerAssets,
     /// `bwrap` and the host view it builds, when workers are isolated.
     bwrap: Option<(PathBuf, Vec<String>)>,
+    /// The seccomp filters bubblewrap loads, when workers are isolated.
+    seccomp: Option<SeccompFilters>,
     egress: EgressProxy,
     /// Hands each runner a uid and gid of its own, when the server is root.
     identities: Option<RunnerIdentities>,
@@ -242,6 +246,10 @@ impl LocalExecutor {
         }
         cgroups.sweep();
         let egress = EgressProxy::new(settings.egress.clone());
+        let seccomp = match bwrap {
+            Some(_) => Some(SeccompFilters::install(&settings.root.join(".seccomp"))?),
+            None => None,
+        };
         let identities = match run_as {
             Some(_) => Some(RunnerIdentities::new(&settings.root)?),
             None => None,
@@ -251,6 +259,7 @@ impl LocalExecutor {
                 settings,
                 assets,
                 bwrap: bwrap.map(|bwrap| (bwrap, view)),
+                seccomp,
                 egress,
                 identities,
                 cgroups,
@@ -387,18 +396,27 @@ impl LocalExecutor {
     }
 
     /// Builds the command that runs `script` for `runner`, isolated and
-    /// held to its limits.
+    /// held to its limits, with the descriptors it inherits (the seccomp
+    /// filters): keep them until it was spawned.
     fn command(
         &self,
         runner: &Runner,
         script: &Path,
         args: &[&str],
-    ) -> Result<Command, SandboxError> {
+    ) -> Result<(Command, Vec<OwnedFd>), SandboxError> {
         let settings = &self.inner.settings;
+        let filters = match &self.inner.seccomp {
+            Some(seccomp) => seccomp.open()?,
+            None => Vec::new(),
+        };
         let mut command = match &self.inner.bwrap {
             Some((bwrap, view)) => {
                 let mut cmd = Command::new(bwrap);
                 cmd.args(view);
+                for filter in &filters {
+                    cmd.arg("--add-seccomp-fd")
+                        .arg(filter.as_raw_fd().to_string());
+                }
                 cmd.arg("--bind").arg(&runner.dir).arg(&runner.dir);
                 cmd.args(["--remount-ro", "/tmp"]);
                 cmd.args(BWRAP_NAMESPACES);
@@ -428,8 +446,9 @@ impl LocalExecutor {
             cgroup.as_deref(),
             runner.ids(),
         )
+        .inheriting(filters.iter().map(AsRawFd::as_raw_fd).collect())
         .apply(&mut command);
-        Ok(command)
+        Ok((command, filters))
     }
 
     /// Empties the runner's writable directories (after it broke its disk
@@ -498,12 +517,12 @@ impl LocalExecutor {
         self.serve_egress(runner)?;
         let socket = runner.socket();
         let socket_arg = socket.to_string_lossy().into_owned();
-        let mut child = self
-            .command(
-                runner,
-                &self.inner.assets.worker(),
-                &["--socket", &socket_arg, "--lifeline-stdin"],
-            )?
+        let (mut command, _filters) = self.command(
+            runner,
+            &self.inner.assets.worker(),
+            &["--socket", &socket_arg, "--lifeline-stdin"],
+        )?;
+        let mut child = command
             // The lifeline: the `Child` keeps the write end, and when this
             // process dies (even SIGKILLed) the worker reads its end and exits.
             .stdin(Stdio::piped())
@@ -591,9 +610,10 @@ impl RunnerControl for LocalRunner {
         let runner = &self.runner;
         self.executor.prepare_dirs(runner)?;
         self.executor.serve_egress(runner)?;
-        let mut child = self
-            .executor
-            .command(runner, &self.executor.inner.assets.oneshot(), &[])?
+        let (mut command, _filters) =
+            self.executor
+                .command(runner, &self.executor.inner.assets.oneshot(), &[])?;
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,13 +1,16 @@
 //! What a worker's process does between fork and exec: join its runner's
-//! cgroups, set its rlimits, and only then drop to the runner user (joining
-//! a cgroup needs the server's privileges, so the user switch cannot be
-//! left to `Command::uid`, which runs first).
+//! cgroups, set its rlimits, let the descriptors meant for it (the seccomp
+//! filters bubblewrap reads) cross the exec, and only then drop to the
+//! runner user (joining a cgroup needs the server's privileges, so the user
+//! switch cannot be left to `Command::uid`, which runs first).
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{Mode, OFlags};
+use rustix::io::FdFlags;
 use rustix::process::{Resource, Rlimit};
 
 use super::{CgroupSupport, RunnerCgroup, RunnerLimits};
@@ -18,6 +21,9 @@ pub struct SpawnLimits {
     joins: Vec<CString>,
     rlimits: Vec<(Resource, u64)>,
     run_as: Option<(u32, u32)>,
+    /// Descriptors the parent holds open across the spawn, inherited by the
+    /// child's `exec` (every other one closes there).
+    inherited: Vec<RawFd>,
 }
 
 impl SpawnLimits {
@@ -54,14 +60,23 @@ impl SpawnLimits {
             joins,
             rlimits,
             run_as,
+            inherited: Vec::new(),
         }
+    }
+
+    /// Lets `fds` cross the child's `exec`; the caller keeps them open
+    /// until the spawn returned.
+    pub fn inheriting(mut self, fds: Vec<RawFd>) -> Self {
+        self.inherited = fds;
+        self
     }
 
     /// Makes `command` apply these limits in its child before `exec`.
     pub fn apply(self, command: &mut tokio::process::Command) {
         // SAFETY: the hook runs in the forked child, which has one thread.
-        // It only makes system calls (open, write, setrlimit, setgroups,
-        // setresgid, setresuid) on data prepared before the fork, and
+        // It only makes system calls (open, write, setrlimit, fcntl,
+        // setgroups, setresgid, setresuid) on data prepared before the fork
+        // (the inherited descriptors are held open by the parent), and
         // allocates nothing, so it is async-signal-safe.
         unsafe {
             command.pre_exec(move || self.enter());
@@ -83,6 +98,12 @@ impl SpawnLimits {
                 maximum: Some(value),
             };
             rustix::process::setrlimit(resource, limit)?;
+        }
+        for &fd in &self.inherited {
+            // SAFETY: the parent keeps `fd` open until the spawn returned,
+            // so it is open in this child until exec.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
         }
         if let Some((uid, gid)) = self.run_as {
             // One thread after fork: the thread's ids are the process's.

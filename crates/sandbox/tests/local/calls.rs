@@ -363,6 +363,60 @@ async fn each_runner_runs_as_a_user_of_its_own_that_keeps_others_out() {
     }
 }
 
+/// Tries to make new namespaces, and uses a thread and a child process.
+const SYSCALLS: &str = r#"
+import { execFileSync } from 'node:child_process';
+import { Worker } from 'node:worker_threads';
+const run = (file, args) => {
+  try {
+    return execFileSync(file, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString().trim();
+  } catch (err) {
+    return `failed: ${err.stderr}`;
+  }
+};
+export default {
+  async execute() {
+    const thread = await new Promise((resolve, reject) => {
+      const worker = new Worker('require("node:worker_threads").parentPort.postMessage(6 * 7)', { eval: true });
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    return {
+      userns: run('unshare', ['--user', 'true']),
+      netns: run('unshare', ['--user', '--net', 'true']),
+      shell: run('sh', ['-c', 'echo ok']),
+      thread,
+    };
+  },
+};
+"#;
+
+#[tokio::test]
+async fn the_seccomp_filter_refuses_new_namespaces_and_keeps_threads_and_processes() {
+    let h = Harness::new();
+    assert!(
+        h.executor.uses_bwrap(),
+        "this test needs bubblewrap with network namespaces (make test-deps installs it)"
+    );
+    let value = final_value(
+        &run(
+            &h.executor,
+            &key("acct"),
+            request(inline(SYSCALLS), json!({})),
+        )
+        .await,
+    );
+    for attempt in ["userns", "netns"] {
+        let said = value[attempt].as_str().unwrap();
+        assert!(
+            said.starts_with("failed") && said.contains("Operation not permitted"),
+            "{attempt}: {value}"
+        );
+    }
+    assert_eq!(value["shell"], "ok", "{value}");
+    assert_eq!(value["thread"], 42, "{value}");
+}
+
 fn frame_text(frame: &Frame) -> String {
     serde_json::to_string(frame).unwrap()
 }
