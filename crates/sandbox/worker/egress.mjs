@@ -6,9 +6,14 @@
 //   over the proxy socket (TLS inside it for https), so tool code calls
 //   external APIs unchanged. A refusal rejects the fetch with the proxy's
 //   reason as `err.cause.message`.
+// - node:http and node:https: their global agents open every connection the
+//   same way, so `http.get`, `https.request` and the libraries built on them
+//   work unchanged; a refusal is the request's 'error' with the proxy's reason.
 // - HTTP_PROXY / HTTPS_PROXY point at a loopback relay to the same socket,
 //   for clients that honour them (they must use CONNECT).
 
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 
@@ -56,8 +61,11 @@ function tunnel(authority) {
   });
 }
 
-/** undici's connector contract: `(options, callback(err, socket))`. */
-function connect(options, callback) {
+/**
+ * undici's connector contract: `(options, callback(err, socket))`; `tlsOptions`
+ * (CA, client certificate, checks) apply to an https connection.
+ */
+function connect(options, callback, tlsOptions = { ALPNProtocols: ['http/1.1'] }) {
   const secure = options.protocol === 'https:';
   const port = Number(options.port) || (secure ? 443 : 80);
   tunnel(authorityOf(options.hostname, port)).then(
@@ -67,12 +75,39 @@ function connect(options, callback) {
         return;
       }
       const host = options.hostname.replace(/^\[(.*)\]$/, '$1');
-      const servername = options.servername ?? (net.isIP(host) ? undefined : host);
-      const wrapped = tls.connect({ socket, servername, ALPNProtocols: ['http/1.1'] });
+      const servername = options.servername || (net.isIP(host) ? undefined : host);
+      const wrapped = tls.connect({ ...tlsOptions, socket, servername });
       wrapped.once('secureConnect', () => callback(null, wrapped)).once('error', (err) => callback(err));
     },
     (err) => callback(err),
   );
+}
+
+/** The target of a node:http(s) agent connection, as `connect` takes it. */
+function target(options, protocol) {
+  return { protocol, hostname: options.host ?? options.hostname ?? 'localhost', port: options.port, servername: options.servername };
+}
+
+/** node:http's agent, with every connection tunnelled. */
+class TunnelledAgent extends http.Agent {
+  createConnection(options, callback) {
+    connect(target(options, 'http:'), callback);
+  }
+}
+
+/** node:https's agent, with every connection tunnelled and TLS inside the tunnel. */
+class TunnelledSecureAgent extends https.Agent {
+  createConnection(options, callback) {
+    const { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers } = options;
+    const tlsOptions = { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers };
+    for (const name of Object.keys(tlsOptions)) if (tlsOptions[name] === undefined) delete tlsOptions[name];
+    connect(target(options, 'https:'), callback, tlsOptions);
+  }
+}
+
+function routeHttpModules() {
+  http.globalAgent = new TunnelledAgent({ keepAlive: true });
+  https.globalAgent = new TunnelledSecureAgent({ keepAlive: true });
 }
 
 // fetch's global dispatcher slot (shared by every undici copy, Node's own
@@ -103,5 +138,6 @@ function relayProxyVariables() {
 
 if (socketPath) {
   await routeFetch();
+  routeHttpModules();
   relayProxyVariables();
 }

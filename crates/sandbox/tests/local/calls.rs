@@ -424,6 +424,7 @@ fn frame_text(frame: &Frame) -> String {
 /// Tries each way out of the sandbox and reports what happened.
 const PROBE: &str = r#"
 import { readFileSync, readdirSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 const attempt = async (f) => {
   try { return 'ok: ' + String(await f()).slice(0, 200); }
@@ -435,6 +436,12 @@ const socket = (options) => new Promise((resolve, reject) => {
   s.on('error', reject);
 });
 const get = (url) => fetch(url).then(async (r) => `${r.status} ${await r.text()}`);
+const httpGet = (url) => new Promise((resolve, reject) => {
+  http.get(url, (res) => {
+    let body = '';
+    res.setEncoding('utf8').on('data', (part) => { body += part; }).on('end', () => resolve(`${res.statusCode} ${body}`));
+  }).on('error', (err) => reject(Object.assign(new Error(err.message), { cause: { message: err.message } })));
+});
 export default { async execute(ctx, input) {
   const out = {};
   out.etc = await attempt(() => readFileSync('/etc/passwd', 'utf8'));
@@ -442,6 +449,7 @@ export default { async execute(ctx, input) {
   out.serverData = await attempt(() => readFileSync(input.serverData, 'utf8'));
   out.otherRunner = await attempt(() => readdirSync(input.otherRunner).join(','));
   for (const [name, url] of Object.entries(input.fetch)) out[name] = await attempt(() => get(url));
+  for (const [name, url] of Object.entries(input.http ?? {})) out[name] = await attempt(() => httpGet(url));
   for (const [name, [host, port]] of Object.entries(input.tcp)) out[name] = await attempt(() => socket({ host, port }));
   return out;
 }};
@@ -482,16 +490,22 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
             "metadata": "http://169.254.169.254/latest/meta-data/",
             "server": format!("{server_url}agents"),
         },
+        "http": {
+            "httpModulePublic": format!("http://api.example.test:{}/", public.port),
+            "httpModulePostgres": "http://127.0.0.1:5432/",
+        },
         "tcp": { "tcpPostgres": ["127.0.0.1", 5432], "tcpNats": ["127.0.0.1", 4222] },
     });
     let frame = run(&h.executor, &key("acct"), request(inline(PROBE), input)).await;
     let out = final_value(&frame);
     let field = |name: &str| out[name].as_str().unwrap_or_default().to_owned();
-    assert_eq!(
-        field("public"),
-        "ok: 200 hello from the public internet",
-        "{out:#}"
-    );
+    for name in ["public", "httpModulePublic"] {
+        assert_eq!(
+            field(name),
+            "ok: 200 hello from the public internet",
+            "{name}: {out:#}"
+        );
+    }
     for name in ["etc", "pgSocket", "serverData", "otherRunner"] {
         assert!(
             field(name).starts_with("refused: ENOENT"),
@@ -500,6 +514,7 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
     }
     for name in [
         "postgres",
+        "httpModulePostgres",
         "nats",
         "ipv6Loopback",
         "mappedLoopback",
