@@ -249,6 +249,10 @@ impl KubernetesExecutor {
         let Some((connect_timeout, channel)) = direct else {
             let mut connection = self.bridge(&runner.name).await?;
             connection.health().await?;
+            if matches!(self.inner.settings.channel, RunnerChannel::Direct { .. }) {
+                // A pod made without a channel (by a server using exec).
+                runner.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
+            }
             return Ok(connection);
         };
         let mut connection = channel.connect(connect_timeout).await?;
