@@ -6,9 +6,10 @@
 //   over the proxy socket (TLS inside it for https), so tool code calls
 //   external APIs unchanged. A refusal rejects the fetch with the proxy's
 //   reason as `err.cause.message`.
-// - node:http and node:https: their global agents open every connection the
-//   same way, so `http.get`, `https.request` and the libraries built on them
-//   work unchanged; a refusal is the request's 'error' with the proxy's reason.
+// - node:http and node:https: every Agent (the global ones and those a
+//   library makes) opens its connections the same way, so `http.get`,
+//   `https.request` and the libraries built on them work unchanged; a
+//   refusal is the request's 'error' with the proxy's reason.
 // - HTTP_PROXY / HTTPS_PROXY point at a loopback relay to the same socket,
 //   for clients that honour them (they must use CONNECT).
 
@@ -88,26 +89,29 @@ function target(options, protocol) {
   return { protocol, hostname: options.host ?? options.hostname ?? 'localhost', port: options.port, servername: options.servername };
 }
 
-/** node:http's agent, with every connection tunnelled. */
-class TunnelledAgent extends http.Agent {
-  createConnection(options, callback) {
-    connect(target(options, 'http:'), callback);
-  }
+/** The TLS options of an https agent connection, for TLS inside the tunnel. */
+function tlsOptionsOf(options) {
+  const { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers } = options;
+  const picked = { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers };
+  for (const name of Object.keys(picked)) if (picked[name] === undefined) delete picked[name];
+  return picked;
 }
 
-/** node:https's agent, with every connection tunnelled and TLS inside the tunnel. */
-class TunnelledSecureAgent extends https.Agent {
-  createConnection(options, callback) {
-    const { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers } = options;
-    const tlsOptions = { ca, cert, key, pfx, passphrase, rejectUnauthorized, checkServerIdentity, minVersion, maxVersion, ciphers };
-    for (const name of Object.keys(tlsOptions)) if (tlsOptions[name] === undefined) delete tlsOptions[name];
-    connect(target(options, 'https:'), callback, tlsOptions);
-  }
-}
-
+// Every node:http(s) Agent, the global ones and those libraries make, opens
+// its connections through the tunnel (a unix socketPath stays local).
 function routeHttpModules() {
-  http.globalAgent = new TunnelledAgent({ keepAlive: true });
-  https.globalAgent = new TunnelledSecureAgent({ keepAlive: true });
+  const plain = http.Agent.prototype.createConnection;
+  http.Agent.prototype.createConnection = function createConnection(options, callback) {
+    if (options.socketPath) return plain.call(this, options, callback);
+    connect(target(options, 'http:'), callback);
+    return undefined;
+  };
+  const secure = https.Agent.prototype.createConnection;
+  https.Agent.prototype.createConnection = function createConnection(options, callback) {
+    if (options.socketPath) return secure.call(this, options, callback);
+    connect(target(options, 'https:'), callback, tlsOptionsOf(options));
+    return undefined;
+  };
 }
 
 // fetch's global dispatcher slot (shared by every undici copy, Node's own

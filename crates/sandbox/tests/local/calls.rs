@@ -436,8 +436,8 @@ const socket = (options) => new Promise((resolve, reject) => {
   s.on('error', reject);
 });
 const get = (url) => fetch(url).then(async (r) => `${r.status} ${await r.text()}`);
-const httpGet = (url) => new Promise((resolve, reject) => {
-  http.get(url, (res) => {
+const httpGet = (url, agent) => new Promise((resolve, reject) => {
+  http.get(url, { agent }, (res) => {
     let body = '';
     res.setEncoding('utf8').on('data', (part) => { body += part; }).on('end', () => resolve(`${res.statusCode} ${body}`));
   }).on('error', (err) => reject(Object.assign(new Error(err.message), { cause: { message: err.message } })));
@@ -450,6 +450,7 @@ export default { async execute(ctx, input) {
   out.otherRunner = await attempt(() => readdirSync(input.otherRunner).join(','));
   for (const [name, url] of Object.entries(input.fetch)) out[name] = await attempt(() => get(url));
   for (const [name, url] of Object.entries(input.http ?? {})) out[name] = await attempt(() => httpGet(url));
+  for (const [name, url] of Object.entries(input.httpOwnAgent ?? {})) out[name] = await attempt(() => httpGet(url, new http.Agent({ keepAlive: true })));
   for (const [name, [host, port]] of Object.entries(input.tcp)) out[name] = await attempt(() => socket({ host, port }));
   return out;
 }};
@@ -494,12 +495,16 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
             "httpModulePublic": format!("http://api.example.test:{}/", public.port),
             "httpModulePostgres": "http://127.0.0.1:5432/",
         },
+        "httpOwnAgent": {
+            "ownAgentPublic": format!("http://api.example.test:{}/", public.port),
+            "ownAgentNats": "http://127.0.0.1:4222/",
+        },
         "tcp": { "tcpPostgres": ["127.0.0.1", 5432], "tcpNats": ["127.0.0.1", 4222] },
     });
     let frame = run(&h.executor, &key("acct"), request(inline(PROBE), input)).await;
     let out = final_value(&frame);
     let field = |name: &str| out[name].as_str().unwrap_or_default().to_owned();
-    for name in ["public", "httpModulePublic"] {
+    for name in ["public", "httpModulePublic", "ownAgentPublic"] {
         assert_eq!(
             field(name),
             "ok: 200 hello from the public internet",
@@ -515,6 +520,7 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
     for name in [
         "postgres",
         "httpModulePostgres",
+        "ownAgentNats",
         "nats",
         "ipv6Loopback",
         "mappedLoopback",
