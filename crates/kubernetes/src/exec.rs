@@ -1,6 +1,7 @@
 //! Exec into a runner pod: a command's stdin and stdout become one byte
 //! stream ([`ExecStream`]), carried by the API server's `v5.channel.k8s.io`
-//! WebSocket protocol, so a pod needs no listening port. Bytes arrive as the
+//! WebSocket protocol (the exec channel, and launch, stop and the one-shot
+//! fallback on the direct one), needing no port in the pod. Bytes arrive as the
 //! command writes them. Stderr is collected (bounded) for error messages.
 
 use std::io;
