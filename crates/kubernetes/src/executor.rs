@@ -87,6 +87,11 @@ impl Runner {
             *current = route;
         }
     }
+
+    /// Uses exec for [`EXEC_FALLBACK_PERIOD`], then tries the direct channel again.
+    fn use_exec_for_a_while(&self) {
+        self.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
+    }
 }
 
 /// How long a runner whose pod network could not be reached is used by exec
@@ -251,7 +256,7 @@ impl KubernetesExecutor {
             connection.health().await?;
             if matches!(self.inner.settings.channel, RunnerChannel::Direct { .. }) {
                 // A pod made without a channel (by a server using exec).
-                runner.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
+                runner.use_exec_for_a_while();
             }
             return Ok(connection);
         };
@@ -270,8 +275,12 @@ impl KubernetesExecutor {
             return Ok((connection, false));
         }
         let _starting = runner.starting.lock().await;
-        if let Some(connection) = self.warm_connection(runner).await {
-            return Ok((connection, false));
+        // Another caller may have learned the channel while this one waited;
+        // any other route was tried just now.
+        if matches!(runner.route(), Route::Direct(_)) {
+            if let Some(connection) = self.warm_connection(runner).await {
+                return Ok((connection, false));
+            }
         }
         let pod = self.inner.pods.ensure(&runner.key).await?;
         if let Ok(connection) = self.checked_connection(runner, &pod).await {
@@ -290,7 +299,7 @@ impl KubernetesExecutor {
                     "the runner pod's network is out of reach (or the pod has no channel); using exec for {} s",
                     EXEC_FALLBACK_PERIOD.as_secs()
                 );
-                runner.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
+                runner.use_exec_for_a_while();
                 let mut connection = self.bridge(&runner.name).await?;
                 connection.health().await?;
                 Ok((connection, pod.created || launched))
