@@ -4,7 +4,8 @@
 // one line `{"ready":true,"started":bool,"pid":N}` and exits 0 (exit 1 and a
 // message on stderr if no worker became healthy in time).
 // `node launch.mjs --socket <path> --stop` kills the worker (SIGKILL), even a
-// hung one, and exits 0.
+// hung one, and exits 0 once its socket refuses connections (so nothing can
+// still reach the dying process), or after the timeout.
 //
 // The worker runs detached, so it outlives the exec session that started it.
 // `<path>.pid` names it; `<path>.lock` keeps two launchers (two server
@@ -13,6 +14,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -55,6 +57,23 @@ function health() {
     req.on('error', () => resolve(null));
     req.end();
   });
+}
+
+/** Whether something still accepts connections on the socket. */
+function accepts() {
+  return new Promise((resolve) => {
+    const probe = connect(socket);
+    probe.once('connect', () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once('error', () => resolve(false));
+  });
+}
+
+/** Waits until the socket refuses connections, or the deadline. */
+async function gone(deadline) {
+  while (Date.now() < deadline && (await accepts())) await sleep(POLL_MS);
 }
 
 function killRecorded() {
@@ -132,6 +151,7 @@ async function launch() {
 
 if (args.stop) {
   killRecorded();
+  await gone(Date.now() + timeoutMs);
   rmSync(socket, { force: true });
   process.exit(0);
 }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod fixtures;
 pub mod http;
 pub mod kube;
+pub mod net;
 pub mod s3;
 pub mod scripted_model;
 

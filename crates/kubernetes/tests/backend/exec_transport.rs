@@ -18,11 +18,11 @@ use toolserver_sandbox::{
 };
 use toolserver_testsupport::kube::{FakeCluster, FakeClusterOptions};
 
-const NS: &str = "runners";
+pub(crate) const NS: &str = "runners";
 
-struct Cluster {
-    fake: FakeCluster,
-    executor: KubernetesExecutor,
+pub(crate) struct Cluster {
+    pub(crate) fake: FakeCluster,
+    pub(crate) executor: KubernetesExecutor,
     _dir: tempfile::TempDir,
 }
 
@@ -38,7 +38,7 @@ async fn replica(fake: &FakeCluster) -> KubernetesExecutor {
     .unwrap()
 }
 
-async fn cluster(adjust: impl FnOnce(&mut KubernetesSettings)) -> Cluster {
+pub(crate) async fn cluster(adjust: impl FnOnce(&mut KubernetesSettings)) -> Cluster {
     let dir = tempfile::Builder::new()
         .prefix("k8s")
         .tempdir_in("/tmp")
@@ -74,7 +74,7 @@ impl Cluster {
     }
 
     /// Runs one call to its terminal frame.
-    async fn call(&self, key: &ReservationKey, request: InvokeRequest) -> Frame {
+    pub(crate) async fn call(&self, key: &ReservationKey, request: InvokeRequest) -> Frame {
         terminal(self.executor.invoke(key, request).await.unwrap()).await
     }
 
@@ -83,11 +83,11 @@ impl Cluster {
     }
 }
 
-fn key(account: &str) -> ReservationKey {
+pub(crate) fn key(account: &str) -> ReservationKey {
     ReservationKey::new(AccountId::parse(account).unwrap(), ToolId::generate())
 }
 
-fn bundle(source: &str) -> BundleRef {
+pub(crate) fn bundle(source: &str) -> BundleRef {
     BundleRef {
         sha256: Sha256Digest::of(source.as_bytes()).to_hex(),
         inline: Some(base64::engine::general_purpose::STANDARD.encode(source)),
@@ -95,7 +95,7 @@ fn bundle(source: &str) -> BundleRef {
     }
 }
 
-fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
+pub(crate) fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
     InvokeRequest {
         call_id: uuid::Uuid::new_v4().to_string(),
         idempotency_key: "idem".into(),
@@ -106,6 +106,7 @@ fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
         max_output_bytes: 1024 * 1024,
         async_meta: None,
         egress_allow: None,
+        egress_token: None,
     }
 }
 

@@ -27,6 +27,7 @@
 //! finalizers, `tty`, and `valueFrom` environment variables.
 
 mod exec;
+mod network;
 mod objects;
 mod pods;
 mod processes;
@@ -44,6 +45,7 @@ use axum::Router;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use network::PodNetwork;
 use processes::PodRuntime;
 
 /// Where the fake kubelet finds what a pod's containers need on the host.
@@ -89,7 +91,6 @@ struct Shared {
 }
 
 /// The cluster's objects, processes and records.
-#[derive(Default)]
 struct Store {
     /// Objects by collection path (e.g. `/api/v1/namespaces/ns/pods`), then name.
     objects: BTreeMap<String, BTreeMap<String, Value>>,
@@ -98,6 +99,8 @@ struct Store {
     execs: HashMap<String, usize>,
     /// The processes side of each pod, by namespace and name.
     pods: HashMap<(String, String), PodRuntime>,
+    /// Where the pods' addresses come from.
+    network: PodNetwork,
 }
 
 impl Store {
@@ -137,7 +140,14 @@ impl FakeCluster {
         let (stop, shutdown) = watch::channel(());
         let shared = Arc::new(Shared {
             options,
-            state: Mutex::default(),
+            state: Mutex::new(Store {
+                objects: BTreeMap::new(),
+                revision: 0,
+                requests: Vec::new(),
+                execs: HashMap::new(),
+                pods: HashMap::new(),
+                network: PodNetwork::take(),
+            }),
             shutdown,
         });
         let app = router(shared.clone());

@@ -64,15 +64,15 @@ pub(super) fn start(
 }
 
 /// The address for a new pod: the lowest one no live pod holds, on the
-/// loopback network (Linux answers on all of 127.0.0.0/8), so a worker
-/// listening on its pod IP is reachable from the test like a pod is from a
-/// server in the cluster, and a deleted pod's address is soon another's, as
-/// in a cluster.
+/// cluster's loopback block (Linux answers on all of 127.0.0.0/8), so a
+/// worker listening on its pod IP is reachable from the test like a pod is
+/// from a server in the cluster, and a deleted pod's address is soon
+/// another's, as in a cluster.
 fn free_ip(state: &Store) -> String {
     (0..250 * 254)
-        .map(|n| format!("127.244.{}.{}", n / 254, n % 254 + 1))
+        .map(|n| state.network.address(n))
         .find(|ip| state.pods.values().all(|pod| &pod.ip != ip))
-        .unwrap_or_else(|| "127.244.255.1".into())
+        .unwrap_or_else(|| state.network.address(250 * 254 - 1))
 }
 
 /// Sets the phase of the pod `namespace/name`; `None` when there is no such
