@@ -76,6 +76,8 @@ dump_state() {
   kubectl -n toolserver logs deployment/toolserver --all-containers --tail=1000 || true
   echo "----- server logs, previous container -----"
   kubectl -n toolserver logs deployment/toolserver --all-containers --previous --tail=200 || true
+  echo "----- egress proxy logs -----"
+  kubectl -n toolserver logs deployment/toolserver-egress --all-containers --tail=300 || true
   echo "----- runner logs -----"
   kubectl -n toolserver-runners logs -l app.kubernetes.io/name=toolserver-runner \
     --all-containers --prefix --tail=200 || true
@@ -164,10 +166,11 @@ if [ "$reused" -eq 1 ]; then
   # Same tags, new images: restart what runs the old ones.
   kubectl -n toolserver-runners delete pods -l app.kubernetes.io/managed-by=toolserver \
     --ignore-not-found --wait=false
-  kubectl -n toolserver rollout restart deployment/toolserver
+  kubectl -n toolserver rollout restart deployment/toolserver deployment/toolserver-egress
 fi
 kubectl -n toolserver rollout status deployment/postgres --timeout="$WAIT"
 kubectl -n toolserver rollout status deployment/toolserver --timeout="$WAIT"
+kubectl -n toolserver rollout status deployment/toolserver-egress --timeout="$WAIT"
 
 # --- port-forward ------------------------------------------------------------------
 kubectl -n toolserver port-forward --address 127.0.0.1 service/toolserver :8080 \

@@ -52,6 +52,7 @@ fn request() -> InvokeRequest {
         max_output_bytes: 1 << 20,
         async_meta: None,
         egress_allow: None,
+        egress_token: None,
     }
 }
 

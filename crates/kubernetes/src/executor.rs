@@ -29,8 +29,8 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use toolserver_sandbox::{
-    forward_frames, spawn_relay, Executor, Frame, FrameStream, InvokeRequest, ReservationKey,
-    RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
+    forward_frames, spawn_relay, EgressGrant, Executor, Frame, FrameStream, InvokeRequest,
+    ReservationKey, RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
 };
 
 use crate::channel::PodChannel;
@@ -38,6 +38,9 @@ use crate::exec::ExecStream;
 use crate::manifests;
 use crate::pods::{EnsuredPod, RunnerPods};
 use crate::settings::{KubernetesSettings, RunnerChannel};
+
+/// How long an egress grant outlives its call's deadline.
+const EGRESS_GRANT_SLACK: Duration = Duration::from_secs(60);
 
 /// Runs tool calls in runner pods.
 #[derive(Clone)]
@@ -351,6 +354,33 @@ impl KubernetesExecutor {
         }
     }
 
+    /// The egress token of one call when runners share an egress proxy: the
+    /// tool's allow list and the call's bundle URL, valid until the call's
+    /// deadline (and a minute more, for the bundle download and callbacks).
+    fn egress_grant(
+        &self,
+        key: &ReservationKey,
+        runner: &str,
+        request: &InvokeRequest,
+    ) -> Result<Option<String>, SandboxError> {
+        let Some(egress) = &self.inner.settings.egress else {
+            return Ok(None);
+        };
+        let grant = EgressGrant {
+            runner: runner.to_owned(),
+            account: key.account().to_string(),
+            tool: key.tool().to_string(),
+            allow: request.egress_allow.clone(),
+            admit: request.bundle.url.iter().cloned().collect(),
+        };
+        let ttl = Duration::from_millis(request.deadline_ms) + EGRESS_GRANT_SLACK;
+        egress
+            .key
+            .mint(&grant, ttl)
+            .map(Some)
+            .map_err(SandboxError::Protocol)
+    }
+
     /// Restarts the runner's idle clock, at most every quarter idle timeout.
     async fn touch(&self, runner: &Runner) {
         let every = self.inner.settings.idle_timeout / 4;
@@ -544,9 +574,10 @@ impl Executor for KubernetesExecutor {
     async fn invoke(
         &self,
         key: &ReservationKey,
-        request: InvokeRequest,
+        mut request: InvokeRequest,
     ) -> Result<FrameStream, SandboxError> {
         let runner = self.runner(key);
+        request.egress_token = self.egress_grant(key, &runner.name, &request)?;
         runner.inflight.fetch_add(1, Ordering::SeqCst);
         let connection = match self.connect_retrying(&runner).await {
             Ok((connection, _)) => connection,

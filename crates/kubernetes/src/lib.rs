@@ -16,7 +16,7 @@ mod settings;
 pub use channel::{PodChannel, CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
 pub use exec::ExecStream;
 pub use executor::KubernetesExecutor;
-pub use settings::{CacheVolume, KubernetesSettings, RunnerChannel, RunnerResources};
+pub use settings::{CacheVolume, KubernetesSettings, RunnerChannel, RunnerResources, SharedEgress};
 use toolserver_sandbox::SandboxError;
 
 /// A client for `config`. TLS uses the ring provider: the server links two

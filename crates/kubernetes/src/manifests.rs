@@ -48,6 +48,13 @@ pub const SERVER_NAMESPACE: &str = "toolserver";
 pub const SERVER_LABEL: (&str, &str) = ("app.kubernetes.io/name", "toolserver");
 /// Name of the worker's port on the pod network.
 pub const CHANNEL_PORT_NAME: &str = "worker";
+/// The runner variable naming the shared egress proxy (`host:port`).
+pub const EGRESS_PROXY_ENV: &str = "TOOLSERVER_EGRESS_PROXY";
+/// Label of the egress proxy's pods (in [`SERVER_NAMESPACE`]).
+pub const EGRESS_PROXY_LABEL: (&str, &str) = ("app.kubernetes.io/name", "toolserver-egress");
+/// The egress proxy's port, as `deploy/kubernetes/components/egress-proxy`
+/// serves it.
+pub const EGRESS_PROXY_PORT: u16 = 3128;
 
 /// IPv4 ranges runner pods may not reach: private, shared, loopback,
 /// link-local (node metadata) and "this network". A cluster whose pod or
@@ -201,7 +208,7 @@ pub fn runner_pod(
             "node".into(),
             settings.script("hold.mjs"),
         ]),
-        env: Some(container_env(settings.channel, secret)),
+        env: Some(container_env(settings, secret)),
         ports: settings.channel.port().map(|port| {
             vec![ContainerPort {
                 name: Some(CHANNEL_PORT_NAME.into()),
@@ -274,19 +281,23 @@ pub fn runner_pod(
     }
 }
 
-/// The runner container's environment: paths, and the direct channel's
-/// address, port and secret when there is one.
-fn container_env(channel: RunnerChannel, secret: &str) -> Vec<EnvVar> {
+/// The runner container's environment: paths, the direct channel's
+/// address, port and secret when there is one, and the shared egress proxy
+/// when there is one.
+fn container_env(settings: &KubernetesSettings, secret: &str) -> Vec<EnvVar> {
     let mut vars = vec![
         env("HOME", "/tmp"),
         env("TMPDIR", "/tmp"),
         env("NODE_ENV", "production"),
         env("TOOLSERVER_CACHE_ROOTS", "/cache/tools"),
     ];
-    if let Some(port) = channel.port() {
+    if let Some(port) = settings.channel.port() {
         vars.push(env_from_field(CHANNEL_HOST_ENV, "status.podIP"));
         vars.push(env(CHANNEL_PORT_ENV, &port.to_string()));
         vars.push(env(CHANNEL_SECRET_ENV, secret));
+    }
+    if let Some(egress) = &settings.egress {
+        vars.push(env(EGRESS_PROXY_ENV, &egress.proxy));
     }
     vars
 }
@@ -334,10 +345,20 @@ fn ip_block(cidr: &str, except: &[&str]) -> NetworkPolicyPeer {
     }
 }
 
-fn dns_port(protocol: &str) -> NetworkPolicyPort {
+/// The pods labelled `label` in `namespace`.
+fn pods_in(namespace: &str, label: (&str, &str)) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        namespace_selector: Some(match_labels(&[("kubernetes.io/metadata.name", namespace)])),
+        pod_selector: Some(match_labels(&[label])),
+        ip_block: None,
+    }
+}
+
+/// Port `number` over `protocol` (`TCP` or `UDP`).
+fn policy_port(protocol: &str, number: u16) -> NetworkPolicyPort {
     NetworkPolicyPort {
         protocol: Some(protocol.into()),
-        port: Some(IntOrString::Int(53)),
+        port: Some(IntOrString::Int(i32::from(number))),
         end_port: None,
     }
 }
@@ -359,36 +380,42 @@ fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
 /// DNS and to public addresses only (every range in [`BLOCKED_IPV4`] and
 /// [`BLOCKED_IPV6`] is excepted).
 pub fn runner_network_policy(namespace: &str) -> NetworkPolicy {
-    let port = RunnerChannel::DEFAULT_DIRECT.port().unwrap_or_default();
-    let from_server = NetworkPolicyIngressRule {
-        from: Some(vec![NetworkPolicyPeer {
-            namespace_selector: Some(match_labels(&[(
-                "kubernetes.io/metadata.name",
-                SERVER_NAMESPACE,
-            )])),
-            pod_selector: Some(match_labels(&[SERVER_LABEL])),
-            ip_block: None,
-        }]),
-        ports: Some(vec![NetworkPolicyPort {
-            protocol: Some("TCP".into()),
-            port: Some(IntOrString::Int(i32::from(port))),
-            end_port: None,
-        }]),
-    };
-    let dns = NetworkPolicyEgressRule {
-        to: Some(vec![NetworkPolicyPeer {
-            namespace_selector: Some(match_labels(&[(
-                "kubernetes.io/metadata.name",
-                "kube-system",
-            )])),
-            pod_selector: Some(match_labels(&[("k8s-app", "kube-dns")])),
-            ip_block: None,
-        }]),
-        ports: Some(vec![dns_port("UDP"), dns_port("TCP")]),
-    };
     let public = |peer| NetworkPolicyEgressRule {
         to: Some(vec![peer]),
         ports: None,
+    };
+    runner_policy(
+        namespace,
+        vec![
+            public(ip_block("0.0.0.0/0", &BLOCKED_IPV4)),
+            public(ip_block("::/0", &BLOCKED_IPV6)),
+        ],
+    )
+}
+
+/// The runner namespace's NetworkPolicy when runners share an egress proxy
+/// (`deploy/kubernetes/components/egress-proxy`): ingress as
+/// [`runner_network_policy`], egress to cluster DNS and to the proxy's pods
+/// on [`EGRESS_PROXY_PORT`] only.
+pub fn proxied_runner_network_policy(namespace: &str) -> NetworkPolicy {
+    let proxy = NetworkPolicyEgressRule {
+        to: Some(vec![pods_in(SERVER_NAMESPACE, EGRESS_PROXY_LABEL)]),
+        ports: Some(vec![policy_port("TCP", EGRESS_PROXY_PORT)]),
+    };
+    runner_policy(namespace, vec![proxy])
+}
+
+/// A runner NetworkPolicy: ingress only from the server's pods on the
+/// worker's channel port, egress to cluster DNS and `egress`.
+fn runner_policy(namespace: &str, egress: Vec<NetworkPolicyEgressRule>) -> NetworkPolicy {
+    let port = RunnerChannel::DEFAULT_DIRECT.port().unwrap_or_default();
+    let from_server = NetworkPolicyIngressRule {
+        from: Some(vec![pods_in(SERVER_NAMESPACE, SERVER_LABEL)]),
+        ports: Some(vec![policy_port("TCP", port)]),
+    };
+    let dns = NetworkPolicyEgressRule {
+        to: Some(vec![pods_in("kube-system", ("k8s-app", "kube-dns"))]),
+        ports: Some(vec![policy_port("UDP", 53), policy_port("TCP", 53)]),
     };
     NetworkPolicy {
         metadata: ObjectMeta {
@@ -400,11 +427,7 @@ pub fn runner_network_policy(namespace: &str) -> NetworkPolicy {
             pod_selector: Some(match_labels(&[RUNNER_LABEL])),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(vec![from_server]),
-            egress: Some(vec![
-                dns,
-                public(ip_block("0.0.0.0/0", &BLOCKED_IPV4)),
-                public(ip_block("::/0", &BLOCKED_IPV6)),
-            ]),
+            egress: Some([vec![dns], egress].concat()),
         }),
     }
 }

@@ -3,6 +3,19 @@
 
 use std::time::Duration;
 
+use toolserver_sandbox::EgressKey;
+
+/// The egress proxy runner pods share (`toolserver egress-proxy`): every
+/// outbound connection of a pod goes through it, under a grant minted per
+/// call.
+#[derive(Debug, Clone)]
+pub struct SharedEgress {
+    /// `host:port` of the proxy as pods reach it (a Service name).
+    pub proxy: String,
+    /// The key grants are signed with; the proxy holds the same one.
+    pub key: EgressKey,
+}
+
 /// Where a runner's module cache lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheVolume {
@@ -105,6 +118,10 @@ pub struct KubernetesSettings {
     /// The NetworkPolicy that must exist in `namespace` before any runner
     /// starts; `None` skips the check.
     pub network_policy: Option<String>,
+    /// The shared egress proxy; `None`: pods reach public addresses
+    /// directly (as the NetworkPolicy allows) and allow lists are not
+    /// enforced.
+    pub egress: Option<SharedEgress>,
 }
 
 impl KubernetesSettings {
@@ -135,6 +152,7 @@ impl KubernetesSettings {
             worker_start_timeout: Duration::from_secs(10),
             kill_grace: Duration::from_secs(2),
             network_policy: Some(crate::manifests::NETWORK_POLICY_NAME.into()),
+            egress: None,
         }
     }
 

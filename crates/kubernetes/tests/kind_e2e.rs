@@ -9,7 +9,7 @@
 //!   (the kind network's gateway), where the scripted model listens;
 //! - `KUBECONFIG`: the kind cluster's kubeconfig;
 //! - optionally `TOOLSERVER_KIND_INTERNET=1`: the cluster reaches the
-//!   internet, so a public address must answer.
+//!   internet, so a public address must answer through the egress proxy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -97,17 +97,27 @@ impl Cluster {
 
     /// Uploads `source` as tool `name` of `account`; the tool as stored.
     async fn upload(&self, account: &str, name: &str, source: &str) -> Value {
+        self.upload_with(account, name, source, json!({})).await
+    }
+
+    /// Uploads `source` as tool `name` of `account` with the manifest
+    /// fields of `extra` (e.g. `egress`); the tool as stored.
+    async fn upload_with(&self, account: &str, name: &str, source: &str, extra: Value) -> Value {
+        let mut manifest = json!({
+            "name": name,
+            "description": format!("the {name} tool of the kind suite"),
+            "inputSchema": {"type": "object"},
+            "bundle": base64::engine::general_purpose::STANDARD.encode(source),
+        });
+        for (field, value) in extra.as_object().into_iter().flatten() {
+            manifest[field] = value.clone();
+        }
         let (status, tool) = self
             .request(
                 reqwest::Method::POST,
                 "/accounts/me/tools",
                 account,
-                Some(json!({
-                    "name": name,
-                    "description": format!("the {name} tool of the kind suite"),
-                    "inputSchema": {"type": "object"},
-                    "bundle": base64::engine::general_purpose::STANDARD.encode(source),
-                })),
+                Some(manifest),
             )
             .await;
         assert_eq!(status, 201, "upload {name}: {tool}");
@@ -486,7 +496,7 @@ export default {
 
 #[tokio::test]
 #[ignore = "needs a kind cluster: make kind-test"]
-async fn runner_pods_reach_public_addresses_but_nothing_in_the_cluster() {
+async fn runner_pods_reach_nothing_directly_but_dns_and_the_egress_proxy() {
     let cluster = Cluster::connect().await;
     let api: Api<Service> = Api::namespaced(cluster.kube.clone(), "default");
     let api_ip = api
@@ -549,27 +559,13 @@ async fn runner_pods_reach_public_addresses_but_nothing_in_the_cluster() {
     for probe in probes {
         let name = probe["name"].as_str().unwrap();
         names.push(name.to_owned());
-        match name {
-            // The kind overlay's callback policy opens exactly this.
-            "server-pod" => assert_eq!(outcome(probe), "connected", "{probe}"),
-            "public" => {
-                let internet = std::env::var("TOOLSERVER_KIND_INTERNET").is_ok_and(|v| v == "1");
-                match outcome(probe).as_str() {
-                    "connected" => {}
-                    // Refused or unreachable: the network answered, the policy did not drop it.
-                    "error" => println!("1.1.1.1:443 answered with {}: not dropped by the policy", probe["detail"]),
-                    _ if internet => panic!("1.1.1.1:443 timed out although the cluster reaches the internet: {probe}"),
-                    _ => println!(
-                        "not checking 1.1.1.1:443: it timed out, which a cluster without internet access explains as well as a policy would (set TOOLSERVER_KIND_INTERNET=1 to require it)"
-                    ),
-                }
-            }
-            _ => assert_ne!(
-                outcome(probe),
-                "connected",
-                "a runner pod reached {name}: {probe}"
-            ),
-        }
+        // Public addresses and the server too: with the egress proxy, a raw
+        // socket reaches nothing (fetch goes through the proxy).
+        assert_ne!(
+            outcome(probe),
+            "connected",
+            "a runner pod reached {name}: {probe}"
+        );
     }
     for wanted in [
         "api-cluster-ip",
@@ -584,6 +580,92 @@ async fn runner_pods_reach_public_addresses_but_nothing_in_the_cluster() {
             names.iter().any(|n| n == wanted),
             "no {wanted} probe: {names:?}"
         );
+    }
+}
+
+const FETCHER: &str = r#"
+export default {
+  async execute(ctx, input) {
+    const out = {};
+    for (const [name, url] of Object.entries(input.urls)) {
+      try {
+        const response = await fetch(url, { signal: AbortSignal.timeout(input.timeoutMs) });
+        out[name] = `ok: ${response.status}`;
+      } catch (err) {
+        out[name] = `refused: ${err.cause?.message ?? err.message}`;
+      }
+    }
+    return out;
+  },
+};
+"#;
+
+#[tokio::test]
+#[ignore = "needs a kind cluster: make kind-test"]
+async fn fetch_goes_through_the_egress_proxy_under_the_tools_allow_list() {
+    let cluster = Cluster::connect().await;
+    let server_ip = cluster.server_namespace_pod_ip("toolserver").await;
+    let postgres_ip = cluster.server_namespace_pod_ip("postgres").await;
+    let internet = std::env::var("TOOLSERVER_KIND_INTERNET").is_ok_and(|v| v == "1");
+    let acct = account("egress");
+
+    let open = cluster.upload(&acct, "open", FETCHER).await;
+    let output = cluster
+        .invoke(
+            &acct,
+            open["toolId"].as_str().unwrap(),
+            json!({
+                "timeoutMs": 10_000,
+                "urls": {
+                    "server": format!("http://{server_ip}:8080/healthz"),
+                    "postgres": format!("http://{postgres_ip}:5432/"),
+                    "metadata": "http://169.254.169.254/",
+                    "public": "https://example.com/",
+                },
+            }),
+        )
+        .await;
+    println!("open tool: {output:#}");
+    for name in ["server", "postgres", "metadata"] {
+        let outcome = output[name].as_str().unwrap();
+        assert!(
+            outcome.starts_with("refused: egress to ") && outcome.contains("not a public address"),
+            "{name}: {output:#}"
+        );
+    }
+    if internet {
+        assert_eq!(output["public"], "ok: 200", "{output:#}");
+    }
+
+    let narrow = cluster
+        .upload_with(
+            &acct,
+            "narrow",
+            FETCHER,
+            json!({"egress": {"allow": ["example.com"]}}),
+        )
+        .await;
+    let output = cluster
+        .invoke(
+            &acct,
+            narrow["toolId"].as_str().unwrap(),
+            json!({
+                "timeoutMs": 10_000,
+                "urls": {
+                    "listed": "https://example.com/",
+                    "unlisted": "https://example.org/",
+                },
+            }),
+        )
+        .await;
+    println!("narrow tool: {output:#}");
+    assert_eq!(
+        output["unlisted"],
+        "refused: egress to example.org:443 refused: example.org is not in the tool's egress allow list",
+        "{output:#}"
+    );
+    if internet {
+        assert_eq!(output["listed"], "ok: 200", "{output:#}");
     }
 }
 

@@ -33,11 +33,12 @@ const SERVER_NAMESPACE: &str = "toolserver";
 const RUNNER_NAMESPACE: &str = "toolserver-runners";
 
 /// The keys the Secret `toolserver-secrets` must hold.
-const SECRET_KEYS: [&str; 4] = [
+const SECRET_KEYS: [&str; 5] = [
     "DATABASE_URL",
     "TOOLSERVER_JWT_SECRET",
     "TOOLSERVER_SECRETS_KEY",
     "TOOLSERVER_BUNDLE_URL_SECRET",
+    "TOOLSERVER_EGRESS_TOKEN_KEY",
 ];
 
 fn manifests_dir() -> PathBuf {
@@ -623,25 +624,17 @@ fn runner_policy_spec() -> Value {
     serde_json::to_value(policy).unwrap()["spec"].clone()
 }
 
+/// The NetworkPolicies, by name; every one must be in the runner namespace.
 fn policies(objects: &[Value]) -> BTreeMap<String, Value> {
-    of_kind(objects, "NetworkPolicy")
-        .into_iter()
-        .map(|policy| {
-            assert_eq!(
-                policy["metadata"]["namespace"],
-                RUNNER_NAMESPACE,
-                "{}",
-                describe(policy)
-            );
-            (
-                policy["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                policy["spec"].clone(),
-            )
-        })
-        .collect()
+    for policy in of_kind(objects, "NetworkPolicy") {
+        assert_eq!(
+            policy["metadata"]["namespace"],
+            RUNNER_NAMESPACE,
+            "{}",
+            describe(policy)
+        );
+    }
+    policies_in(objects, RUNNER_NAMESPACE)
 }
 
 #[test]
@@ -701,38 +694,117 @@ fn runner_pods_admit_only_the_server_and_get_dns_and_public_addresses_only() {
 }
 
 #[test]
-fn the_kind_overlay_adds_only_the_callback_to_the_server() {
+fn the_kind_overlay_routes_runner_egress_through_the_shared_proxy() {
     let objects = rendered(KIND);
-    let kind = policies(&objects);
+    let runner_policies: BTreeMap<String, Value> = policies_in(&objects, RUNNER_NAMESPACE);
+    let proxied = toolserver_kubernetes::manifests::proxied_runner_network_policy(RUNNER_NAMESPACE);
     assert_eq!(
-        kind.keys().collect::<Vec<_>>(),
-        ["toolserver-runners", "toolserver-runners-callback"]
+        runner_policies,
+        BTreeMap::from([(
+            "toolserver-runners".to_owned(),
+            serde_json::to_value(proxied).unwrap()["spec"].clone()
+        )]),
+        "runners get DNS and the proxy only"
     );
-    assert_eq!(kind["toolserver-runners"], runner_policy_spec());
-    assert_eq!(
-        kind["toolserver-runners-callback"],
-        json!({
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver-runner"}},
-            "policyTypes": ["Egress"],
-            "egress": [{
-                "to": [{
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": SERVER_NAMESPACE}},
-                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver"}},
-                }],
-                "ports": [{"protocol": "TCP", "port": 8080}],
-            }],
-        })
-    );
-    // The callback's selector picks the server pods, and only them.
-    let deployments = of_kind(&objects, "Deployment");
-    let selected: Vec<String> = deployments
+
+    // The runner rule's selector picks the proxy pods, and only them; the
+    // Service the runners are told about selects the same pods on the same port.
+    let (name, value) = toolserver_kubernetes::manifests::EGRESS_PROXY_LABEL;
+    let selected: Vec<String> = of_kind(&objects, "Deployment")
         .iter()
-        .filter(|d| {
-            d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "toolserver"
-        })
+        .filter(|d| d["spec"]["template"]["metadata"]["labels"][name] == value)
         .map(|d| describe(d))
         .collect();
-    assert_eq!(selected, ["Deployment toolserver/toolserver"]);
+    assert_eq!(selected, ["Deployment toolserver/toolserver-egress"]);
+    let service: Service = find(&objects, "Service", SERVER_NAMESPACE, "toolserver-egress");
+    let service = service.spec.expect("a spec");
+    assert_eq!(
+        service.selector,
+        Some(BTreeMap::from([(name.to_owned(), value.to_owned())]))
+    );
+    let port = toolserver_kubernetes::manifests::EGRESS_PROXY_PORT;
+    assert_eq!(service.ports.unwrap()[0].port, i32::from(port));
+    assert_eq!(
+        config(&objects)
+            .get("TOOLSERVER_K8S_EGRESS_PROXY")
+            .map(String::as_str),
+        Some(format!("toolserver-egress.{SERVER_NAMESPACE}.svc:{port}").as_str())
+    );
+
+    // The proxy reads the grant key and nothing else of the server's secrets,
+    // and runs `toolserver egress-proxy` on the port the runners reach.
+    let proxy: Deployment = find(
+        &objects,
+        "Deployment",
+        SERVER_NAMESPACE,
+        "toolserver-egress",
+    );
+    let container = pod_spec(&proxy).containers[0].clone();
+    assert_eq!(container.args, Some(vec!["egress-proxy".to_owned()]));
+    assert_eq!(container.env_from, None, "no whole Secret or ConfigMap");
+    let from_secrets: Vec<String> = container
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|var| {
+            var.value_from
+                .as_ref()
+                .is_some_and(|from| from.secret_key_ref.is_some())
+        })
+        .map(|var| var.name)
+        .collect();
+    assert_eq!(from_secrets, ["TOOLSERVER_EGRESS_TOKEN_KEY"]);
+    let key = secret_data(&objects)
+        .remove("TOOLSERVER_EGRESS_TOKEN_KEY")
+        .expect("the kind Secret holds the grant key");
+    assert!(key.len() >= 32, "the grant key needs 32 bytes");
+
+    // The proxy admits runner pods only, and reaches DNS, the server's HTTP
+    // port (callbacks) and public addresses only.
+    let proxy_policies = policies_in(&objects, SERVER_NAMESPACE);
+    let spec = &proxy_policies["toolserver-egress"];
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": RUNNER_NAMESPACE}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver-runner"}},
+            }],
+            "ports": [{"protocol": "TCP", "port": port}],
+        }])
+    );
+    let public = &runner_policy_spec()["egress"];
+    let egress = spec["egress"].as_array().unwrap();
+    assert_eq!(egress[0], public[0], "DNS");
+    assert_eq!(
+        egress[1],
+        json!({
+            "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "toolserver"}}}],
+            "ports": [{"protocol": "TCP", "port": 8080}],
+        })
+    );
+    assert_eq!(
+        &egress[2..],
+        &public.as_array().unwrap()[1..],
+        "public addresses"
+    );
+}
+
+/// The NetworkPolicies of `namespace`, by name.
+fn policies_in(objects: &[Value], namespace: &str) -> BTreeMap<String, Value> {
+    of_kind(objects, "NetworkPolicy")
+        .into_iter()
+        .filter(|policy| policy["metadata"]["namespace"] == namespace)
+        .map(|policy| {
+            (
+                policy["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                policy["spec"].clone(),
+            )
+        })
+        .collect()
 }
 
 fn secret_data(objects: &[Value]) -> BTreeMap<String, String> {

@@ -16,7 +16,13 @@
 //!
 //! The proxy follows no redirects: a tunnel carries bytes, and a forwarded
 //! response goes back as it came.
+//!
+//! Runners outside this process (Kubernetes pods) share one proxy served on
+//! TCP ([`EgressProxy::serve_shared`], the `toolserver egress-proxy`
+//! command): there every `CONNECT` carries a signed [`EgressGrant`] in
+//! `Proxy-Authorization: Bearer …`, which stands for the scope.
 
+mod grant;
 mod route;
 
 use std::collections::HashMap;
@@ -33,10 +39,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use toolserver_domain::EgressAllowList;
 use url::Url;
 
+pub use grant::{EgressGrant, EgressKey};
 use route::Route;
 
 /// Settings of the egress proxy; each is a server setting.
@@ -103,6 +111,17 @@ impl EgressScope {
     /// each call brings the tool's current allow list.
     pub fn restrict(&self, allow: Option<EgressAllowList>) {
         *self.allow.lock().unwrap_or_else(PoisonError::into_inner) = allow;
+    }
+
+    /// The scope a verified grant stands for, its bundle URLs admitted for
+    /// the `left` lifetime of the grant.
+    fn of_grant(grant: EgressGrant, left: Duration) -> Self {
+        let scope = Self::new(&grant.runner, &grant.account, &grant.tool);
+        scope.restrict(grant.allow);
+        for url in &grant.admit {
+            scope.admit(url, left);
+        }
+        scope
     }
 
     /// Whether the tool's allow list (if any) admits `host`.
@@ -179,15 +198,49 @@ impl EgressProxy {
         }))
     }
 
-    async fn serve_connection(self, scope: EgressScope, stream: UnixStream) {
-        let service = service_fn(move |request| {
+    /// Listens on `listener` for runners of any scope until the returned task
+    /// is aborted: each `CONNECT` must carry a grant signed with `key`.
+    pub fn serve_shared(
+        &self,
+        listener: TcpListener,
+        key: EgressKey,
+    ) -> tokio::task::JoinHandle<()> {
+        let (proxy, key) = (self.clone(), Arc::new(key));
+        tokio::spawn(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "egress proxy: accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let (proxy, key) = (proxy.clone(), key.clone());
+                let handle = move |request| {
+                    let (proxy, key) = (proxy.clone(), key.clone());
+                    async move {
+                        match authorize(&key, &request) {
+                            Ok(scope) => proxy.connect(&scope, request).await,
+                            Err(reason) => unauthorized(&reason),
+                        }
+                    }
+                };
+                tokio::spawn(serve_http(stream, handle));
+            }
+        })
+    }
+
+    async fn serve_connection<S>(self, scope: EgressScope, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let handle = move |request| {
             let (proxy, scope) = (self.clone(), scope.clone());
-            async move { Ok::<_, Infallible>(proxy.connect(&scope, request).await) }
-        });
-        let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service)
-            .with_upgrades()
-            .await;
+            async move { proxy.connect(&scope, request).await }
+        };
+        serve_http(stream, handle).await;
     }
 
     /// Answers one `CONNECT`.
@@ -316,6 +369,47 @@ impl EgressProxy {
             &format!("egress to {host}:{port} refused: {reason}"),
         )
     }
+}
+
+/// Serves HTTP/1 with upgrades (the tunnels) on `stream`.
+async fn serve_http<S, F, Fut>(stream: S, handle: F)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let service = service_fn(move |request| {
+        let answered = handle(request);
+        async move { Ok::<_, Infallible>(answered.await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+}
+
+/// The scope of a shared-proxy request: its `Proxy-Authorization` must be
+/// `Bearer` and a grant signed with `key`; else why not.
+fn authorize(key: &EgressKey, request: &Request<Incoming>) -> Result<EgressScope, String> {
+    let token = request
+        .headers()
+        .get(hyper::header::PROXY_AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .ok_or("the egress proxy needs Proxy-Authorization: Bearer <egress token>")?;
+    key.verify(token)
+        .map(|(grant, left)| EgressScope::of_grant(grant, left))
+}
+
+/// Logs a `CONNECT` without a valid grant and answers `407` with the reason.
+fn unauthorized(reason: &str) -> Response<ProxyBody> {
+    tracing::warn!(%reason, "runner egress refused: no valid grant");
+    let mut response = answer(StatusCode::PROXY_AUTHENTICATION_REQUIRED, reason);
+    response.headers_mut().insert(
+        hyper::header::PROXY_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer"),
+    );
+    response
 }
 
 /// A response with a plain-text body.

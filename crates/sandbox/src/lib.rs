@@ -20,7 +20,7 @@ mod seccomp;
 
 pub use assets::WorkerAssets;
 pub use client::{WorkerClient, WorkerConnection};
-pub use egress::{EgressProxy, EgressScope, EgressSettings};
+pub use egress::{EgressGrant, EgressKey, EgressProxy, EgressScope, EgressSettings};
 pub use error::SandboxError;
 pub use executor::{Executor, FrameStream, RunnerInfo};
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};

@@ -44,6 +44,10 @@ pub struct InvokeRequest {
     /// public host. Enforced by the backend, never sent to the worker.
     #[serde(skip)]
     pub egress_allow: Option<toolserver_domain::EgressAllowList>,
+    /// The signed grant a runner behind a shared egress proxy presents for
+    /// this call (see [`crate::EgressKey`]); set by the backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_token: Option<String>,
 }
 
 impl InvokeRequest {

@@ -1,6 +1,12 @@
 // Routes a runner's outbound traffic through the server's egress proxy when
-// it has one (TOOLSERVER_EGRESS_SOCKET: a unix socket; the runner's network
-// namespace holds nothing else). Imported before any tool code runs.
+// it has one. Imported before any tool code runs. The proxy is either
+// - TOOLSERVER_EGRESS_SOCKET: a unix socket of this runner alone (a local
+//   runner; its network namespace holds nothing else), or
+// - TOOLSERVER_EGRESS_PROXY: `host:port` of a proxy shared by many runners (a
+//   Kubernetes pod; its NetworkPolicy admits nothing else). Each CONNECT
+//   there carries an egress token in Proxy-Authorization: the server sends
+//   one with every call (`grantEgress`), naming this runner's tool, its
+//   allow list and the call's bundle URL, valid until the call's deadline.
 //
 // - fetch: the global dispatcher opens every connection as a CONNECT tunnel
 //   over the proxy socket (TLS inside it for https), so tool code calls
@@ -10,7 +16,7 @@
 //   library makes) opens its connections the same way, so `http.get`,
 //   `https.request` and the libraries built on them work unchanged; a
 //   refusal is the request's 'error' with the proxy's reason.
-// - HTTP_PROXY / HTTPS_PROXY point at a loopback relay to the same socket,
+// - HTTP_PROXY / HTTPS_PROXY point at a loopback relay to the same proxy,
 //   for clients that honour them (they must use CONNECT).
 
 import http from 'node:http';
@@ -19,7 +25,64 @@ import net from 'node:net';
 import tls from 'node:tls';
 
 const socketPath = process.env.TOOLSERVER_EGRESS_SOCKET;
+const sharedProxy = parseAuthority(process.env.TOOLSERVER_EGRESS_PROXY);
 const HEAD_LIMIT = 16 * 1024;
+const GRANTS_KEPT = 64;
+
+/** Egress tokens of recent calls, by token: when each expires (ms). */
+const grants = new Map();
+let newestGrant;
+
+/** `{ host, port }` of a `host:port` setting (IPv6 in brackets), or undefined. */
+function parseAuthority(text) {
+  if (!text) return undefined;
+  const match = /^\[?([^\]]+?)\]?:(\d+)$/.exec(text);
+  if (!match) throw new Error(`worker: TOOLSERVER_EGRESS_PROXY must be host:port, not ${JSON.stringify(text)}`);
+  return { host: match[1], port: Number(match[2]) };
+}
+
+/** When `token` (a JWT) expires, in ms; a minute from now if unreadable. */
+function expiryOf(token) {
+  try {
+    const exp = JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString('utf8')).exp;
+    if (Number.isFinite(exp)) return exp * 1000;
+  } catch {}
+  return Date.now() + 60_000;
+}
+
+/**
+ * Keeps the egress token a call brought, for the shared proxy. The newest
+ * token is used while it lasts (it carries the tool's latest allow list),
+ * then the longest-lived one left (a longer call still running).
+ */
+export function grantEgress(token) {
+  if (typeof token !== 'string' || token === '') return;
+  grants.set(token, expiryOf(token));
+  newestGrant = token;
+  if (grants.size > GRANTS_KEPT) {
+    const soonest = [...grants].sort((a, b) => a[1] - b[1])[0][0];
+    grants.delete(soonest);
+  }
+}
+
+/** The token to present now, if any is unexpired. */
+function currentGrant() {
+  const now = Date.now();
+  for (const [token, expires] of grants) if (expires <= now) grants.delete(token);
+  if (grants.has(newestGrant)) return newestGrant;
+  let best;
+  for (const [token, expires] of grants) if (best === undefined || expires > grants.get(best)) best = token;
+  return best;
+}
+
+/** A connection to the proxy, and the header lines its CONNECT needs. */
+function openProxy() {
+  if (socketPath) return { socket: net.connect(socketPath), headers: '' };
+  const socket = net.connect(sharedProxy);
+  socket.setNoDelay(true);
+  const token = currentGrant();
+  return { socket, headers: token ? `proxy-authorization: Bearer ${token}\r\n` : '' };
+}
 
 /** `host:port` as a CONNECT target (IPv6 literals in brackets). */
 function authorityOf(host, port) {
@@ -30,7 +93,7 @@ function authorityOf(host, port) {
 /** Opens a CONNECT tunnel to `authority`; resolves with the socket once the proxy said 200. */
 function tunnel(authority) {
   return new Promise((resolve, reject) => {
-    const socket = net.connect(socketPath);
+    const { socket, headers } = openProxy();
     let seen = Buffer.alloc(0);
     const fail = (err) => {
       socket.destroy();
@@ -58,7 +121,7 @@ function tunnel(authority) {
     };
     const onEnd = () => fail(new Error(`the egress proxy closed the connection to ${authority}`));
     socket.on('data', onData).on('error', fail).on('end', onEnd);
-    socket.write(`CONNECT ${authority} HTTP/1.1\r\nhost: ${authority}\r\n\r\n`);
+    socket.write(`CONNECT ${authority} HTTP/1.1\r\nhost: ${authority}\r\n${headers}\r\n`);
   });
 }
 
@@ -126,12 +189,38 @@ async function routeFetch() {
   globalThis[DISPATCHER] = new Agent({ connect });
 }
 
+// A loopback relay for clients that honour HTTP(S)_PROXY: it reads their
+// CONNECT and opens the tunnel as fetch does (with the current egress
+// token), answering 200 or the proxy's refusal.
 function relayProxyVariables() {
   const relay = net.createServer((client) => {
-    const upstream = net.connect(socketPath);
-    client.pipe(upstream).pipe(client);
-    client.on('error', () => upstream.destroy());
-    upstream.on('error', () => client.destroy());
+    let seen = Buffer.alloc(0);
+    const onData = (chunk) => {
+      seen = Buffer.concat([seen, chunk]);
+      const end = seen.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (seen.length > HEAD_LIMIT) client.destroy();
+        return;
+      }
+      client.off('data', onData).pause();
+      const [method, authority] = seen.subarray(0, end).toString('latin1').split(' ');
+      const rest = seen.subarray(end + 4);
+      if (method !== 'CONNECT' || !authority) {
+        refuse(client, 405, 'the egress relay takes CONNECT host:port only');
+        return;
+      }
+      tunnel(authority).then(
+        (upstream) => {
+          client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+          if (rest.length > 0) upstream.write(rest);
+          client.pipe(upstream).pipe(client);
+          client.resume();
+          upstream.on('error', () => client.destroy());
+        },
+        (err) => refuse(client, 403, err.message),
+      );
+    };
+    client.on('data', onData).on('error', () => client.destroy());
   });
   relay.unref();
   relay.listen(0, '127.0.0.1', () => {
@@ -140,7 +229,13 @@ function relayProxyVariables() {
   });
 }
 
-if (socketPath) {
+/** Answers a relay client with `status` and `reason`, then closes. */
+function refuse(client, status, reason) {
+  const body = Buffer.from(reason, 'utf8');
+  client.end(`HTTP/1.1 ${status} Refused\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${reason}`);
+}
+
+if (socketPath || sharedProxy) {
   await routeFetch();
   routeHttpModules();
   relayProxyVariables();

@@ -3,7 +3,7 @@
 // result is drained and only its last value is reported, as a `final` frame.
 // A malformed request is reported as an error frame named `BadRequest`.
 
-import './egress.mjs';
+import { grantEgress } from './egress.mjs';
 import { text } from 'node:stream/consumers';
 import { BundleCache, Call, RequestError, captureConsole, parseInvokeRequest, resolveCacheRoot } from './runtime.mjs';
 
@@ -12,6 +12,7 @@ const write = (line) => process.stdout.write(line);
 
 try {
   const request = parseInvokeRequest(await text(process.stdin));
+  grantEgress(request.egressToken);
   await new Call(request, { write, drain: true }).start(new BundleCache(resolveCacheRoot()));
 } catch (err) {
   if (!(err instanceof RequestError)) throw err;

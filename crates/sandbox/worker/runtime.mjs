@@ -81,6 +81,10 @@ export function parseInvokeRequest(text) {
     throw new RequestError(`async.livenessIntervalMs must be an integer between 1 and ${MAX_DEADLINE_MS}`);
   }
 
+  if (body.egressToken !== undefined && !isNonEmptyString(body.egressToken)) {
+    throw new RequestError('egressToken must be a non-empty string');
+  }
+
   if (!isObject(bundle)) throw new RequestError('bundle must be an object');
   // The hash becomes a cache directory name, so it must be exactly 64 lowercase hex digits.
   if (typeof bundle.sha256 !== 'string' || !SHA256_HEX.test(bundle.sha256)) {
@@ -105,6 +109,7 @@ export function parseInvokeRequest(text) {
     deadlineMs,
     maxOutputBytes,
     async: body.async ?? null,
+    egressToken: body.egressToken,
   };
 }
 

@@ -17,7 +17,7 @@
 // In a Kubernetes runner pod the same API is also served on the pod network,
 // behind the runner's bearer secret (channel.mjs).
 
-import './egress.mjs';
+import { grantEgress } from './egress.mjs';
 import { lstatSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -65,6 +65,7 @@ async function invoke(req, res) {
   const receivedAt = performance.now();
   const request = parseInvokeRequest(await readBody(req));
   if (inflight.has(request.callId)) throw new RequestError(`call ${request.callId} is already in flight`, 409);
+  grantEgress(request.egressToken);
 
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
   if (request.async?.completeUrl !== undefined) {

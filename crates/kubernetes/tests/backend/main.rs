@@ -7,3 +7,4 @@
 mod exec_transport;
 mod mock;
 mod mocked_api;
+mod shared_egress;

@@ -3,8 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixStream};
+use toolserver_testsupport::net::send_connect;
 
 use super::*;
 
@@ -46,28 +47,8 @@ fn serve(settings: EgressSettings) -> Served {
 /// Sends `CONNECT authority`; returns the status, the reason body, and the
 /// stream (a tunnel when the status is 200).
 async fn connect(socket: &Path, authority: &str) -> (u16, String, UnixStream) {
-    let mut stream = UnixStream::connect(socket).await.unwrap();
-    let head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !seen.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).await.unwrap();
-        seen.push(byte[0]);
-    }
-    let head = String::from_utf8(seen).unwrap();
-    let status = head[9..12].parse().unwrap();
-    let length = head
-        .lines()
-        .find_map(|line| {
-            line.to_ascii_lowercase()
-                .strip_prefix("content-length: ")
-                .map(str::to_owned)
-        })
-        .map_or(0, |n| n.trim().parse().unwrap());
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await.unwrap();
-    (status, String::from_utf8(body).unwrap(), stream)
+    let stream = UnixStream::connect(socket).await.unwrap();
+    send_connect(stream, authority, "").await
 }
 
 /// A loopback listener that answers every connection with one HTTP response
@@ -93,7 +74,7 @@ async fn http_origin() -> SocketAddr {
     address
 }
 
-async fn request_through(tunnel: &mut UnixStream, head: &str) -> String {
+async fn request_through<S: AsyncRead + AsyncWrite + Unpin>(tunnel: &mut S, head: &str) -> String {
     tunnel.write_all(head.as_bytes()).await.unwrap();
     let mut reply = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), tunnel.read_to_end(&mut reply)).await;
@@ -180,4 +161,119 @@ async fn anything_but_connect_is_refused() {
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+}
+
+const SHARED_KEY: &str = "a shared egress key of 32 bytes!";
+
+/// A shared proxy on loopback TCP with [`SHARED_KEY`].
+async fn serve_shared(settings: EgressSettings) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let key = EgressKey::new(SHARED_KEY).unwrap();
+    (
+        address,
+        EgressProxy::new(settings).serve_shared(listener, key),
+    )
+}
+
+fn grant(allow: Option<&[&str]>) -> EgressGrant {
+    EgressGrant {
+        runner: "tr-pod".into(),
+        account: "acct".into(),
+        tool: "tool_1".into(),
+        allow: allow.map(|patterns| {
+            let patterns: Vec<String> = patterns.iter().map(|p| (*p).to_owned()).collect();
+            toolserver_domain::EgressAllowList::parse(&patterns).unwrap()
+        }),
+        admit: vec![],
+    }
+}
+
+async fn connect_shared(
+    proxy: SocketAddr,
+    authority: &str,
+    token: Option<&str>,
+) -> (u16, String, tokio::net::TcpStream) {
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let headers = token.map_or(String::new(), |token| {
+        format!("Proxy-Authorization: Bearer {token}\r\n")
+    });
+    send_connect(stream, authority, &headers).await
+}
+
+#[tokio::test]
+async fn the_shared_proxy_refuses_connects_without_a_valid_grant() {
+    let (proxy, _task) = serve_shared(settings(None)).await;
+    let origin = http_origin().await;
+    let authority = format!("api.example.test:{}", origin.port());
+    let (status, reason, _) = connect_shared(proxy, &authority, None).await;
+    assert_eq!(status, 407, "{reason}");
+    assert!(reason.contains("Proxy-Authorization"), "{reason}");
+
+    let forged = EgressKey::new(&"f".repeat(32))
+        .unwrap()
+        .mint(&grant(None), Duration::from_secs(60))
+        .unwrap();
+    let (status, reason, _) = connect_shared(proxy, &authority, Some(&forged)).await;
+    assert_eq!(status, 407, "{reason}");
+    assert!(reason.contains("not valid"), "{reason}");
+}
+
+#[tokio::test]
+async fn the_shared_proxy_applies_the_grants_allow_list_and_the_public_only_rule() {
+    let (proxy, _task) = serve_shared(settings(None)).await;
+    let origin = http_origin().await;
+    let key = EgressKey::new(SHARED_KEY).unwrap();
+    let authority = format!("api.example.test:{}", origin.port());
+
+    let open = key.mint(&grant(None), Duration::from_secs(60)).unwrap();
+    let (status, _, mut tunnel) = connect_shared(proxy, &authority, Some(&open)).await;
+    assert_eq!(status, 200);
+    let reply = request_through(&mut tunnel, "GET /through HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(reply.ends_with("GET /through HTTP/1.1"), "{reply}");
+    let (status, reason, _) = connect_shared(proxy, "127.0.0.1:5432", Some(&open)).await;
+    assert_eq!(status, 403, "{reason}");
+    assert!(reason.contains("not a public address"), "{reason}");
+
+    let narrow = key
+        .mint(&grant(Some(&["*.stripe.com"])), Duration::from_secs(60))
+        .unwrap();
+    let (status, reason, _) = connect_shared(proxy, &authority, Some(&narrow)).await;
+    assert_eq!(status, 403, "{reason}");
+    assert!(
+        reason.contains("api.example.test is not in the tool's egress allow list"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn a_grant_admits_its_bundle_url_on_the_servers_private_origin() {
+    let origin = http_origin().await;
+    let (proxy, _task) = serve_shared(settings(None)).await;
+    let key = EgressKey::new(SHARED_KEY).unwrap();
+    let bundle = format!("http://127.0.0.1:{}/bundles/abc?sig=1", origin.port());
+    let mut admitted = grant(Some(&["api.example.com"]));
+    admitted.admit = vec![bundle.clone()];
+    let token = key.mint(&admitted, Duration::from_secs(60)).unwrap();
+    let authority = format!("127.0.0.1:{}", origin.port());
+    let (status, reason, mut tunnel) = connect_shared(proxy, &authority, Some(&token)).await;
+    assert_eq!(status, 200, "{reason}");
+    let reply = request_through(
+        &mut tunnel,
+        &format!("GET /bundles/abc?sig=1 HTTP/1.1\r\nhost: {authority}\r\n\r\n"),
+    )
+    .await;
+    assert!(
+        reply.ends_with("GET /bundles/abc?sig=1 HTTP/1.1"),
+        "{reply}"
+    );
+
+    let (status, _, mut tunnel) = connect_shared(proxy, &authority, Some(&token)).await;
+    assert_eq!(status, 200);
+    let reply = request_through(
+        &mut tunnel,
+        &format!("GET /bundles/other HTTP/1.1\r\nhost: {authority}\r\n\r\n"),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
 }

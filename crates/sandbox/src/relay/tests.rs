@@ -78,6 +78,7 @@ fn request(async_meta: Option<Value>) -> InvokeRequest {
         max_output_bytes: 1024,
         async_meta,
         egress_allow: None,
+        egress_token: None,
     }
 }
 

@@ -9,6 +9,8 @@ use serde_json::json;
 use toolserver_domain::Sha256Digest;
 use toolserver_sandbox::{BundleRef, Executor, Frame, IsolationMode, RUNNER_UID_BASE};
 
+use toolserver_testsupport::net::text_origin;
+
 use crate::support::*;
 
 #[tokio::test]
@@ -458,12 +460,12 @@ export default { async execute(ctx, input) {
 
 #[tokio::test]
 async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none_of_the_host() {
-    let public = PublicHost::start("hello from the public internet").await;
-    let server = PublicHost::start("the server's own port").await;
+    let public_port = text_origin("hello from the public internet").await;
+    let server_port = text_origin("the server's own port").await;
     let data = tempfile::tempdir().unwrap();
     let secret = data.path().join("dev-jwt.key");
     std::fs::write(&secret, "server-secret-material").unwrap();
-    let server_url = format!("http://127.0.0.1:{}/", server.port);
+    let server_url = format!("http://127.0.0.1:{server_port}/");
     let base = url::Url::parse(&server_url).unwrap();
     let h = Harness::with(move |s| {
         s.egress.callback_base = Some(base);
@@ -482,7 +484,7 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
         "serverData": secret,
         "otherRunner": other_dir,
         "fetch": {
-            "public": format!("http://api.example.test:{}/", public.port),
+            "public": format!("http://api.example.test:{public_port}/"),
             "postgres": "http://127.0.0.1:5432/",
             "nats": "http://127.0.0.1:4222/",
             "ipv6Loopback": "http://[::1]:5432/",
@@ -492,11 +494,11 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
             "server": format!("{server_url}agents"),
         },
         "http": {
-            "httpModulePublic": format!("http://api.example.test:{}/", public.port),
+            "httpModulePublic": format!("http://api.example.test:{public_port}/"),
             "httpModulePostgres": "http://127.0.0.1:5432/",
         },
         "httpOwnAgent": {
-            "ownAgentPublic": format!("http://api.example.test:{}/", public.port),
+            "ownAgentPublic": format!("http://api.example.test:{public_port}/"),
             "ownAgentNats": "http://127.0.0.1:4222/",
         },
         "tcp": { "tcpPostgres": ["127.0.0.1", 5432], "tcpNats": ["127.0.0.1", 4222] },
@@ -548,7 +550,7 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
 
 #[tokio::test]
 async fn a_tools_egress_allow_list_admits_listed_hosts_and_refuses_the_rest() {
-    let public = PublicHost::start("listed").await;
+    let public_port = text_origin("listed").await;
     let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let h = Harness::with(move |s| {
         s.egress.resolve_overrides = HashMap::from([
@@ -562,7 +564,7 @@ async fn a_tools_egress_allow_list_admits_listed_hosts_and_refuses_the_rest() {
         "this test needs bubblewrap with network namespaces (make test-deps installs it)"
     );
     let key = key("acct");
-    let url = |host: &str| format!("http://{host}:{}/", public.port);
+    let url = |host: &str| format!("http://{host}:{public_port}/");
     let input = json!({
         "serverData": "/nonexistent",
         "otherRunner": "/nonexistent",
@@ -587,7 +589,7 @@ async fn a_tools_egress_allow_list_admits_listed_hosts_and_refuses_the_rest() {
     assert_eq!(
         out["unlisted"],
         "refused: egress to other.example.test:".to_owned()
-            + &public.port.to_string()
+            + &public_port.to_string()
             + " refused: other.example.test is not in the tool's egress allow list",
         "{out:#}"
     );

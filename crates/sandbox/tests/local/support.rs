@@ -69,6 +69,7 @@ pub fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
         max_output_bytes: 1024 * 1024,
         async_meta: None,
         egress_allow: None,
+        egress_token: None,
     }
 }
 
@@ -228,31 +229,4 @@ async fn answer(mut socket: tokio::net::TcpStream) -> Option<Posted> {
         token: header("x-job-token"),
         body,
     })
-}
-
-/// A loopback HTTP server answering every request with one fixed text.
-pub struct PublicHost {
-    pub port: u16,
-}
-
-impl PublicHost {
-    pub async fn start(text: &'static str) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 8192];
-                    let _ = socket.read(&mut buf).await;
-                    let reply = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                        text.len()
-                    );
-                    let _ = socket.write_all(reply.as_bytes()).await;
-                });
-            }
-        });
-        Self { port }
-    }
 }

@@ -150,9 +150,9 @@ export async function invoke(socket, body) {
 export const health = async (socket) => (await sendJson(socket, 'GET', '/health')).body;
 
 /** Runs `oneshot.mjs` with `stdin` as its input; resolves with exit code and parsed frames. */
-export async function runOneshot(stdin, cacheRoots) {
+export async function runOneshot(stdin, cacheRoots, env = {}) {
   const child = spawn(process.execPath, [join(WORKER_DIR, 'oneshot.mjs')], {
-    env: { ...process.env, TOOLSERVER_CACHE_ROOTS: cacheRoots },
+    env: { ...process.env, TOOLSERVER_CACHE_ROOTS: cacheRoots, ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   child.stdin.end(typeof stdin === 'string' ? stdin : JSON.stringify(stdin));

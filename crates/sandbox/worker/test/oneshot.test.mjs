@@ -2,6 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
+import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { invokeRequest, makeBundle, runOneshot, tempDir } from './helpers.mjs';
@@ -84,4 +85,31 @@ test('a malformed request is a BadRequest error frame', TEST, async (t) => {
   assert.equal(result.frames.length, 1);
   assert.equal(result.frames[0].name, 'BadRequest');
   assert.equal(result.code, 0);
+});
+
+test('behind a shared egress proxy, fetch presents the call\'s egress token', TEST, async (t) => {
+  const heads = [];
+  const proxy = net.createServer((socket) => {
+    socket.once('data', (chunk) => {
+      heads.push(chunk.toString('latin1'));
+      socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 7\r\n\r\nrefused');
+    });
+  });
+  await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  t.after(() => proxy.close());
+  const tool = makeBundle(`
+export default {
+  async execute() {
+    try { await fetch('http://api.example.test/'); return 'reached'; }
+    catch (err) { return err.cause?.message ?? err.message; }
+  },
+};
+`);
+  const request = { ...invokeRequest(tool), egressToken: 'header.payload.signature' };
+  const env = { TOOLSERVER_EGRESS_PROXY: `127.0.0.1:${proxy.address().port}` };
+  const result = await runOneshot(request, await tempDir(t), env);
+  assert.deepEqual(result.frames, [{ t: 'final', value: 'refused' }]);
+  assert.equal(heads.length, 1);
+  assert.match(heads[0], /^CONNECT api\.example\.test:80 HTTP\/1\.1\r\n/);
+  assert.match(heads[0], /\r\nproxy-authorization: Bearer header\.payload\.signature\r\n/);
 });
