@@ -165,6 +165,7 @@ async fn main() {
         max_output_bytes: 1 << 20,
         async_meta: None,
         egress_allow: None,
+        egress_token: None,
     };
     let socket_call = |i: usize| {
         let mut request = direct.clone();

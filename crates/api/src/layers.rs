@@ -1,4 +1,4 @@
-//! Cross-cutting HTTP layers: request ids, the request span, error logging,
+//! Cross-cutting HTTP layers: CORS, request ids, the request span, error logging,
 //! the request timeout, the URL and body size limits, and JSON error bodies.
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ use axum::Router;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::cors::CorsSettings;
 use crate::edge;
 use crate::error::{ApiError, ErrorCause};
 
@@ -28,15 +29,16 @@ pub struct EdgeLimits {
     pub max_uri_bytes: usize,
 }
 
-/// Wraps `router` in the standard layers (outermost first: request id, span,
-/// logging, JSON error bodies, URL checks, timeout, body limit).
-pub fn apply(router: Router, limits: EdgeLimits) -> Router {
+/// Wraps `router` in the standard layers (outermost first: CORS when
+/// configured, request id, span, logging, JSON error bodies, URL checks,
+/// timeout, body limit).
+pub fn apply(router: Router, limits: EdgeLimits, cors: Option<&CorsSettings>) -> Router {
     let EdgeLimits {
         request_timeout,
         max_body_bytes,
         max_uri_bytes,
     } = limits;
-    router
+    let router = router
         .fallback(edge::no_such_route)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn(move |req, next| {
@@ -49,7 +51,11 @@ pub fn apply(router: Router, limits: EdgeLimits) -> Router {
         .layer(middleware::from_fn(log_outcome))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
+    match cors {
+        Some(cors) => router.layer(cors.layer()),
+        None => router,
+    }
 }
 
 fn request_span(req: &Request) -> tracing::Span {

@@ -3,6 +3,7 @@
 //! same route definitions.
 
 pub mod auth;
+pub mod cors;
 pub mod edge;
 pub mod error;
 pub mod extract;
@@ -40,6 +41,7 @@ pub fn app(state: AppState) -> Router {
             max_body_bytes: settings.max_request_bytes,
             max_uri_bytes: settings.max_uri_bytes,
         },
+        settings.cors.as_ref(),
     )
 }
 

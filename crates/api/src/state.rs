@@ -12,6 +12,7 @@ use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
 use toolserver_harness::Harness;
 
 use crate::auth::Authenticator;
+use crate::cors::CorsSettings;
 use crate::nats::NatsReplies;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
@@ -39,6 +40,8 @@ pub struct ApiSettings {
     pub max_output_bytes: u64,
     /// Bundles up to this size travel inline to the runner; larger ones by signed URL.
     pub inline_bundle_max_bytes: u64,
+    /// Cross-origin access for browsers; `None` (the default): no origin.
+    pub cors: Option<CorsSettings>,
 }
 
 impl Default for ApiSettings {
@@ -55,6 +58,7 @@ impl Default for ApiSettings {
             max_tool_timeout: Duration::from_secs(600),
             max_output_bytes: 4 * 1024 * 1024,
             inline_bundle_max_bytes: 64 * 1024,
+            cors: None,
         }
     }
 }

@@ -13,7 +13,8 @@ pub mod validation;
 
 pub use account::AccountId;
 pub use agent::{
-    AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, Secrets, ToolKey, ToolSetting,
+    AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, OnDisconnect, Secrets, ToolKey,
+    ToolSetting,
 };
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;

@@ -13,6 +13,7 @@ use crate::outbound;
 use crate::provider::openai::OpenAiProvider;
 use crate::provider::ModelProvider;
 use crate::sealing::{SealError, SecretBox};
+use crate::stream::StreamSettings;
 use crate::tools::{RegistryError, ToolRegistry, ToolSources};
 
 /// Knobs of agent turns; each one is a server setting.
@@ -44,6 +45,8 @@ pub struct HarnessSettings {
     pub async_result_ttl: Duration,
     /// Knobs of the detached lifecycle.
     pub lifecycle: LifecycleSettings,
+    /// Knobs of turn streams (recording, resume, stop).
+    pub streams: StreamSettings,
     /// Longest wait for a name lookup when a config naming an endpoint is
     /// saved (the outbound connect timeout).
     pub outbound_resolve_timeout: Duration,
@@ -66,6 +69,7 @@ impl Default for HarnessSettings {
             public_url: Url::parse("http://127.0.0.1:8080/").expect("a constant URL"),
             async_result_ttl: Duration::from_secs(3600),
             lifecycle: LifecycleSettings::default(),
+            streams: StreamSettings::default(),
             outbound_resolve_timeout: Duration::from_secs(10),
         }
     }

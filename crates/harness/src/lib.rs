@@ -9,6 +9,7 @@ pub mod outbound;
 pub mod provider;
 pub mod runner_call;
 pub mod sealing;
+pub mod stream;
 pub mod tools;
 pub mod turn;
 pub mod ui;

@@ -76,6 +76,7 @@ pub async fn build_request(
         max_output_bytes: settings.max_output_bytes,
         async_meta: spec.async_meta,
         egress_allow: tool.egress_allow.clone(),
+        egress_token: None,
     })
 }
 

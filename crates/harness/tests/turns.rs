@@ -125,6 +125,7 @@ async fn turn(
         history,
         assistant: UiMessage::assistant("m".into()),
         request_key: None,
+        stop: Default::default(),
     };
     let (sender, mut receiver) = mpsc::channel(256);
     let collector = tokio::spawn(async move {

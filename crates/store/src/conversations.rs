@@ -225,3 +225,16 @@ pub async fn get(
     .await?;
     Ok(row.into())
 }
+
+/// The agent of one of `account`'s conversations (`NotFound`: no such
+/// conversation), without reading its messages.
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
+pub async fn agent_of(pool: &PgPool, account: &AccountId, id: &str) -> Result<AgentId, StoreError> {
+    let (agent,): (Uuid,) =
+        sqlx::query_as("SELECT agent_id FROM conversations WHERE account_id = $1 AND id = $2")
+            .bind(account.as_str())
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+    Ok(AgentId::from_uuid(agent))
+}

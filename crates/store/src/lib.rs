@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod pool;
 pub mod text;
 pub mod tools;
+pub mod turn_streams;
 
 pub use agents::{AgentRecord, AgentWrite};
 pub use conversations::ConversationRecord;

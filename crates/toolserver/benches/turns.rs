@@ -6,6 +6,10 @@
 //!     model passes);
 //!   - the same streaming requests made straight to the scripted model, the
 //!     floor the server adds to;
+//!   - the same turns on a second server with stream recording off
+//!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording;
+//!   - resume latency: a request for a running turn's stream to its first
+//!     replayed chunk (p50/p99);
 //!   - the server's resident memory with 1,000 turns open at once (the model
 //!     holds each pass open), read from /proc.
 //!
@@ -26,6 +30,7 @@ const SEQUENTIAL_TURNS: usize = 200;
 const CLIENTS: usize = 50;
 const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
+const RESUMES: usize = 100;
 const SECRET: &str = "bench-secret";
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
 
@@ -37,10 +42,11 @@ struct Server {
 }
 
 impl Server {
-    async fn start(database_url: &str, data_dir: &std::path::Path) -> Self {
+    async fn start(database_url: &str, data_dir: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
+            .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
             .env("TOOLSERVER_DATA_DIR", data_dir)
@@ -127,6 +133,60 @@ async fn turn(server: &Server, agent: &str) -> (Duration, Duration) {
     (first.unwrap(), started.elapsed())
 }
 
+/// Starts a turn the model holds open, then times a resume of it from the
+/// request to its first replayed chunk, and stops the turn.
+async fn resume_latency(server: &Server, agent: &str) -> Duration {
+    let conversation = uuid::Uuid::new_v4().to_string();
+    let body = json!({
+        "id": conversation,
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hold"}]}],
+        "trigger": "submit-message",
+    });
+    let response = server
+        .client
+        .post(format!("{}/agents/{agent}/chat", server.base))
+        .bearer_auth(&server.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut live = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("start-step") {
+        seen.push_str(&String::from_utf8_lossy(
+            &live.next().await.unwrap().unwrap(),
+        ));
+    }
+    let stream = format!("{}/agents/{agent}/chat/{conversation}", server.base);
+    let started = Instant::now();
+    let resumed = server
+        .client
+        .get(format!("{stream}/stream"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut replay = resumed.bytes_stream();
+    let mut first = String::new();
+    while !first.contains("data: ") {
+        first.push_str(&String::from_utf8_lossy(
+            &replay.next().await.unwrap().unwrap(),
+        ));
+    }
+    let latency = started.elapsed();
+    let stopped = server
+        .client
+        .post(format!("{stream}/stop"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status(), 202);
+    while live.next().await.is_some() {}
+    latency
+}
+
 /// The floor: the same two streaming passes made straight to the model.
 async fn model_direct(client: &reqwest::Client, base: &str) -> (Duration, Duration) {
     let started = Instant::now();
@@ -195,7 +255,16 @@ async fn main() {
     let database = ScratchDatabase::create("turns").await;
     let data = tempfile::tempdir().unwrap();
     let model = ScriptedModel::start().await;
-    let server = std::sync::Arc::new(Server::start(&database.url, data.path()).await);
+    let server = std::sync::Arc::new(Server::start(&database.url, data.path(), &[]).await);
+    let unrecorded_data = tempfile::tempdir().unwrap();
+    let unrecorded = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            unrecorded_data.path(),
+            &[("TOOLSERVER_STREAM_RECORDING", "false")],
+        )
+        .await,
+    );
 
     let tool = server
         .post(
@@ -265,7 +334,30 @@ async fn main() {
             rate / floor_rate,
             ms(ttfb.saturating_sub(floor_ttfb))
         );
+        let (s, a) = (unrecorded.clone(), tool_agent.clone());
+        let (plain_rate, plain_ttfb) = concurrent(
+            "server turn, recording off",
+            clients,
+            per_client,
+            move || {
+                let (s, a) = (s.clone(), a.clone());
+                async move { turn(&s, &a).await }
+            },
+        )
+        .await;
+        println!(
+            "recording on vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            rate / plain_rate,
+            ms(ttfb) - ms(plain_ttfb)
+        );
     }
+
+    println!("== resume: request to first replayed chunk ==");
+    let mut latencies = Vec::new();
+    for _ in 0..RESUMES {
+        latencies.push(resume_latency(&server, &hold_agent).await);
+    }
+    summary("resume to first chunk", latencies);
 
     let (idle_rss, _) = server.memory();
     println!("== {OPEN_TURNS} turns open at once ==");

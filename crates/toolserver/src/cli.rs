@@ -1,8 +1,9 @@
-//! Subcommands: `serve`, `worker`, `migrate`, `openapi`, `token`.
+//! Subcommands: `serve`, `worker`, `egress-proxy`, `migrate`, `openapi`,
+//! `token`.
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{AuthConfig, DatabaseConfig, ServeConfig};
+use crate::config::{AuthConfig, DatabaseConfig, EgressProxyConfig, ServeConfig};
 use crate::{keys, startup};
 
 /// Multi-tenant tool execution server.
@@ -22,6 +23,9 @@ pub enum Command {
     /// Run continuations of detached turns and expiry sweeps, without HTTP
     /// (takes the same settings as `serve`).
     Worker(Box<ServeConfig>),
+    /// Run the egress proxy Kubernetes runner pods share: public addresses
+    /// only, each tool's allow list, under grants the servers sign.
+    EgressProxy(Box<EgressProxyConfig>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document (YAML) of the HTTP API.
@@ -53,6 +57,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(config) => startup::serve(*config).await,
         Command::Worker(config) => startup::worker(*config).await,
+        Command::EgressProxy(config) => startup::egress_proxy(*config).await,
         Command::Migrate(config) => startup::migrate_only(&config).await,
         Command::Openapi => {
             print!("{}", toolserver_api::contract_yaml()?);

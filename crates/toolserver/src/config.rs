@@ -39,6 +39,9 @@ pub struct ServeConfig {
     /// Agents, models and turns.
     #[command(flatten)]
     pub agents: AgentsConfig,
+    /// Cross-origin access.
+    #[command(flatten)]
+    pub cors: CorsConfig,
     /// Logging settings.
     #[command(flatten)]
     pub log: LogConfig,
@@ -217,6 +220,55 @@ pub enum LogFormat {
     Json,
 }
 
+/// What the runners' egress proxy lets through: the local one in the server,
+/// and `toolserver egress-proxy`.
+#[derive(Debug, Clone, Args)]
+pub struct EgressConfig {
+    /// Let runners reach loopback, private and other non-public addresses
+    /// through the egress proxy; for local development only (`TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE",
+        default_value_t = false
+    )]
+    pub runner_egress_allow_private: bool,
+    /// Milliseconds the egress proxy may take to resolve a name, and again to
+    /// connect (`TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS",
+        default_value_t = 5_000
+    )]
+    pub runner_egress_timeout_ms: u64,
+    /// For tests only: `name=ip,…` answered by the egress proxy instead of
+    /// DNS and treated as public (`TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS", value_parser = parse_test_host, value_delimiter = ',')]
+    pub runner_egress_test_hosts: Vec<(String, std::net::IpAddr)>,
+}
+
+/// Settings of `toolserver egress-proxy`, the proxy Kubernetes runner pods
+/// share.
+#[derive(Debug, Clone, Args)]
+pub struct EgressProxyConfig {
+    /// Address and port to listen on (`TOOLSERVER_EGRESS_LISTEN`).
+    #[arg(long, env = "TOOLSERVER_EGRESS_LISTEN", default_value = "0.0.0.0:3128")]
+    pub listen: SocketAddr,
+    /// The key egress grants are signed with, shared with the servers; at
+    /// least 32 bytes (`TOOLSERVER_EGRESS_TOKEN_KEY`).
+    #[arg(long, env = "TOOLSERVER_EGRESS_TOKEN_KEY", hide_env_values = true)]
+    pub egress_token_key: String,
+    /// The servers' public base URL: its job callbacks are forwarded even
+    /// when it is a cluster address (`TOOLSERVER_PUBLIC_URL`).
+    #[arg(long, env = "TOOLSERVER_PUBLIC_URL")]
+    pub public_url: Option<Url>,
+    /// What the proxy lets through.
+    #[command(flatten)]
+    pub egress: EgressConfig,
+    /// Logging settings.
+    #[command(flatten)]
+    pub log: LogConfig,
+}
+
 /// Logging settings.
 #[derive(Debug, Clone, Args)]
 pub struct LogConfig {
@@ -294,27 +346,9 @@ pub struct RunnerConfig {
         default_value = "auto"
     )]
     pub runner_isolation: RunnerIsolation,
-    /// Let isolated local runners reach loopback, private and other
-    /// non-public addresses through the egress proxy; for local development
-    /// only (`TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE`).
-    #[arg(
-        long,
-        env = "TOOLSERVER_RUNNER_EGRESS_ALLOW_PRIVATE",
-        default_value_t = false
-    )]
-    pub runner_egress_allow_private: bool,
-    /// Milliseconds the egress proxy may take to resolve a name, and again to
-    /// connect (`TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS`).
-    #[arg(
-        long,
-        env = "TOOLSERVER_RUNNER_EGRESS_TIMEOUT_MS",
-        default_value_t = 5_000
-    )]
-    pub runner_egress_timeout_ms: u64,
-    /// For tests only: `name=ip,…` answered by the egress proxy instead of
-    /// DNS and treated as public (`TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`).
-    #[arg(long, env = "TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS", value_parser = parse_test_host, value_delimiter = ',')]
-    pub runner_egress_test_hosts: Vec<(String, std::net::IpAddr)>,
+    /// What the egress proxy lets runners reach.
+    #[command(flatten)]
+    pub egress: EgressConfig,
     /// Memory of one runner's processes together, in MiB (`TOOLSERVER_RUNNER_MEMORY_MB`).
     #[arg(long, env = "TOOLSERVER_RUNNER_MEMORY_MB", default_value_t = 512)]
     pub runner_memory_mb: u64,
@@ -473,6 +507,15 @@ pub struct KubernetesConfig {
         default_value_t = 1000
     )]
     pub k8s_channel_connect_ms: u64,
+    /// `host:port` of the egress proxy runner pods share (`toolserver
+    /// egress-proxy`); unset: pods reach public addresses directly and
+    /// per-tool allow lists are not enforced (`TOOLSERVER_K8S_EGRESS_PROXY`).
+    #[arg(long, env = "TOOLSERVER_K8S_EGRESS_PROXY")]
+    pub k8s_egress_proxy: Option<String>,
+    /// The key egress grants are signed with, shared with the proxy; at
+    /// least 32 bytes (`TOOLSERVER_EGRESS_TOKEN_KEY`).
+    #[arg(long, env = "TOOLSERVER_EGRESS_TOKEN_KEY", hide_env_values = true)]
+    pub egress_token_key: Option<String>,
 }
 
 /// Agents, model providers, built-in tools and turn limits.
@@ -636,6 +679,72 @@ pub struct AgentsConfig {
     /// Seconds between keep-alive comments on an idle turn stream (`TOOLSERVER_SSE_KEEPALIVE_SECS`).
     #[arg(long, env = "TOOLSERVER_SSE_KEEPALIVE_SECS", default_value_t = 15)]
     pub sse_keepalive_secs: u64,
+    /// Milliseconds between a turn stream's checks of the database without
+    /// a notice: a resume's look for new chunks, a running turn's look for
+    /// a stop and renewal of its stream (`TOOLSERVER_STREAM_POLL_MS`).
+    #[arg(long, env = "TOOLSERVER_STREAM_POLL_MS", default_value_t = 1_000)]
+    pub stream_poll_ms: u64,
+    /// Milliseconds a turn stream stays alive unless its server renews it:
+    /// the stream of a server that died ends, with an error, this long after
+    /// (`TOOLSERVER_STREAM_ALIVE_MS`; at least twice the poll).
+    #[arg(long, env = "TOOLSERVER_STREAM_ALIVE_MS", default_value_t = 10_000)]
+    pub stream_alive_ms: u64,
+    /// Seconds a finished turn's chunks are kept for replay; the turn's
+    /// message stays in the conversation (`TOOLSERVER_STREAM_RETENTION_SECS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_STREAM_RETENTION_SECS",
+        default_value_t = 3_600
+    )]
+    pub stream_retention_secs: u64,
+    /// Most chunks recorded in one database write (`TOOLSERVER_STREAM_MAX_BATCH`).
+    #[arg(long, env = "TOOLSERVER_STREAM_MAX_BATCH", default_value_t = 256)]
+    pub stream_max_batch: usize,
+    /// Record turn streams; off, chunks go straight to the client and there
+    /// is no resume and no stop from another connection (`TOOLSERVER_STREAM_RECORDING`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_STREAM_RECORDING",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub stream_recording: bool,
+}
+
+/// Cross-origin access for browser pages on other origins.
+#[derive(Debug, Clone, Args)]
+pub struct CorsConfig {
+    /// Origins allowed to call the API, comma-separated `scheme://host[:port]`,
+    /// or `*` for any; empty (the default): none (`TOOLSERVER_CORS_ALLOWED_ORIGINS`).
+    #[arg(long, env = "TOOLSERVER_CORS_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub cors_allowed_origins: Vec<String>,
+    /// Methods allowed cross-origin (`TOOLSERVER_CORS_ALLOWED_METHODS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_CORS_ALLOWED_METHODS",
+        value_delimiter = ',',
+        default_value = "GET,POST,PATCH,PUT,DELETE"
+    )]
+    pub cors_allowed_methods: Vec<String>,
+    /// Request headers allowed cross-origin (`TOOLSERVER_CORS_ALLOWED_HEADERS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_CORS_ALLOWED_HEADERS",
+        value_delimiter = ',',
+        default_value = "authorization,content-type,x-request-id,idempotency-key"
+    )]
+    pub cors_allowed_headers: Vec<String>,
+    /// Let pages send credentials (cookies); the bearer token needs none, so
+    /// off by default; refused with `*` (`TOOLSERVER_CORS_ALLOW_CREDENTIALS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_CORS_ALLOW_CREDENTIALS",
+        default_value_t = false
+    )]
+    pub cors_allow_credentials: bool,
+    /// Seconds a browser may cache a preflight answer (`TOOLSERVER_CORS_MAX_AGE_SECS`).
+    #[arg(long, env = "TOOLSERVER_CORS_MAX_AGE_SECS", default_value_t = 600)]
+    pub cors_max_age_secs: u64,
 }
 
 /// One `name=ip` of `TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`.

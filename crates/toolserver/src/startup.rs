@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
+use toolserver_api::cors::CorsSettings;
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
 use toolserver_domain::{AgentLimits, ToolLimits};
@@ -16,21 +17,24 @@ use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
+use toolserver_harness::stream::StreamSettings;
 use toolserver_harness::tools::{TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_kubernetes::{
     CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerChannel, RunnerResources,
+    SharedEgress,
 };
 use toolserver_sandbox::{
-    EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings, RunnerLimits,
+    EgressKey, EgressProxy, EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings,
+    RunnerLimits,
 };
 use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
     AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, ChannelKind,
-    DatabaseConfig, ExecutorKind, JwtAlgorithm, LimitsConfig, RunnerConfig, RunnerIsolation,
-    ServeConfig,
+    CorsConfig, DatabaseConfig, EgressConfig, EgressProxyConfig, ExecutorKind, JwtAlgorithm,
+    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::{keys, telemetry};
@@ -99,13 +103,17 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         Some(url) => url.clone(),
         None => Url::parse(&format!("http://{}", config.bind))?,
     };
+    let cors = cors_settings(&config.cors)?;
     let db = open_database(&config.database).await?;
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
     let dev_mode = config.database.database_url.is_none();
     let auth = authenticator(&config.auth, &config.database, dev_mode)?;
     let (executor, runner_reaper) =
         executor(&config.runners, &config.database, &public_url).await?;
-    let api = api_settings(&config.limits, &config.bundles, &config.runners);
+    let api = ApiSettings {
+        cors,
+        ..api_settings(&config.limits, &config.bundles, &config.runners)
+    };
     let harness = harness(
         config,
         &public_url,
@@ -261,9 +269,40 @@ fn harness(
         public_url: public_url.clone(),
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
         lifecycle: lifecycle_settings(agents),
+        streams: stream_settings(agents),
         outbound_resolve_timeout: Duration::from_millis(agents.outbound_connect_timeout_ms),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
+}
+
+fn cors_settings(config: &CorsConfig) -> anyhow::Result<Option<CorsSettings>> {
+    let settings = CorsSettings::parse(
+        &config.cors_allowed_origins,
+        &config.cors_allowed_methods,
+        &config.cors_allowed_headers,
+        config.cors_allow_credentials,
+        Duration::from_secs(config.cors_max_age_secs),
+    )?;
+    match &settings {
+        Some(settings) => {
+            tracing::info!(origins = ?settings.origins, "cross-origin requests allowed")
+        }
+        None => tracing::debug!(
+            "no cross-origin requests allowed (TOOLSERVER_CORS_ALLOWED_ORIGINS is empty)"
+        ),
+    }
+    Ok(settings)
+}
+
+fn stream_settings(agents: &AgentsConfig) -> StreamSettings {
+    let poll = Duration::from_millis(agents.stream_poll_ms.max(10));
+    StreamSettings {
+        poll,
+        alive: Duration::from_millis(agents.stream_alive_ms).max(poll * 2),
+        retention: Duration::from_secs(agents.stream_retention_secs),
+        max_batch: agents.stream_max_batch.clamp(1, 10_000),
+        record: agents.stream_recording,
+    }
 }
 
 fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
@@ -298,7 +337,7 @@ async fn executor(
         }
         ExecutorKind::Kubernetes => {
             let client = toolserver_kubernetes::cluster_client().await?;
-            let executor = KubernetesExecutor::new(client, kubernetes_settings(config))
+            let executor = KubernetesExecutor::new(client, kubernetes_settings(config)?)
                 .await
                 .context("starting the kubernetes runner backend")?;
             let reaper = executor.spawn_reaper();
@@ -307,7 +346,7 @@ async fn executor(
     })
 }
 
-fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
+fn kubernetes_settings(config: &RunnerConfig) -> anyhow::Result<KubernetesSettings> {
     let k8s = &config.kubernetes;
     let mut settings = KubernetesSettings::new(&k8s.k8s_namespace, &k8s.k8s_runner_image);
     settings.image_pull_policy = k8s.k8s_image_pull_policy.clone();
@@ -334,6 +373,17 @@ fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
     settings.kill_grace = Duration::from_millis(config.runner_kill_grace_ms);
     settings.network_policy =
         (!k8s.k8s_network_policy.is_empty()).then(|| k8s.k8s_network_policy.clone());
+    settings.egress = match (&k8s.k8s_egress_proxy, &k8s.egress_token_key) {
+        (Some(proxy), Some(key)) => Some(SharedEgress {
+            proxy: proxy.clone(),
+            key: EgressKey::new(key)
+                .map_err(|reason| anyhow::anyhow!("TOOLSERVER_EGRESS_TOKEN_KEY: {reason}"))?,
+        }),
+        (Some(_), None) => anyhow::bail!(
+            "TOOLSERVER_K8S_EGRESS_PROXY needs TOOLSERVER_EGRESS_TOKEN_KEY, the key the proxy holds"
+        ),
+        (None, _) => None,
+    };
     settings.channel = match k8s.k8s_channel {
         ChannelKind::Direct => RunnerChannel::Direct {
             port: k8s.k8s_channel_port,
@@ -341,7 +391,7 @@ fn kubernetes_settings(config: &RunnerConfig) -> KubernetesSettings {
         },
         ChannelKind::Exec => RunnerChannel::Exec,
     };
-    settings
+    Ok(settings)
 }
 
 fn local_executor(
@@ -353,7 +403,6 @@ fn local_executor(
         .runner_dir
         .clone()
         .unwrap_or_else(|| db.data_dir.join("runners"));
-    let egress_timeout = Duration::from_millis(config.runner_egress_timeout_ms);
     let settings = LocalSettings {
         node_binary: config.node_binary.clone(),
         root,
@@ -365,16 +414,39 @@ fn local_executor(
             RunnerIsolation::Bwrap => IsolationMode::Bwrap,
             RunnerIsolation::None => IsolationMode::None,
         },
-        egress: EgressSettings {
-            allow_private: config.runner_egress_allow_private,
-            resolve_overrides: config.runner_egress_test_hosts.iter().cloned().collect(),
-            callback_base: Some(public_url.clone()),
-            resolve_timeout: egress_timeout,
-            connect_timeout: egress_timeout,
-        },
+        egress: egress_settings(&config.egress, Some(public_url.clone())),
         limits: runner_limits(config),
     };
     Ok(LocalExecutor::new(settings)?)
+}
+
+/// The egress proxy's settings, with `callback_base` for the job callbacks.
+fn egress_settings(config: &EgressConfig, callback_base: Option<Url>) -> EgressSettings {
+    let timeout = Duration::from_millis(config.runner_egress_timeout_ms);
+    EgressSettings {
+        allow_private: config.runner_egress_allow_private,
+        resolve_overrides: config.runner_egress_test_hosts.iter().cloned().collect(),
+        callback_base,
+        resolve_timeout: timeout,
+        connect_timeout: timeout,
+    }
+}
+
+/// `toolserver egress-proxy`: the egress proxy Kubernetes runner pods share,
+/// until SIGTERM or Ctrl-C.
+pub async fn egress_proxy(config: EgressProxyConfig) -> anyhow::Result<()> {
+    telemetry::init(&config.log)?;
+    let key = EgressKey::new(&config.egress_token_key)
+        .map_err(|reason| anyhow::anyhow!("TOOLSERVER_EGRESS_TOKEN_KEY: {reason}"))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let proxy = EgressProxy::new(egress_settings(&config.egress, config.public_url.clone()));
+    let serving = proxy.serve_shared(listener, key);
+    tracing::info!(addr = %config.listen, "egress proxy listening");
+    toolserver_api::server::termination_signal().await;
+    serving.abort();
+    Ok(())
 }
 
 /// The local runners' resource limits from the settings.
@@ -420,6 +492,7 @@ fn api_settings(
         max_tool_timeout: Duration::from_millis(runners.max_tool_timeout_ms),
         max_output_bytes: runners.max_output_bytes,
         inline_bundle_max_bytes: runners.inline_bundle_max_bytes,
+        cors: None,
     }
 }
 

@@ -630,7 +630,7 @@ async fn a_builtin_async_tool_result_is_injected_too(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../../migrations")]
-async fn a_client_disconnect_cancels_the_runner_call(pool: PgPool) {
+async fn under_on_disconnect_cancel_a_client_disconnect_cancels_the_runner_call(pool: PgPool) {
     let app = LiveApp::start(pool).await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
@@ -642,9 +642,18 @@ async fn a_client_disconnect_cancels_the_runner_call(pool: PgPool) {
             Reply::text("never"),
         ],
     );
-    let agent = app
-        .agent(ACCOUNT_A, "disconnect", json!({ &tool: {} }))
+    let mut config = app.agent_config("disconnect", json!({ &tool: {} }));
+    config["onDisconnect"] = json!("cancel");
+    let (status, created) = app
+        .request(
+            reqwest::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(json!({"name": "disconnect", "config": config})),
+        )
         .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agentId"].as_str().unwrap().to_owned();
     let response = app
         .start_turn(ACCOUNT_A, &agent, user_turn("conv-gone", "hang"))
         .await;
@@ -655,25 +664,15 @@ async fn a_client_disconnect_cancels_the_runner_call(pool: PgPool) {
             &body.next().await.unwrap().unwrap(),
         ));
     }
-    let mut running = 0;
-    for _ in 0..50 {
-        running = app.inflight(ACCOUNT_A, &tool).await;
-        if running == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(running, 1, "the call never started");
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 1).await,
+        "the call never started"
+    );
     drop(body);
-    let mut cancelled = false;
-    for _ in 0..100 {
-        if app.inflight(ACCOUNT_A, &tool).await == 0 {
-            cancelled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(cancelled, "the runner call outlived the client");
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 0).await,
+        "the runner call outlived the client"
+    );
     // The conversation is released and records the cut-off call.
     let mut stored = Value::Null;
     for _ in 0..50 {

@@ -105,12 +105,24 @@ impl LiveApp {
         tavily: Option<url::Url>,
         settings: HarnessSettings,
     ) -> Self {
-        Self::start_full(pool, tavily, settings, None).await
+        Self::start_full(pool, tavily, settings, None, ApiSettings::default()).await
+    }
+
+    /// The app with API settings of its own (e.g. CORS).
+    pub async fn start_settings(pool: PgPool, api: ApiSettings, settings: HarnessSettings) -> Self {
+        Self::start_full(pool, None, settings, None, api).await
     }
 
     /// The app with turns also taken over NATS, on `subject`.
     pub async fn start_with_nats(pool: PgPool, nats: async_nats::Client, subject: &str) -> Self {
-        let mut app = Self::start_full(pool, None, fast_lifecycle(), Some(nats.clone())).await;
+        let mut app = Self::start_full(
+            pool,
+            None,
+            fast_lifecycle(),
+            Some(nats.clone()),
+            ApiSettings::default(),
+        )
+        .await;
         let turns = toolserver_api::nats::spawn_turns(app.state.clone(), nats, subject.to_owned())
             .await
             .unwrap();
@@ -123,6 +135,7 @@ impl LiveApp {
         tavily: Option<url::Url>,
         settings: HarnessSettings,
         nats: Option<async_nats::Client>,
+        api: ApiSettings,
     ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -151,7 +164,7 @@ impl LiveApp {
             bundles,
             dyn_executor,
             hs256_auth(),
-            ApiSettings::default(),
+            api,
             harness,
             nats.clone(),
         );
@@ -264,6 +277,18 @@ impl LiveApp {
     /// The runner backend.
     pub fn executor(&self) -> Arc<LocalExecutor> {
         self.executor.clone()
+    }
+
+    /// Whether `account`'s `tool` comes to have `count` calls in flight
+    /// within 5 s.
+    pub async fn comes_to_inflight(&self, account: &str, tool: &str, count: u64) -> bool {
+        for _ in 0..100 {
+            if self.inflight(account, tool).await == count {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// The worker's count of calls in flight for `account`'s `tool`.

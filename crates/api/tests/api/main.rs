@@ -15,6 +15,7 @@ mod lifecycle;
 mod live;
 mod openapi;
 mod real_client;
+mod resume;
 mod shutdown;
 mod support;
 mod tenancy;

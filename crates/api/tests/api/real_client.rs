@@ -15,6 +15,7 @@ use crate::support::*;
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input }; } };";
 const STREAMING: &str = "export default { async *execute() { for (let i = 1; i <= 3; i++) { yield { step: i }; await new Promise(r => setTimeout(r, 10)); } } };";
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 200)); return { done: input.job }; } };";
+const LONG: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 1000)); return { done: input.job }; } };";
 
 fn schema(property: &str) -> Value {
     json!({"type": "object", "properties": {property: {"type": "string"}}, "required": [property]})
@@ -184,10 +185,25 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         }));
     }
 
+    // A turn the client leaves mid-way and resumes (test/resume.test.mjs).
+    let long = app.upload(ACCOUNT_A, "long", LONG, schema("job")).await;
+    app.model.script(
+        "rc-resume",
+        vec![
+            Reply::tool_call("c1", "long", json!({"job": "r"})),
+            Reply::text("Resumed and done.").chunk_delay(Duration::from_millis(20)),
+        ],
+    );
+    let resume = json!({
+        "agentId": app.agent(ACCOUNT_A, "rc-resume", json!({ &long: {} })).await,
+        "expectText": "Resumed and done.",
+        "expectOutput": {"done": "r"},
+    });
+
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         file.path(),
-        serde_json::to_vec(&json!({"scenarios": scenarios})).unwrap(),
+        serde_json::to_vec(&json!({"scenarios": scenarios, "resume": resume})).unwrap(),
     )
     .unwrap();
     let output = tokio::process::Command::new("node")
@@ -217,4 +233,11 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         "expected {} passing tests:\n{report}",
         2 * scenarios.len()
     );
+    let resumed = report
+        .lines()
+        .filter(|l| {
+            l.trim_start().starts_with('✔') && l.contains("resume gets the whole running turn")
+        })
+        .count();
+    assert_eq!(resumed, 2, "both majors resume:\n{report}");
 }

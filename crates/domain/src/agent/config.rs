@@ -72,6 +72,20 @@ pub struct AgentConfig {
     pub max_steps: u32,
     /// Configured tools, enabled or not.
     pub tools: BTreeMap<ToolKey, ToolSetting>,
+    /// What a streaming turn does when its client goes away.
+    pub on_disconnect: OnDisconnect,
+}
+
+/// What a streaming turn does when the client of its request goes away
+/// (config `onDisconnect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnDisconnect {
+    /// `"continue"` (the default): the turn runs on and is recorded, and a
+    /// resume picks it up.
+    #[default]
+    Continue,
+    /// `"cancel"`: the turn stops, as a stop request stops it.
+    Cancel,
 }
 
 impl AgentConfig {
@@ -94,11 +108,11 @@ impl AgentConfig {
         for key in object.keys() {
             if !matches!(
                 key.as_str(),
-                "model" | "provider" | "systemPrompt" | "maxSteps" | "tools"
+                "model" | "provider" | "systemPrompt" | "maxSteps" | "tools" | "onDisconnect"
             ) {
                 return Err(ValidationError::new(
                     format!("config.{key}"),
-                    "is not a config field (model, provider, systemPrompt, maxSteps, tools)",
+                    "is not a config field (model, provider, systemPrompt, maxSteps, tools, onDisconnect)",
                 ));
             }
         }
@@ -131,6 +145,16 @@ impl AgentConfig {
                 }
             },
         };
+        let on_disconnect = match object.get("onDisconnect").map(Value::as_str) {
+            None | Some(Some("continue")) => OnDisconnect::Continue,
+            Some(Some("cancel")) => OnDisconnect::Cancel,
+            Some(_) => {
+                return Err(ValidationError::new(
+                    "config.onDisconnect",
+                    "must be \"continue\" or \"cancel\"",
+                ))
+            }
+        };
         let mut tools = BTreeMap::new();
         match object.get("tools") {
             None => {}
@@ -149,6 +173,7 @@ impl AgentConfig {
             system_prompt,
             max_steps,
             tools,
+            on_disconnect,
         })
     }
 
@@ -362,6 +387,25 @@ mod tests {
             ]
         );
         assert_eq!(config.uploaded_tool_ids(), vec![id]);
+        assert_eq!(config.on_disconnect, OnDisconnect::Continue);
+    }
+
+    #[test]
+    fn on_disconnect_takes_continue_or_cancel() {
+        let config = |value: Value| {
+            parse(json!({"model": {"provider": "openai", "modelId": "m"}, "onDisconnect": value}))
+        };
+        assert_eq!(
+            config(json!("cancel")).unwrap().on_disconnect,
+            OnDisconnect::Cancel
+        );
+        assert_eq!(
+            config(json!("continue")).unwrap().on_disconnect,
+            OnDisconnect::Continue
+        );
+        for bad in [json!("stop"), json!(true), json!(null)] {
+            assert_eq!(config(bad).unwrap_err().field, "config.onDisconnect");
+        }
     }
 
     #[test]

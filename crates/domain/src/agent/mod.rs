@@ -7,7 +7,9 @@ mod id;
 mod secrets;
 mod tools;
 
-pub use config::{AgentConfig, AgentLimits, ModelSpec, ProviderCredentials, PROVIDERS};
+pub use config::{
+    AgentConfig, AgentLimits, ModelSpec, OnDisconnect, ProviderCredentials, PROVIDERS,
+};
 pub use id::{AgentId, AgentName};
 pub use secrets::{Secrets, REDACTED};
 pub use tools::{BuiltinTool, ToolKey, ToolSetting, ASYNC_STATUS_TOOL};

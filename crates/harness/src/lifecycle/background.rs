@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use toolserver_store::{async_results, async_turns, jobs, StoreError};
+use toolserver_store::{async_results, async_turns, jobs, turn_streams, StoreError};
 use uuid::Uuid;
 
 use super::Lifecycle;
@@ -28,6 +28,8 @@ pub struct ReapReport {
     pub exhausted_turns: usize,
     /// Turns failed because they had no way on.
     pub stuck_turns: usize,
+    /// Finished turn streams removed after their retention.
+    pub purged_streams: u64,
 }
 
 impl Lifecycle {
@@ -97,6 +99,7 @@ impl Lifecycle {
                         sealed_groups = report.sealed_groups,
                         exhausted_turns = report.exhausted_turns,
                         stuck_turns = report.stuck_turns,
+                        purged_streams = report.purged_streams,
                         "reaper acted"
                     );
                 }
@@ -108,8 +111,8 @@ impl Lifecycle {
 
     /// One reaper pass: expires calls past their deadline, launches again
     /// (or fails) calls whose runner went silent, seals groups left open,
-    /// and fails turns
-    /// whose job used up its attempts or that have no way on.
+    /// fails turns whose job used up its attempts or that have no way on,
+    /// and removes turn streams past their retention.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
@@ -132,6 +135,8 @@ impl Lifecycle {
         let stuck = async_turns::fail_stuck(pool, settings.stuck_turn_grace, REAP_BATCH).await?;
         self.announce(&exhausted).await;
         self.announce(&stuck).await;
+        let purged_streams =
+            turn_streams::purge_finished(pool, self.0.harness.settings().streams.retention).await?;
         Ok(ReapReport {
             expired,
             relaunched,
@@ -139,6 +144,7 @@ impl Lifecycle {
             sealed_groups,
             exhausted_turns: exhausted.len(),
             stuck_turns: stuck.len(),
+            purged_streams,
         })
     }
 

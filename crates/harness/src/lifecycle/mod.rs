@@ -52,6 +52,7 @@ pub use launch::DetachedStart;
 pub use lease::{ConversationLease, LeaseError};
 pub use status::AccountStatus;
 
+use crate::stream::StreamHub;
 use crate::Harness;
 
 /// Knobs of the detached lifecycle; each one is a server setting.
@@ -126,19 +127,23 @@ struct Inner {
     harness: Arc<Harness>,
     executor: Arc<dyn Executor>,
     listener: Arc<dyn TurnListener>,
+    streams: Arc<StreamHub>,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
 
 impl Lifecycle {
-    /// An engine over `pool`; runs reach runners through `executor`.
+    /// An engine over `pool`; runs reach runners through `executor`. Also
+    /// starts this process's turn-stream listener (within a Tokio runtime).
     pub fn new(
         pool: PgPool,
         harness: Arc<Harness>,
         executor: Arc<dyn Executor>,
         listener: Arc<dyn TurnListener>,
     ) -> Self {
+        let streams = StreamHub::start(pool.clone(), harness.settings().streams.clone());
         Self(Arc::new(Inner {
+            streams,
             pool,
             harness,
             executor,
@@ -146,6 +151,11 @@ impl Lifecycle {
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
         }))
+    }
+
+    /// This process's view of turn streams.
+    pub fn streams(&self) -> &Arc<StreamHub> {
+        &self.0.streams
     }
 
     fn settings(&self) -> &LifecycleSettings {

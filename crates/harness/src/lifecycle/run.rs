@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use toolserver_domain::{AccountId, AgentId, CallStatus, TurnStatus};
+use toolserver_domain::{AccountId, AgentId, CallStatus, OnDisconnect, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
 use toolserver_store::jobs::{self, Job, JobKind};
@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
+use crate::stream::{self, Recording};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
 use crate::CheckedAgent;
@@ -182,7 +183,7 @@ impl Lifecycle {
             }
             _ => Vec::new(),
         };
-        let plan = self.plan(
+        let mut plan = self.plan(
             job,
             &account,
             &checked,
@@ -197,10 +198,16 @@ impl Lifecycle {
             .map_err(|err| LifecycleError::ConfigInvalid(err.to_string()))?;
         async_turns::mark_running(pool, turn.id).await?;
         let renewal = AbortOnDropHandle::new(lease.keep_renewed());
-        let (chunks, mut receiver) = mpsc::channel(64);
-        let drain = tokio::spawn(async move { while receiver.recv().await.is_some() {} });
-        let outcome = run_turn(provider, checked.registry, plan, chunks).await;
-        let _ = drain.await;
+        let recording = stream::record(
+            self.streams(),
+            &account,
+            &turn.conversation_id,
+            None,
+            OnDisconnect::Continue,
+        )
+        .await?;
+        plan.stop = recording.stop.clone();
+        let outcome = run_turn(provider, checked.registry, plan, recording.chunks.clone()).await;
         drop(renewal);
         messages.push(outcome.assistant);
         let value = serde_json::to_value(&messages)
@@ -209,7 +216,13 @@ impl Lifecycle {
             Some(error) => RunEnd::Failed(&value, error),
             None => RunEnd::Finished(&value),
         };
-        self.commit(job, &account, &turn, lease, end).await
+        // The stream finishes once the conversation holds the turn, so a
+        // reader that sees its end finds the turn stored.
+        let committed = self.commit(job, &account, &turn, lease, end).await;
+        let Recording { chunks, done, .. } = recording;
+        drop(chunks);
+        let _ = done.await;
+        committed
     }
 
     /// Removes a job that needs no commit of a run.

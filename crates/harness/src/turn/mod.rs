@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 pub use calls::{launch, pending_output, Launch};
 pub use detach::{DetachedCall, Detacher, DurableStatus};
@@ -63,6 +64,9 @@ pub struct TurnPlan {
     /// When set, model pass `n` of this turn is requested with the
     /// idempotency key `<request_key>.<n>`.
     pub request_key: Option<String>,
+    /// Cancelled to stop the turn: its model stream and tool calls end, and
+    /// the stream ends with `abort`.
+    pub stop: CancellationToken,
 }
 
 impl TurnPlan {
@@ -88,6 +92,7 @@ impl TurnPlan {
             history,
             assistant,
             request_key: None,
+            stop: CancellationToken::new(),
         }
     }
 }
@@ -118,12 +123,21 @@ pub async fn run_turn(
         plan,
     };
     let limit = turn.plan.max_duration;
-    let ended = match tokio::time::timeout(limit, turn.run()).await {
+    let stop = turn.plan.stop.clone();
+    let early = {
+        let run = tokio::time::timeout(limit, turn.run());
+        tokio::select! {
+            ended = run => ended.map_err(|_| EarlyEnd::TimeLimit),
+            () = stop.cancelled() => Err(EarlyEnd::Stopped),
+        }
+    };
+    let ended = match early {
         Ok(ended) => ended,
-        Err(_) => {
+        Err(EarlyEnd::TimeLimit) => {
             let error = format!("the turn exceeded its time limit of {} s", limit.as_secs());
             turn.end_with_error(error).await
         }
+        Err(EarlyEnd::Stopped) => turn.end_stopped().await,
     };
     let mut assistant = turn.emitter.assistant.clone();
     match ended {
@@ -142,6 +156,15 @@ pub async fn run_turn(
         }
     }
 }
+
+/// Why a turn ended before its work did.
+enum EarlyEnd {
+    TimeLimit,
+    Stopped,
+}
+
+/// The error a stopped turn reports.
+pub const STOPPED: &str = "the turn was stopped";
 
 struct Turn {
     provider: Arc<dyn ModelProvider>,
@@ -189,6 +212,15 @@ impl Turn {
             })
             .await?;
         Ok(("error".into(), Some(error)))
+    }
+
+    /// Ends a stopped turn: closes an open step, marks unfinished calls,
+    /// and ends the stream with `abort`.
+    async fn end_stopped(&mut self) -> Result<(String, Option<String>), ClientGone> {
+        self.emitter.close_open_parts().await?;
+        mark_unfinished(&mut self.emitter.assistant, STOPPED);
+        self.emitter.emit(UiChunk::Abort).await?;
+        Ok(("abort".into(), Some(STOPPED.into())))
     }
 
     async fn run_steps(&mut self) -> Result<(String, Option<String>), ClientGone> {

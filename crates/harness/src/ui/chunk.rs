@@ -118,6 +118,8 @@ pub enum UiChunk {
         /// What happened.
         error_text: String,
     },
+    /// The turn was stopped before it finished.
+    Abort,
 }
 
 #[cfg(test)]
@@ -136,6 +138,7 @@ mod tests {
                 json!({"type": "start", "messageId": "m"}),
             ),
             (UiChunk::StartStep, json!({"type": "start-step"})),
+            (UiChunk::Abort, json!({"type": "abort"})),
             (
                 UiChunk::ToolInputDelta {
                     tool_call_id: "c".into(),

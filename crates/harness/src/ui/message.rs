@@ -338,7 +338,10 @@ impl UiMessage {
                     part.state = ToolState::OutputDenied;
                 }
             }
-            UiChunk::FinishStep | UiChunk::Finish { .. } | UiChunk::Error { .. } => {}
+            UiChunk::FinishStep
+            | UiChunk::Finish { .. }
+            | UiChunk::Error { .. }
+            | UiChunk::Abort => {}
         }
     }
 

@@ -55,6 +55,16 @@ impl Setup {
         }
     }
 
+    /// The HTTP client of this setup.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// A token of this setup's account.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Starts the binary; `poll_ms` is how often it looks for continuations.
     async fn start(&self, poll_ms: u64) -> Server {
         self.start_with(poll_ms, &[]).await

@@ -5,7 +5,9 @@
 
 mod chaos;
 mod crash;
+mod egress_proxy;
 mod embedded;
 mod kubernetes;
 mod serve;
 mod settings;
+mod stream_failover;

@@ -12,12 +12,13 @@ fn repo_file(name: &str) -> String {
         .unwrap_or_else(|err| panic!("reading {name}: {err}"))
 }
 
-/// The environment variables `toolserver serve` reads.
+/// The environment variables `toolserver serve` and `toolserver
+/// egress-proxy` read.
 fn settings() -> BTreeSet<String> {
     let command = Cli::command();
-    let serve = command.find_subcommand("serve").unwrap();
-    serve
-        .get_arguments()
+    ["serve", "egress-proxy"]
+        .into_iter()
+        .flat_map(|name| command.find_subcommand(name).unwrap().get_arguments())
         .filter_map(|arg| arg.get_env())
         .map(|env| env.to_string_lossy().into_owned())
         .collect()

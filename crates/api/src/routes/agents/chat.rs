@@ -5,23 +5,23 @@
 //! 4xx: the agent and its tools are checked again, the conversation is leased
 //! (one turn at a time), approval decisions are matched against the stored
 //! pending approvals, and the conversation's size is checked. The turn then
-//! runs in its own task; the stored conversation is updated before the final
-//! `[DONE]`, so a client that sees `[DONE]` can continue at once.
-
-use std::convert::Infallible;
+//! runs in its own task and its chunks are recorded (see
+//! [`toolserver_harness::stream`]) before this response carries them, so a
+//! resume elsewhere replays exactly what this client saw. The stored
+//! conversation is updated and the conversation freed before the final
+//! `[DONE]`, so a client that sees `[DONE]` can continue at once. Whether a
+//! client leaving stops the turn is the agent's `onDisconnect`.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderName, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::stream::{self, Stream, StreamExt};
+use axum::response::Response;
 use tokio::sync::mpsc;
 use toolserver_harness::lifecycle::AccountStatus;
+use toolserver_harness::stream::{self, Recording};
 use toolserver_harness::turn::run_turn;
-use toolserver_harness::ui::UiChunk;
 
 use super::chat_request::ChatRequest;
 use super::turn_request::start_turn;
+use super::ui_stream::ui_message_stream;
 use crate::auth::Account;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::ApiJson;
@@ -57,12 +57,29 @@ pub async fn chat(
         state.executor().clone(),
         account.clone(),
     );
-    let plan = turn.streaming_plan(&settings, durable);
+    let mut plan = turn.streaming_plan(&settings, durable);
+    let on_disconnect = turn.checked.config.on_disconnect;
     let (lease, provider, registry) = (turn.lease, turn.provider, turn.checked.registry);
-    let (chunks, receiver) = mpsc::channel(64);
+    let (forward, client) = mpsc::channel(FORWARD_BUFFER);
+    let recording = match stream::record(
+        state.lifecycle().streams(),
+        &account,
+        lease.conversation_id(),
+        Some(forward.clone()),
+        on_disconnect,
+    )
+    .await
+    {
+        Ok(recording) => recording,
+        Err(err) => {
+            lease.release().await;
+            return Err(err.into());
+        }
+    };
+    plan.stop = recording.stop.clone();
     tokio::spawn(async move {
         let renewal = lease.keep_renewed();
-        let outcome = run_turn(provider, registry, plan, chunks.clone()).await;
+        let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         renewal.abort();
         if let Some(error) = &outcome.error {
             tracing::info!(error = %error, "turn ended with an error");
@@ -73,34 +90,13 @@ pub async fn chat(
             tracing::error!(error = %err, "could not store the conversation");
         }
         lease.release().await;
+        let Recording { chunks, done, .. } = recording;
         drop(chunks);
+        let _ = done.await;
+        drop(forward);
     });
-
-    let mut response = Sse::new(ui_stream(receiver))
-        .keep_alive(KeepAlive::new().interval(settings.keep_alive))
-        .into_response();
-    let headers = response.headers_mut();
-    for (name, value) in [
-        ("x-vercel-ai-ui-message-stream", "v1"),
-        ("x-accel-buffering", "no"),
-        ("cache-control", "no-cache"),
-    ] {
-        headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        );
-    }
-    Ok(response)
+    Ok(ui_message_stream(client, settings.keep_alive))
 }
 
-/// `data: <chunk>` frames, then `data: [DONE]` once the turn task is done.
-fn ui_stream(receiver: mpsc::Receiver<UiChunk>) -> impl Stream<Item = Result<Event, Infallible>> {
-    let chunks = stream::unfold(receiver, |mut receiver| async move {
-        let chunk = receiver.recv().await?;
-        let event = Event::default()
-            .json_data(&chunk)
-            .unwrap_or_else(|_| Event::default().data("{}"));
-        Some((Ok(event), receiver))
-    });
-    chunks.chain(stream::once(async { Ok(Event::default().data("[DONE]")) }))
-}
+/// Chunks buffered for this request's client.
+const FORWARD_BUFFER: usize = 64;

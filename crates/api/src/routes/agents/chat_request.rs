@@ -37,11 +37,7 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// Checks the conversation id and parses the messages, naming the first bad one.
     pub fn parse(self) -> Result<(String, Vec<UiMessage>, TurnTrigger), ApiError> {
-        let length = self.id.chars().count();
-        if !(1..=200).contains(&length) {
-            return Err(ApiError::bad_field("id", "must be 1-200 characters"));
-        }
-        toolserver_domain::refuse_nul_text("id", &self.id)?;
+        check_conversation_id("id", &self.id)?;
         let messages = self
             .messages
             .into_iter()
@@ -63,4 +59,15 @@ impl ChatRequest {
         };
         Ok((self.id, messages, trigger))
     }
+}
+
+/// Refuses a conversation id that is not 1-200 characters or holds a NUL,
+/// naming `field` (the body's `id`, or the path's `conversationId`).
+pub fn check_conversation_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let length = id.chars().count();
+    if !(1..=200).contains(&length) {
+        return Err(ApiError::bad_field(field, "must be 1-200 characters"));
+    }
+    toolserver_domain::refuse_nul_text(field, id)?;
+    Ok(())
 }

@@ -6,7 +6,9 @@ mod chat;
 pub(crate) mod chat_request;
 mod crud;
 pub(crate) mod detached;
+mod resume;
 pub(crate) mod turn_request;
+mod ui_stream;
 mod wire;
 
 use toolserver_domain::{AccountId, AgentId};
@@ -20,6 +22,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub use chat_request::{ChatRequest, Trigger};
+pub use resume::{ResumeParams, StopAnswer, TAIL_INDEX_HEADER};
 pub use wire::{AgentBody, AgentPage, AgentPatch, AgentView};
 
 /// The agent routes.
@@ -32,6 +35,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
             crud::delete_agent
         ))
         .routes(routes!(chat::chat))
+        .routes(routes!(resume::resume_stream))
+        .routes(routes!(resume::stop_turn))
         .routes(routes!(detached::start_async))
         .routes(routes!(detached::get_async))
 }

@@ -13,8 +13,8 @@ pub struct AgentBody {
     /// Human-facing name, 1-100 characters.
     pub name: String,
     /// `{ model: { provider, modelId, options? }, provider?: { openai: { apiKey?, baseUrl? } },
-    /// systemPrompt?, maxSteps?, tools?: { <builtin name | toolId>: { enabled?, async?,
-    /// needsApproval?, timeoutMs?, ...options } } }`.
+    /// systemPrompt?, maxSteps?, onDisconnect?: "continue" | "cancel", tools?: { <builtin name
+    /// | toolId>: { enabled?, async?, needsApproval?, timeoutMs?, ...options } } }`.
     #[schema(value_type = Object)]
     pub config: Value,
 }

@@ -1,0 +1,558 @@
+//! Turn streams over real HTTP: every chunk recorded before it is shown, a
+//! resume that replays the running turn and follows it, `startIndex`, stop
+//! from another connection, `onDisconnect`, detached turns followed live,
+//! and CORS.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_api::cors::CorsSettings;
+use toolserver_api::ApiSettings;
+use toolserver_testsupport::Reply;
+
+use crate::live::{fast_lifecycle, parse_frames, user_turn, LiveApp};
+use crate::support::*;
+
+const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
+const HANGS: &str = "export default { async execute(ctx) { await new Promise(() => {}); } };";
+
+fn ms_schema() -> Value {
+    json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]})
+}
+
+/// Reads SSE frames from a response as they come.
+struct Frames {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+    /// The JSON chunks read so far.
+    chunks: Vec<Value>,
+    /// Whether `[DONE]` was read.
+    done: bool,
+}
+
+impl Frames {
+    fn new(response: reqwest::Response) -> Self {
+        Self {
+            body: response.bytes_stream().boxed(),
+            buffer: String::new(),
+            chunks: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Reads until a chunk of type `kind` has been read (or the end).
+    async fn until(&mut self, kind: &str) {
+        while !self.chunks.iter().any(|c| c["type"] == kind) && self.read().await {}
+    }
+
+    /// Reads to the end of the stream; panics if it does not end with `[DONE]`.
+    async fn read_to_end(&mut self) -> Vec<Value> {
+        while self.read().await {}
+        assert!(
+            self.done,
+            "the stream ended without [DONE]: {:?}",
+            self.chunks
+        );
+        self.chunks.clone()
+    }
+
+    /// Reads one piece; false at the end.
+    async fn read(&mut self) -> bool {
+        let next = tokio::time::timeout(Duration::from_secs(30), self.body.next())
+            .await
+            .expect("the stream stalled for 30 s");
+        let Some(piece) = next else { return false };
+        self.buffer
+            .push_str(&String::from_utf8_lossy(&piece.expect("a body piece")));
+        while let Some(end) = self.buffer.find("\n\n") {
+            let event: String = self.buffer.drain(..end + 2).collect();
+            let event = event.trim();
+            if event.starts_with(':') || event.is_empty() {
+                continue;
+            }
+            let data = event.strip_prefix("data: ").expect("a data frame");
+            assert!(!self.done, "a frame after [DONE]: {data}");
+            if data == "[DONE]" {
+                self.done = true;
+            } else {
+                self.chunks
+                    .push(serde_json::from_str(data).expect("a JSON chunk"));
+            }
+        }
+        true
+    }
+}
+
+fn types(chunks: &[Value]) -> Vec<&str> {
+    chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
+}
+
+/// An agent whose turn calls the uploaded tool `tool` named `name` (with
+/// `input`) and then answers in text; `extra` adds config fields.
+async fn tool_then_text(
+    app: &LiveApp,
+    model: &str,
+    (tool, name): (&str, &str),
+    input: Value,
+    extra: Value,
+) -> String {
+    app.model.script(
+        model,
+        vec![
+            Reply::tool_call("call_1", name, input),
+            Reply::text("all done, thanks for waiting").chunk_delay(Duration::from_millis(20)),
+        ],
+    );
+    let mut config = app.agent_config(model, json!({ tool: {} }));
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        config[key] = value.clone();
+    }
+    let (status, body) = app
+        .request(
+            reqwest::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(json!({"name": model, "config": config})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["agentId"].as_str().unwrap().to_owned()
+}
+
+async fn resume(app: &LiveApp, agent: &str, conversation: &str, query: &str) -> reqwest::Response {
+    app.client
+        .get(format!(
+            "{}/agents/{agent}/chat/{conversation}/stream{query}",
+            app.base
+        ))
+        .bearer_auth(token(ACCOUNT_A))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn stop(app: &LiveApp, account: &str, agent: &str, conversation: &str) -> (u16, Value) {
+    app.request(
+        reqwest::Method::POST,
+        &format!("/agents/{agent}/chat/{conversation}/stop"),
+        account,
+        None,
+    )
+    .await
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_resume_replays_the_running_turn_from_its_start_and_follows_it(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(
+        &app,
+        "resume-live",
+        (&tool, "slow"),
+        json!({"ms": 800}),
+        json!({}),
+    )
+    .await;
+
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-r", "go"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+
+    let response = resume(&app, &agent, "conv-r", "").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let tail: i64 = response.headers()["x-workflow-stream-tail-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(tail >= 3, "the tool call was recorded: tail {tail}");
+    let resumed = Frames::new(response).read_to_end().await;
+    let original = first.read_to_end().await;
+    assert_eq!(
+        resumed, original,
+        "the resume replays exactly what the client saw"
+    );
+    assert_eq!(resumed[0]["type"], "start");
+    assert_eq!(types(&resumed).last(), Some(&"finish"));
+    assert!(resumed
+        .iter()
+        .any(|c| c["type"] == "tool-output-available" && c["output"] == json!({"slept": 800})));
+
+    // Finished: nothing to resume; a conversation that does not exist yet
+    // (useChat on a new chat) is the same.
+    assert_eq!(resume(&app, &agent, "conv-r", "").await.status(), 204);
+    assert_eq!(resume(&app, &agent, "conv-new", "").await.status(), 204);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(
+        &app,
+        "resume-index",
+        (&tool, "slow"),
+        json!({"ms": 1500}),
+        json!({}),
+    )
+    .await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-i", "go"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+
+    let from_two = resume(&app, &agent, "conv-i", "?startIndex=2").await;
+    assert_eq!(from_two.status(), 200);
+    let last = resume(&app, &agent, "conv-i", "?startIndex=-1").await;
+    let tail: usize = last.headers()["x-workflow-stream-tail-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let original = first.read_to_end().await;
+    assert_eq!(Frames::new(from_two).read_to_end().await, original[2..]);
+    assert_eq!(Frames::new(last).read_to_end().await, original[tail..]);
+
+    let bad = resume(&app, &agent, "conv-i", "?startIndex=two").await;
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("startIndex"),
+        "{body}"
+    );
+
+    let long = "c".repeat(201);
+    let too_long = resume(&app, &agent, &long, "").await;
+    assert_eq!(too_long.status(), 400);
+    let body: Value = too_long.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "conversationId", "{body}");
+    let (status, body) = stop(&app, ACCOUNT_A, &agent, &long).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["field"], "conversationId", "{body}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app
+        .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
+        .await;
+    let agent = tool_then_text(&app, "stopped", (&tool, "hangs"), json!({}), json!({})).await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-s", "hang"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 1).await,
+        "the call never started"
+    );
+
+    // Another account cannot see the agent, so cannot stop its turn.
+    let (status, _) = stop(&app, ACCOUNT_B, &agent, "conv-s").await;
+    assert_eq!(status, 404);
+    let (status, answer) = stop(&app, ACCOUNT_A, &agent, "conv-s").await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status"], "stopping");
+
+    let chunks = first.read_to_end().await;
+    assert_eq!(types(&chunks).last(), Some(&"abort"), "{chunks:?}");
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 0).await,
+        "the runner call outlived the stop"
+    );
+    let (_, conversation) = app
+        .request(
+            reqwest::Method::GET,
+            "/conversations/conv-s",
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    let call = &conversation["messages"][1]["parts"][1];
+    assert_eq!(call["state"], "output-error", "{conversation}");
+    assert_eq!(call["errorText"], "the turn was stopped");
+    // Nothing runs any more, and the conversation is free.
+    assert_eq!(stop(&app, ACCOUNT_A, &agent, "conv-s").await.0, 204);
+    assert_eq!(resume(&app, &agent, "conv-s", "").await.status(), 204);
+    app.model.script("stopped", vec![Reply::text("again")]);
+    let next = app.say(ACCOUNT_A, &agent, "conv-s", "hello").await;
+    assert_eq!(next.status, 200, "{}", next.body);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(&app, "left", (&tool, "slow"), json!({"ms": 600}), json!({})).await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-l", "go"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+    let seen = first.chunks.clone();
+    drop(first);
+
+    let response = resume(&app, &agent, "conv-l", "").await;
+    assert_eq!(response.status(), 200);
+    let resumed = Frames::new(response).read_to_end().await;
+    assert_eq!(resumed[..seen.len()], seen[..]);
+    assert_eq!(types(&resumed).last(), Some(&"finish"));
+    let (_, conversation) = app
+        .request(
+            reqwest::Method::GET,
+            "/conversations/conv-l",
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    assert_eq!(
+        conversation["messages"][1]["parts"][1]["output"],
+        json!({"slept": 600}),
+        "{conversation}"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app
+        .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
+        .await;
+    let agent = tool_then_text(
+        &app,
+        "cancel-on-leave",
+        (&tool, "hangs"),
+        json!({}),
+        json!({"onDisconnect": "cancel"}),
+    )
+    .await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-c", "hang"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+    drop(first);
+    let mut freed = false;
+    for _ in 0..100 {
+        if resume(&app, &agent, "conv-c", "").await.status() == 204 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(freed, "the turn went on after its client left");
+    assert_eq!(app.inflight(ACCOUNT_A, &tool).await, 0);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(
+        &app,
+        "detached-live",
+        (&tool, "slow"),
+        json!({"ms": 1500}),
+        json!({}),
+    )
+    .await;
+    let (status, accepted) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/agents/{agent}/async"),
+            ACCOUNT_A,
+            Some(user_turn("conv-d", "go")),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let mut followed = None;
+    for _ in 0..100 {
+        let response = resume(&app, &agent, "conv-d", "").await;
+        if response.status() == 200 {
+            followed = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let chunks = Frames::new(followed.expect("the detached turn never streamed"))
+        .read_to_end()
+        .await;
+    assert_eq!(chunks[0]["type"], "start");
+    assert_eq!(types(&chunks).last(), Some(&"finish"));
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "all done, thanks for waiting");
+    let status_path = format!("/async/{}", accepted["statusId"].as_str().unwrap());
+    let mut status = Value::Null;
+    for _ in 0..100 {
+        status = app
+            .request(reqwest::Method::GET, &status_path, ACCOUNT_A, None)
+            .await
+            .1;
+        if status["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status["status"], "completed", "{status}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn resume_and_stop_are_scoped_by_account_and_agent(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.model.script("plain", vec![Reply::text("hi")]);
+    let agent = app.agent(ACCOUNT_A, "plain", json!({})).await;
+    let other = app.agent(ACCOUNT_A, "plain", json!({})).await;
+    assert_eq!(
+        app.say(ACCOUNT_A, &agent, "conv-t", "hello").await.status,
+        200
+    );
+    let foreign = app
+        .client
+        .get(format!("{}/agents/{agent}/chat/conv-t/stream", app.base))
+        .bearer_auth(token(ACCOUNT_B))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 404);
+    let (status, body) = app
+        .request(
+            reqwest::Method::GET,
+            &format!("/agents/{other}/chat/conv-t/stream"),
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "a conversation of another agent: {body}");
+    assert_eq!(stop(&app, ACCOUNT_A, &other, "conv-t").await.0, 404);
+    assert_eq!(stop(&app, ACCOUNT_A, "agent_nope", "conv-t").await.0, 404);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn cors_answers_preflights_for_allowed_origins_only(pool: PgPool) {
+    let cors = CorsSettings::parse(
+        &["http://app.example".to_owned()],
+        &["GET".to_owned(), "POST".to_owned()],
+        &["authorization".to_owned(), "content-type".to_owned()],
+        false,
+        Duration::from_secs(600),
+    )
+    .unwrap();
+    let settings = ApiSettings {
+        cors,
+        ..ApiSettings::default()
+    };
+    let app = LiveApp::start_settings(pool.clone(), settings, fast_lifecycle()).await;
+    let preflight = |origin: &'static str| {
+        app.client
+            .request(reqwest::Method::OPTIONS, format!("{}/agents", app.base))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    let allowed = preflight("http://app.example").await.unwrap();
+    assert!(allowed.status().is_success(), "{}", allowed.status());
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    let methods = allowed.headers()["access-control-allow-methods"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(methods.contains("POST"), "{methods}");
+    let refused = preflight("http://evil.example").await.unwrap();
+    assert!(refused
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+
+    // A real request from the allowed origin can read the stream headers.
+    app.model.script("cors", vec![Reply::text("hi")]);
+    let agent = app.agent(ACCOUNT_A, "cors", json!({})).await;
+    let response = app
+        .client
+        .post(format!("{}/agents/{agent}/chat", app.base))
+        .bearer_auth(token(ACCOUNT_A))
+        .header("origin", "http://app.example")
+        .json(&user_turn("conv-cors", "hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    let exposed = response.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        exposed.contains("x-workflow-stream-tail-index"),
+        "{exposed}"
+    );
+    assert!(!parse_frames(&response.text().await.unwrap()).is_empty());
+
+    // Without CORS settings, no origin is allowed.
+    let plain = LiveApp::start(pool).await;
+    let preflight = plain
+        .client
+        .request(reqwest::Method::OPTIONS, format!("{}/agents", plain.base))
+        .header("origin", "http://app.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn with_recording_off_turns_stream_straight_and_nothing_is_resumable(pool: PgPool) {
+    let mut settings = fast_lifecycle();
+    settings.streams.record = false;
+    let app = LiveApp::start_settings(pool.clone(), ApiSettings::default(), settings).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(
+        &app,
+        "unrecorded",
+        (&tool, "slow"),
+        json!({"ms": 500}),
+        json!({}),
+    )
+    .await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-u", "go"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+    assert_eq!(resume(&app, &agent, "conv-u", "").await.status(), 204);
+    assert_eq!(stop(&app, ACCOUNT_A, &agent, "conv-u").await.0, 204);
+    let chunks = first.read_to_end().await;
+    assert_eq!(types(&chunks).last(), Some(&"finish"));
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM turn_streams")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0);
+}

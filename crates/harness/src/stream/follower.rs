@@ -1,0 +1,158 @@
+//! Reads a conversation's active turn stream from a chunk index and follows
+//! it live until it finishes, from any process. A stream whose turn lost
+//! its conversation (its server died) is finished here, with an error.
+
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc};
+use toolserver_domain::AccountId;
+use toolserver_store::turn_streams::{self, StreamState};
+use toolserver_store::StoreError;
+use uuid::Uuid;
+
+use super::{orphan_end, Notice, StreamHub};
+
+/// Chunks read in one query.
+const PAGE: i64 = 256;
+/// Chunks buffered for a slow reader.
+const BUFFER: usize = 256;
+
+/// A turn stream being followed.
+pub struct Followed {
+    /// The stream's id.
+    pub stream_id: Uuid,
+    /// The index of the last chunk recorded when following began (-1: none).
+    pub tail_index: i64,
+    /// The index of the first chunk `chunks` yields.
+    pub start_index: i64,
+    /// The chunks (JSON texts) from `start_index` on, ending when the stream
+    /// has finished and every chunk was read.
+    pub chunks: mpsc::Receiver<String>,
+}
+
+/// Follows the active stream of `account`'s conversation `conversation_id`
+/// from `start_index` (negative: counted back from the end; `None`: from
+/// the start); `None` when no turn streams there.
+pub async fn follow(
+    hub: &Arc<StreamHub>,
+    account: &AccountId,
+    conversation_id: &str,
+    start_index: Option<i64>,
+) -> Result<Option<Followed>, StoreError> {
+    let notices = hub.subscribe();
+    let Some(state) = turn_streams::latest(hub.pool(), account, conversation_id).await? else {
+        return Ok(None);
+    };
+    if state.finished {
+        return Ok(None);
+    }
+    let count = i64::from(state.chunk_count);
+    let start = match start_index {
+        None => 0,
+        Some(index) if index < 0 => (count + index).max(0),
+        Some(index) => index,
+    };
+    let (sender, chunks) = mpsc::channel(BUFFER);
+    let stream_id = state.id;
+    tokio::spawn(read_on(hub.clone(), state, start, sender, notices));
+    Ok(Some(Followed {
+        stream_id,
+        tail_index: count - 1,
+        start_index: start,
+        chunks,
+    }))
+}
+
+async fn read_on(
+    hub: Arc<StreamHub>,
+    state: StreamState,
+    start: i64,
+    out: mpsc::Sender<String>,
+    mut notices: broadcast::Receiver<Notice>,
+) {
+    let stream = state.id;
+    let Ok(mut next) = i32::try_from(start) else {
+        return;
+    };
+    loop {
+        let page = match turn_streams::chunks(hub.pool(), stream, next, PAGE).await {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::debug!(stream.id = %stream, error = %err, "reading a turn stream failed; trying again");
+                if !wait(&hub, stream, &out, &mut notices).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let full = page.len() as i64 == PAGE;
+        for chunk in page {
+            if out.send(chunk).await.is_err() {
+                return;
+            }
+            next += 1;
+        }
+        if full {
+            continue;
+        }
+        let state = match turn_streams::state(hub.pool(), stream).await {
+            Ok(state) => state,
+            Err(StoreError::NotFound) => return,
+            Err(err) => {
+                tracing::debug!(stream.id = %stream, error = %err, "checking a turn stream failed; trying again");
+                if !wait(&hub, stream, &out, &mut notices).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if next < state.chunk_count {
+            continue;
+        }
+        if state.finished {
+            return;
+        }
+        if !state.live {
+            match turn_streams::finish_orphan(hub.pool(), stream, &orphan_end()).await {
+                Ok(true) => {
+                    tracing::info!(stream.id = %stream, "finished the stream of a turn whose server stopped");
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::debug!(stream.id = %stream, error = %err, "could not finish an orphaned stream");
+                }
+            }
+            continue;
+        }
+        if !wait(&hub, stream, &out, &mut notices).await {
+            return;
+        }
+    }
+}
+
+/// Waits for news of `stream`, or the periodic check; false when the reader
+/// has gone.
+async fn wait(
+    hub: &StreamHub,
+    stream: Uuid,
+    out: &mpsc::Sender<String>,
+    notices: &mut broadcast::Receiver<Notice>,
+) -> bool {
+    let check = tokio::time::sleep(hub.settings().poll);
+    tokio::pin!(check);
+    loop {
+        tokio::select! {
+            () = out.closed() => return false,
+            () = &mut check => return true,
+            notice = notices.recv() => match notice {
+                Ok(Notice::Chunks(id)) if id == stream => return true,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                Err(broadcast::error::RecvError::Closed) => {
+                    check.as_mut().await;
+                    return true;
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! One Postgres listener per process for the turn-stream channels, fanned
+//! out to the recorders and followers of this process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolserver_store::turn_streams::{CHUNKS_CHANNEL, OPENED_CHANNEL, STOP_CHANNEL};
+use uuid::Uuid;
+
+use super::StreamSettings;
+
+/// How long the listener waits before connecting again after a failure.
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+/// Notices buffered per subscriber; one that falls further behind checks
+/// the database instead.
+const CAPACITY: usize = 1024;
+
+/// News about one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// Chunks were recorded, or the stream finished.
+    Chunks(Uuid),
+    /// A stop was asked for.
+    Stop(Uuid),
+    /// The stream was opened.
+    Opened(Uuid),
+}
+
+/// The process's view of turn-stream news; stops listening when dropped.
+pub struct StreamHub {
+    pool: PgPool,
+    settings: StreamSettings,
+    notices: broadcast::Sender<Notice>,
+    _listening: DropGuard,
+}
+
+impl StreamHub {
+    /// Starts listening on `pool`'s database (in the background: the
+    /// listener connects again after any failure).
+    pub fn start(pool: PgPool, settings: StreamSettings) -> Arc<Self> {
+        let (notices, _) = broadcast::channel(CAPACITY);
+        let stop = CancellationToken::new();
+        tokio::spawn(listen(pool.clone(), notices.clone(), stop.clone()));
+        Arc::new(Self {
+            pool,
+            settings,
+            notices,
+            _listening: stop.drop_guard(),
+        })
+    }
+
+    /// News from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    /// The database.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The stream settings.
+    pub fn settings(&self) -> &StreamSettings {
+        &self.settings
+    }
+}
+
+async fn listen(pool: PgPool, notices: broadcast::Sender<Notice>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            failed = relay(&pool, &notices) => {
+                tracing::warn!(error = %failed, "turn-stream listener lost its connection; connecting again");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RECONNECT_DELAY) => {}
+        }
+    }
+}
+
+/// Relays notifications until the connection fails for good (a dropped
+/// connection is made again by `recv`; notices missed meanwhile are caught
+/// by the subscribers' periodic checks).
+async fn relay(pool: &PgPool, notices: &broadcast::Sender<Notice>) -> sqlx::Error {
+    let mut listener = match PgListener::connect_with(pool).await {
+        Ok(listener) => listener,
+        Err(err) => return err,
+    };
+    if let Err(err) = listener
+        .listen_all([CHUNKS_CHANNEL, STOP_CHANNEL, OPENED_CHANNEL])
+        .await
+    {
+        return err;
+    }
+    loop {
+        let notification = match listener.recv().await {
+            Ok(notification) => notification,
+            Err(err) => return err,
+        };
+        let Ok(id) = Uuid::parse_str(notification.payload()) else {
+            continue;
+        };
+        let notice = match notification.channel() {
+            CHUNKS_CHANNEL => Notice::Chunks(id),
+            STOP_CHANNEL => Notice::Stop(id),
+            _ => Notice::Opened(id),
+        };
+        let _ = notices.send(notice);
+    }
+}

@@ -1,0 +1,57 @@
+//! Durable turn streams: every turn's UI message chunks are recorded in
+//! Postgres, in order and with an index, before anyone is shown them
+//! ([`record`]); any server process can replay a turn's chunks and follow it
+//! live ([`follow`]); a stop asked for in any process reaches the process
+//! that runs the turn. Postgres `LISTEN/NOTIFY` carries the news between
+//! processes ([`StreamHub`]); a periodic check covers a missed notice.
+
+mod follower;
+mod hub;
+mod recorder;
+
+use std::time::Duration;
+
+pub use follower::{follow, Followed};
+pub use hub::{Notice, StreamHub};
+pub use recorder::{record, Recording};
+
+/// Knobs of turn streams; each one is a server setting.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    /// How often a follower and a recorder check the database without a
+    /// notice (a notice missed while the listener reconnected); a recorder
+    /// also renews its stream's life then.
+    pub poll: Duration,
+    /// How long a stream stays alive without its recorder renewing it: a
+    /// stream of a server that died ends (with an error) this long after.
+    pub alive: Duration,
+    /// How long a finished turn's chunks are kept for replay; the turn's
+    /// message stays in the conversation.
+    pub retention: Duration,
+    /// Most chunks recorded in one write.
+    pub max_batch: usize,
+    /// Whether turns are recorded at all; without it chunks go straight to
+    /// the client, and there is nothing to resume or stop from elsewhere.
+    pub record: bool,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_secs(1),
+            alive: Duration::from_secs(10),
+            retention: Duration::from_secs(3600),
+            max_batch: 256,
+            record: true,
+        }
+    }
+}
+
+/// The chunks that end a stream whose turn ended without its own end: the
+/// server that ran it stopped.
+pub(crate) fn orphan_end() -> Vec<String> {
+    vec![
+        serde_json::json!({"type": "error", "errorText": "the server running this turn stopped before the turn ended"}).to_string(),
+        serde_json::json!({"type": "finish", "finishReason": "error"}).to_string(),
+    ]
+}

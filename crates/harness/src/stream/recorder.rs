@@ -1,0 +1,245 @@
+//! Records a turn's chunks before they are shown: the turn writes to
+//! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
+//! as fast as the database takes them) and only then forwards each chunk to
+//! the client of this process, if any. It watches for a stop asked for in
+//! any process, and for the client leaving, and cancels [`Recording::stop`]
+//! for the turn to end on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolserver_domain::{AccountId, OnDisconnect};
+use toolserver_store::turn_streams::{self, Appended};
+use toolserver_store::StoreError;
+use uuid::Uuid;
+
+use super::{orphan_end, Notice, StreamHub};
+use crate::ui::UiChunk;
+
+/// Appends that fail this many times in a row end the recording.
+const APPEND_ATTEMPTS: u32 = 5;
+/// The first wait between append attempts (doubled each time).
+const APPEND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A turn's recording, as the turn sees it.
+pub struct Recording {
+    /// The stream's id (`None` when recording is off).
+    pub stream_id: Option<Uuid>,
+    /// Where the turn sends its chunks; the stream finishes once every
+    /// sender is dropped.
+    pub chunks: mpsc::Sender<UiChunk>,
+    /// Cancelled when the turn should stop: a stop was asked for, the
+    /// client left under [`OnDisconnect::Cancel`], or the chunks can no
+    /// longer be recorded.
+    pub stop: CancellationToken,
+    /// The recorder; ends after the stream has finished.
+    pub done: JoinHandle<()>,
+}
+
+/// Opens a stream on `account`'s conversation `conversation_id` (whose
+/// lease the caller holds) and starts recording it; recorded chunks go on
+/// to `forward` (the client of this process) until it closes. With
+/// recording off, chunks go straight on.
+pub async fn record(
+    hub: &Arc<StreamHub>,
+    account: &AccountId,
+    conversation_id: &str,
+    forward: Option<mpsc::Sender<String>>,
+    on_disconnect: OnDisconnect,
+) -> Result<Recording, StoreError> {
+    let notices = hub.subscribe();
+    let alive = hub.settings().alive;
+    let stream_id = match hub.settings().record {
+        true => Some(
+            turn_streams::open(hub.pool(), account, conversation_id, alive, &orphan_end()).await?,
+        ),
+        false => None,
+    };
+    let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
+    let stop = CancellationToken::new();
+    let recorder = Recorder {
+        hub: hub.clone(),
+        stream_id,
+        count: 0,
+        forward,
+        on_disconnect,
+        stop: stop.clone(),
+    };
+    let done = tokio::spawn(recorder.run(receiver, notices));
+    Ok(Recording {
+        stream_id,
+        chunks,
+        stop,
+        done,
+    })
+}
+
+struct Recorder {
+    hub: Arc<StreamHub>,
+    stream_id: Option<Uuid>,
+    /// Chunks recorded so far.
+    count: i32,
+    forward: Option<mpsc::Sender<String>>,
+    on_disconnect: OnDisconnect,
+    stop: CancellationToken,
+}
+
+impl Recorder {
+    async fn run(
+        mut self,
+        mut receiver: mpsc::Receiver<UiChunk>,
+        mut notices: broadcast::Receiver<Notice>,
+    ) {
+        let mut check = tokio::time::interval(self.hub.settings().poll);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                first = receiver.recv() => {
+                    let Some(first) = first else { break };
+                    let batch = self.batch(first, &mut receiver);
+                    if !self.append(&batch, false).await {
+                        self.stop.cancel();
+                        while receiver.recv().await.is_some() {}
+                        return;
+                    }
+                }
+                notice = notices.recv() => match notice {
+                    Ok(Notice::Stop(id)) if Some(id) == self.stream_id => self.end_turn("a stop request"),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        check.reset_immediately();
+                    }
+                    _ => {}
+                },
+                _ = check.tick() => if !self.keep_alive().await {
+                    self.end_turn("its stream being taken for dead");
+                    while receiver.recv().await.is_some() {}
+                    return;
+                },
+                () = client_gone(self.forward.as_ref()) => self.client_left(),
+            }
+        }
+        if !self.append(&[], true).await {
+            tracing::warn!(stream.id = ?self.stream_id, "could not record the end of a turn stream");
+        }
+    }
+
+    /// `first` and whatever else has arrived, up to the batch size.
+    fn batch(&self, first: UiChunk, receiver: &mut mpsc::Receiver<UiChunk>) -> Vec<String> {
+        let max = self.hub.settings().max_batch.max(1);
+        let mut batch = vec![chunk_text(&first)];
+        while batch.len() < max {
+            match receiver.try_recv() {
+                Ok(chunk) => batch.push(chunk_text(&chunk)),
+                Err(_) => break,
+            }
+        }
+        batch
+    }
+
+    /// Records `batch` (retrying a failing database), then forwards it.
+    /// False when it could not be recorded.
+    async fn append(&mut self, batch: &[String], finish: bool) -> bool {
+        let Some(stream_id) = self.stream_id else {
+            self.forward(batch).await;
+            return true;
+        };
+        let mut backoff = APPEND_BACKOFF;
+        for attempt in 1..=APPEND_ATTEMPTS {
+            match turn_streams::append(
+                self.hub.pool(),
+                stream_id,
+                self.count,
+                batch,
+                finish,
+                self.hub.settings().alive,
+            )
+            .await
+            {
+                Ok(Appended::Recorded { stop_requested }) => {
+                    self.count += i32::try_from(batch.len()).unwrap_or(i32::MAX);
+                    if stop_requested {
+                        self.end_turn("a stop request");
+                    }
+                    self.forward(batch).await;
+                    return true;
+                }
+                Ok(Appended::Refused) => {
+                    tracing::warn!(stream.id = ?self.stream_id, "the turn stream was taken for dead (its recorder could not renew it in time); stopping the turn");
+                    return false;
+                }
+                Err(err) if attempt < APPEND_ATTEMPTS => {
+                    tracing::debug!(stream.id = ?self.stream_id, error = %err, attempt, "recording chunks failed; trying again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(err) => {
+                    tracing::error!(stream.id = ?self.stream_id, error = %err, "could not record the turn's chunks; stopping the turn");
+                }
+            }
+        }
+        false
+    }
+
+    async fn forward(&mut self, batch: &[String]) {
+        let Some(client) = &self.forward else { return };
+        for chunk in batch {
+            if client.send(chunk.clone()).await.is_err() {
+                self.client_left();
+                return;
+            }
+        }
+    }
+
+    /// Renews the stream's life and acts on a stop asked for; false when
+    /// the stream was taken for dead meanwhile.
+    async fn keep_alive(&mut self) -> bool {
+        let Some(stream_id) = self.stream_id else {
+            return true;
+        };
+        let alive = self.hub.settings().alive;
+        match turn_streams::keep_alive(self.hub.pool(), stream_id, alive).await {
+            Ok(Some(stop_requested)) => {
+                if stop_requested {
+                    self.end_turn("a stop request");
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(err) => {
+                tracing::debug!(stream.id = ?self.stream_id, error = %err, "could not renew a turn stream");
+                true
+            }
+        }
+    }
+
+    fn client_left(&mut self) {
+        self.forward = None;
+        if self.on_disconnect == OnDisconnect::Cancel {
+            self.end_turn("the client disconnecting");
+        } else {
+            tracing::debug!(stream.id = ?self.stream_id, "the client left; the turn goes on for a resume to pick up");
+        }
+    }
+
+    fn end_turn(&self, why: &str) {
+        if !self.stop.is_cancelled() {
+            tracing::info!(stream.id = ?self.stream_id, reason = why, "stopping the turn");
+            self.stop.cancel();
+        }
+    }
+}
+
+/// Resolves when `client` is closed; never without one.
+async fn client_gone(client: Option<&mpsc::Sender<String>>) {
+    match client {
+        Some(client) => client.closed().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn chunk_text(chunk: &UiChunk) -> String {
+    serde_json::to_string(chunk).unwrap_or_else(|_| String::from("{}"))
+}
