@@ -15,6 +15,7 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import * as v6 from 'ai-v6';
 import * as v7 from 'ai-v7';
+import { sendAndLeaveAtToolCall, textOf } from '../lib/turns.mjs';
 
 const MAJORS = { v6, v7 };
 const ENV = ['TOOLSERVER_URL', 'TOOLSERVER_TOKEN', 'TOOLSERVER_SCENARIOS'];
@@ -25,23 +26,7 @@ async function resumeAfterLeaving(sdk, { url, token, agentId, expectText, expect
   const transport = new sdk.DefaultChatTransport({ api: `${url}/agents/${agentId}/chat`, headers });
   assert.equal(await transport.reconnectToStream({ chatId }), null, 'nothing to resume before the turn');
 
-  const leaving = new AbortController();
-  const first = await transport.sendMessages({
-    chatId,
-    trigger: 'submit-message',
-    messageId: undefined,
-    messages: [{ id: randomUUID(), role: 'user', parts: [{ type: 'text', text: 'go' }] }],
-    abortSignal: leaving.signal,
-  });
-  const reader = first.getReader();
-  const seen = [];
-  while (!seen.some((chunk) => chunk.type === 'tool-input-available')) {
-    const { value, done } = await reader.read();
-    assert.ok(!done, `the turn ended before its tool call: ${JSON.stringify(seen)}`);
-    seen.push(value);
-  }
-  leaving.abort();
-  await reader.cancel().catch(() => {});
+  const seen = await sendAndLeaveAtToolCall(transport, chatId);
 
   const resumed = await transport.reconnectToStream({ chatId });
   assert.ok(resumed, 'the running turn can be resumed');
@@ -51,8 +36,7 @@ async function resumeAfterLeaving(sdk, { url, token, agentId, expectText, expect
   const tool = message.parts.find((part) => part.type.startsWith('tool-'));
   assert.equal(tool?.state, 'output-available', JSON.stringify(message.parts));
   assert.deepEqual(tool.output, expectOutput);
-  const text = message.parts.filter((part) => part.type === 'text').map((part) => part.text).join('');
-  assert.equal(text, expectText);
+  assert.equal(textOf(message), expectText);
 
   const stored = await fetch(`${url}/conversations/${encodeURIComponent(chatId)}`, { headers });
   assert.equal(stored.status, 200);

@@ -42,6 +42,8 @@ pub struct ApiSettings {
     pub inline_bundle_max_bytes: u64,
     /// Cross-origin access for browsers; `None` (the default): no origin.
     pub cors: Option<CorsSettings>,
+    /// Most requests one chat WebSocket answers at once.
+    pub max_socket_requests: usize,
 }
 
 impl Default for ApiSettings {
@@ -59,6 +61,7 @@ impl Default for ApiSettings {
             max_output_bytes: 4 * 1024 * 1024,
             inline_bundle_max_bytes: 64 * 1024,
             cors: None,
+            max_socket_requests: 16,
         }
     }
 }

@@ -405,3 +405,21 @@ pub async fn reply_subject(pool: &PgPool, id: Uuid) -> Result<Option<String>, St
             .await?;
     Ok(subject)
 }
+
+/// Whether `account` has a detached turn on `conversation_id` that has not
+/// settled (running, or waiting for its detached calls).
+pub async fn unsettled_on(
+    pool: &PgPool,
+    account: &AccountId,
+    conversation_id: &str,
+) -> Result<bool, StoreError> {
+    let (unsettled,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM async_turns \
+         WHERE account_id = $1 AND conversation_id = $2 AND status IN ('running', 'waiting'))",
+    )
+    .bind(account.as_str())
+    .bind(conversation_id)
+    .fetch_one(pool)
+    .await?;
+    Ok(unsettled)
+}

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgPool};
 use toolserver_domain::AccountId;
 use uuid::Uuid;
@@ -19,8 +20,20 @@ use crate::StoreError;
 pub const CHUNKS_CHANNEL: &str = "turn_stream_chunks";
 /// The channel on which stop requests are announced (payload: the stream id).
 pub const STOP_CHANNEL: &str = "turn_stream_stop";
-/// The channel on which new streams are announced (payload: the stream id).
+/// The channel on which new streams are announced (payload: the stream id,
+/// a space, and its [`conversation_key`]).
 pub const OPENED_CHANNEL: &str = "turn_stream_opened";
+
+/// What an opened notice says of the stream's conversation: the SHA-256, in
+/// hex, of the account id, a newline, and the conversation id (fixed-size,
+/// so any conversation id fits a notice, and the ids stay out of it).
+pub fn conversation_key(account: &AccountId, conversation_id: &str) -> String {
+    let mut digest = Sha256::new();
+    digest.update(account.as_str().as_bytes());
+    digest.update(b"\n");
+    digest.update(conversation_id.as_bytes());
+    hex::encode(digest.finalize())
+}
 
 /// A stream as a reader sees it.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
@@ -76,13 +89,14 @@ pub async fn open(
                  WHERE account_id = $2 AND conversation_id = $3 AND status = 'active' \
                    AND alive_until <= now()) \
          FROM opened, relaxed \
-         WHERE relaxed.setting IS NOT NULL AND pg_notify($5, $1::text) IS NOT NULL",
+         WHERE relaxed.setting IS NOT NULL AND pg_notify($5, $1::text || ' ' || $6) IS NOT NULL",
     )
     .bind(id)
     .bind(account.as_str())
     .bind(conversation_id)
     .bind(alive.as_secs_f64())
     .bind(OPENED_CHANNEL)
+    .bind(conversation_key(account, conversation_id))
     .fetch_one(pool)
     .await?;
     if orphans > 0 {

@@ -709,6 +709,18 @@ pub struct AgentsConfig {
         action = clap::ArgAction::Set
     )]
     pub stream_recording: bool,
+    /// How long an HTTP resume of a detached turn that is between runs waits
+    /// for its next run before answering 204; kept under the request timeout
+    /// (`TOOLSERVER_STREAM_RESUME_HOLD_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_STREAM_RESUME_HOLD_MS",
+        default_value_t = 25_000
+    )]
+    pub stream_resume_hold_ms: u64,
+    /// Most requests one chat WebSocket answers at once (`TOOLSERVER_WS_MAX_REQUESTS`).
+    #[arg(long, env = "TOOLSERVER_WS_MAX_REQUESTS", default_value_t = 16)]
+    pub ws_max_requests: usize,
 }
 
 /// Cross-origin access for browser pages on other origins.

@@ -112,6 +112,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         executor(&config.runners, &config.database, &public_url).await?;
     let api = ApiSettings {
         cors,
+        max_socket_requests: config.agents.ws_max_requests.max(1),
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
     let harness = harness(
@@ -269,7 +270,7 @@ fn harness(
         public_url: public_url.clone(),
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
         lifecycle: lifecycle_settings(agents),
-        streams: stream_settings(agents),
+        streams: stream_settings(agents, api.request_timeout),
         outbound_resolve_timeout: Duration::from_millis(agents.outbound_connect_timeout_ms),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
@@ -294,14 +295,16 @@ fn cors_settings(config: &CorsConfig) -> anyhow::Result<Option<CorsSettings>> {
     Ok(settings)
 }
 
-fn stream_settings(agents: &AgentsConfig) -> StreamSettings {
+fn stream_settings(agents: &AgentsConfig, request_timeout: Duration) -> StreamSettings {
     let poll = Duration::from_millis(agents.stream_poll_ms.max(10));
+    let hold_ceiling = request_timeout.saturating_sub(Duration::from_secs(1));
     StreamSettings {
         poll,
         alive: Duration::from_millis(agents.stream_alive_ms).max(poll * 2),
         retention: Duration::from_secs(agents.stream_retention_secs),
         max_batch: agents.stream_max_batch.clamp(1, 10_000),
         record: agents.stream_recording,
+        resume_hold: Duration::from_millis(agents.stream_resume_hold_ms).min(hold_ceiling),
     }
 }
 
@@ -492,7 +495,7 @@ fn api_settings(
         max_tool_timeout: Duration::from_millis(runners.max_tool_timeout_ms),
         max_output_bytes: runners.max_output_bytes,
         inline_bundle_max_bytes: runners.inline_bundle_max_bytes,
-        cors: None,
+        ..ApiSettings::default()
     }
 }
 

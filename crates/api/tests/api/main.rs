@@ -17,6 +17,7 @@ mod openapi;
 mod real_client;
 mod resume;
 mod shutdown;
+mod socket;
 mod support;
 mod tenancy;
 mod tools;

@@ -1,6 +1,7 @@
 //! The published AI SDK (6.x and 7.x) reads every kind of turn stream from
 //! the running server: `clients/ai-sdk/test/ui-stream.test.mjs`, driven from
-//! here with a scenarios file.
+//! here with a scenarios file; `resume.test.mjs` and `socket.test.mjs`
+//! resume turns over HTTP and over the WebSocket transport.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +17,7 @@ const ECHO: &str = "export default { async execute(ctx, input) { return { echo: 
 const STREAMING: &str = "export default { async *execute() { for (let i = 1; i <= 3; i++) { yield { step: i }; await new Promise(r => setTimeout(r, 10)); } } };";
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 200)); return { done: input.job }; } };";
 const LONG: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 1000)); return { done: input.job }; } };";
+const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 1500)); return { finished: input.job }; } };";
 
 fn schema(property: &str) -> Value {
     json!({"type": "object", "properties": {property: {"type": "string"}}, "required": [property]})
@@ -200,12 +202,38 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         "expectOutput": {"done": "r"},
     });
 
+    // The same over the WebSocket transport, and a detached turn whose
+    // result arrives on a held resume (test/socket.test.mjs).
+    app.model.script(
+        "rc-socket",
+        vec![
+            Reply::tool_call("c1", "long", json!({"job": "s"})),
+            Reply::text("Resumed over a socket.").chunk_delay(Duration::from_millis(20)),
+        ],
+    );
+    let job = app.upload(ACCOUNT_A, "job", JOB, schema("job")).await;
+    app.model.script(
+        "rc-detached",
+        vec![
+            Reply::tool_call("c1", "job", json!({"job": "d"})),
+            Reply::text("Job started."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("Job finished."),
+        ],
+    );
+    let socket = json!({
+        "agentId": app.agent(ACCOUNT_A, "rc-socket", json!({ &long: {} })).await,
+        "expectText": "Resumed over a socket.",
+        "expectOutput": {"done": "s"},
+        "detached": {
+            "agentId": app.agent(ACCOUNT_A, "rc-detached", json!({ &job: {"async": true} })).await,
+            "expectText": "Job finished.",
+        },
+    });
+
     let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
-        serde_json::to_vec(&json!({"scenarios": scenarios, "resume": resume})).unwrap(),
-    )
-    .unwrap();
+    let sections = json!({"scenarios": scenarios, "resume": resume, "socket": socket});
+    std::fs::write(file.path(), serde_json::to_vec(&sections).unwrap()).unwrap();
     let output = tokio::process::Command::new("node")
         .args(["--test", "--test-reporter=spec", "test/"])
         .current_dir(&dir)
@@ -240,4 +268,9 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         })
         .count();
     assert_eq!(resumed, 2, "both majors resume:\n{report}");
+    let over_sockets = report
+        .lines()
+        .filter(|l| l.trim_start().starts_with('✔') && l.contains("WebSocketChatTransport:"))
+        .count();
+    assert_eq!(over_sockets, 2, "both socket tests pass:\n{report}");
 }

@@ -20,14 +20,15 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 const CAPACITY: usize = 1024;
 
 /// News about one stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// Chunks were recorded, or the stream finished.
     Chunks(Uuid),
     /// A stop was asked for.
     Stop(Uuid),
-    /// The stream was opened.
-    Opened(Uuid),
+    /// A stream was opened on the conversation whose
+    /// [`toolserver_store::turn_streams::conversation_key`] is the second field.
+    Opened(Uuid, Arc<str>),
 }
 
 /// The process's view of turn-stream news; stops listening when dropped.
@@ -103,14 +104,24 @@ async fn relay(pool: &PgPool, notices: &broadcast::Sender<Notice>) -> sqlx::Erro
             Ok(notification) => notification,
             Err(err) => return err,
         };
-        let Ok(id) = Uuid::parse_str(notification.payload()) else {
-            continue;
-        };
-        let notice = match notification.channel() {
-            CHUNKS_CHANNEL => Notice::Chunks(id),
-            STOP_CHANNEL => Notice::Stop(id),
-            _ => Notice::Opened(id),
-        };
-        let _ = notices.send(notice);
+        if let Some(notice) = parse(notification.channel(), notification.payload()) {
+            let _ = notices.send(notice);
+        }
+    }
+}
+
+/// The notice a notification carries; `None` for one this process did not
+/// expect.
+fn parse(channel: &str, payload: &str) -> Option<Notice> {
+    let (id, key) = match payload.split_once(' ') {
+        Some((id, key)) => (id, Some(key)),
+        None => (payload, None),
+    };
+    let id = Uuid::parse_str(id).ok()?;
+    match (channel, key) {
+        (CHUNKS_CHANNEL, None) => Some(Notice::Chunks(id)),
+        (STOP_CHANNEL, None) => Some(Notice::Stop(id)),
+        (OPENED_CHANNEL, Some(key)) => Some(Notice::Opened(id, key.into())),
+        _ => None,
     }
 }

@@ -1,17 +1,20 @@
 //! Durable turn streams: every turn's UI message chunks are recorded in
 //! Postgres, in order and with an index, before anyone is shown them
 //! ([`record`]); any server process can replay a turn's chunks and follow it
-//! live ([`follow`]); a stop asked for in any process reaches the process
+//! live ([`follow`]), or wait for a detached turn's next run
+//! ([`follow_held`]); a stop asked for in any process reaches the process
 //! that runs the turn. Postgres `LISTEN/NOTIFY` carries the news between
 //! processes ([`StreamHub`]); a periodic check covers a missed notice.
 
 mod follower;
+mod held;
 mod hub;
 mod recorder;
 
 use std::time::Duration;
 
 pub use follower::{follow, Followed};
+pub use held::follow_held;
 pub use hub::{Notice, StreamHub};
 pub use recorder::{record, Recording};
 
@@ -33,6 +36,10 @@ pub struct StreamSettings {
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.
     pub record: bool,
+    /// How long an HTTP resume waits for the next run of a detached turn
+    /// that is between runs before answering 204 (a WebSocket resume waits
+    /// as long as the turn is unsettled).
+    pub resume_hold: Duration,
 }
 
 impl Default for StreamSettings {
@@ -43,6 +50,7 @@ impl Default for StreamSettings {
             retention: Duration::from_secs(3600),
             max_batch: 256,
             record: true,
+            resume_hold: Duration::from_secs(25),
         }
     }
 }

@@ -15,6 +15,7 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use tokio::sync::mpsc;
+use toolserver_domain::AccountId;
 use toolserver_harness::lifecycle::AccountStatus;
 use toolserver_harness::stream::{self, Recording};
 use toolserver_harness::turn::run_turn;
@@ -49,7 +50,24 @@ pub async fn chat(
     Path(agent_id): Path<String>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<Response> {
-    let turn = start_turn(&state, &account, &agent_id, body).await?;
+    let chunks = launch_turn(&state, &account, &agent_id, body).await?;
+    Ok(ui_message_stream(
+        chunks,
+        state.harness().settings().keep_alive,
+    ))
+}
+
+/// Checks and starts a turn in its own task; its chunks (JSON texts) arrive
+/// on the returned channel, recorded first, until the turn has ended and its
+/// conversation is stored and free. Dropping the channel is the client
+/// leaving (see the agent's `onDisconnect`).
+pub(crate) async fn launch_turn(
+    state: &AppState,
+    account: &AccountId,
+    agent_id: &str,
+    body: ChatRequest,
+) -> ApiResult<mpsc::Receiver<String>> {
+    let turn = start_turn(state, account, agent_id, body).await?;
     let settings = state.harness().settings().clone();
     let history = turn.history.clone();
     let durable = AccountStatus::shared(
@@ -63,7 +81,7 @@ pub async fn chat(
     let (forward, client) = mpsc::channel(FORWARD_BUFFER);
     let recording = match stream::record(
         state.lifecycle().streams(),
-        &account,
+        account,
         lease.conversation_id(),
         Some(forward.clone()),
         on_disconnect,
@@ -95,7 +113,7 @@ pub async fn chat(
         let _ = done.await;
         drop(forward);
     });
-    Ok(ui_message_stream(client, settings.keep_alive))
+    Ok(client)
 }
 
 /// Chunks buffered for this request's client.

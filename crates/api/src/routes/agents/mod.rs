@@ -7,6 +7,7 @@ pub(crate) mod chat_request;
 mod crud;
 pub(crate) mod detached;
 mod resume;
+mod socket;
 pub(crate) mod turn_request;
 mod ui_stream;
 mod wire;
@@ -23,6 +24,7 @@ use crate::state::AppState;
 
 pub use chat_request::{ChatRequest, Trigger};
 pub use resume::{ResumeParams, StopAnswer, TAIL_INDEX_HEADER};
+pub use socket::{SocketParams, CHAT_PROTOCOL};
 pub use wire::{AgentBody, AgentPage, AgentPatch, AgentView};
 
 /// The agent routes.
@@ -37,6 +39,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(chat::chat))
         .routes(routes!(resume::resume_stream))
         .routes(routes!(resume::stop_turn))
+        .routes(routes!(socket::chat_socket))
         .routes(routes!(detached::start_async))
         .routes(routes!(detached::get_async))
 }

@@ -1,7 +1,8 @@
 //! A conversation's running turn, from any connection and any server
 //! process: `GET /agents/{agentId}/chat/{conversationId}/stream` replays its
 //! recorded chunks and follows it live (what `useChat({ resume: true })`
-//! asks for), and `POST /agents/{agentId}/chat/{conversationId}/stop` ends
+//! asks for), waiting a while for the next run of a detached turn that is
+//! between runs, and `POST /agents/{agentId}/chat/{conversationId}/stop` ends
 //! it wherever it runs.
 
 use axum::extract::{Path, State};
@@ -9,8 +10,9 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 use toolserver_domain::AccountId;
-use toolserver_harness::stream::follow;
+use toolserver_harness::stream::follow_held;
 use toolserver_store::{agents, conversations, turn_streams, StoreError};
 use utoipa::{IntoParams, ToSchema};
 
@@ -59,7 +61,7 @@ pub struct StopAnswer {
         (status = 200, description = "The running turn as an AI SDK UI message stream (v1), from `startIndex` (default: its `start` chunk), live until it ends; header `x-workflow-stream-tail-index` names the last chunk recorded when the response began",
             content_type = "text/event-stream", body = String,
             headers(("x-workflow-stream-tail-index" = i64, description = "Index of the last chunk recorded when the response began; -1 when none"))),
-        (status = 204, description = "No turn is running in this conversation (or there is no such conversation yet)"),
+        (status = 204, description = "No turn is running in this conversation (or there is no such conversation yet); for a detached turn between runs, after waiting up to `TOOLSERVER_STREAM_RESUME_HOLD_MS` for its next run"),
         (status = 400, description = "Malformed startIndex or conversation id", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such agent in this account, or the conversation belongs to another agent", body = ErrorBody),
@@ -75,8 +77,15 @@ pub async fn resume_stream(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let streams = state.lifecycle().streams();
-    let Some(followed) = follow(streams, &account, &conversation_id, params.start_index).await?
-    else {
+    let deadline = Instant::now() + streams.settings().resume_hold;
+    let held = follow_held(
+        streams,
+        &account,
+        &conversation_id,
+        params.start_index,
+        Some(deadline),
+    );
+    let Some(followed) = held.await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let keep_alive = state.harness().settings().keep_alive;
@@ -128,7 +137,7 @@ pub async fn stop_turn(
 /// Whether `account`'s conversation `conversation_id` exists and talks to
 /// the agent `agent_id` (false: no such conversation yet); 404 for an
 /// unknown agent or a conversation of another agent.
-async fn conversation_of_agent(
+pub(super) async fn conversation_of_agent(
     state: &AppState,
     account: &AccountId,
     agent_id: &str,
