@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure what the tests need is present and running: PostgreSQL on
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
-# binary, Node.js, the AI SDK client test's packages, and kubectl (the
+# binary, Node.js, the AI SDK client test's packages, Chromium and the
+# browser test's packages, and kubectl (the
 # manifest tests render deploy/kubernetes with `kubectl kustomize`).
 # Installs missing pieces from Debian's packages and crates.io when run as root.
 set -euo pipefail
@@ -93,6 +94,19 @@ ensure_ai_sdk() {
   (cd "$dir" && npm ci --no-audit --no-fund)
 }
 
+# The browser test's packages (useChat, React, esbuild, playwright-core),
+# from the lockfile, and Debian's Chromium for playwright-core to drive.
+ensure_browser() {
+  command -v chromium >/dev/null 2>&1 || apt_install chromium
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  local dir="$REPO_ROOT/clients/browser"
+  if [ -d "$dir/node_modules/playwright-core" ] \
+     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    return
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
 # Optional: runners use bubblewrap when it works; install it so tests cover it.
 ensure_bubblewrap() {
   if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
@@ -135,6 +149,7 @@ ensure_s3s_fs
 ensure_node
 ensure_nats
 ensure_ai_sdk
+ensure_browser
 ensure_bubblewrap
 ensure_schemathesis
 echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, bubblewrap and schemathesis are ready"

@@ -5,6 +5,7 @@
 
 mod agents;
 mod auth;
+mod browser;
 mod bundles;
 mod chat;
 mod completion;
