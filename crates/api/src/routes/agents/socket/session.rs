@@ -10,7 +10,7 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::stream::{SplitSink, StreamExt};
 use futures::SinkExt;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{self, JoinSet};
 use tokio_util::sync::CancellationToken;
 use toolserver_domain::AccountId;
 use toolserver_harness::stream::follow_held;
@@ -29,6 +29,10 @@ const INVALID_PAYLOAD: u16 = 1007;
 /// Close code for a binary frame (RFC 6455 1003).
 const UNSUPPORTED_DATA: u16 = 1003;
 
+/// The requests being answered, by `requestId`: how to cancel each, and
+/// its task (a finished task frees its id only if the id was not reused).
+type Open = HashMap<String, (CancellationToken, task::Id)>;
+
 /// Whom a connection serves.
 #[derive(Clone)]
 pub struct Peer {
@@ -46,14 +50,16 @@ pub async fn serve(socket: WebSocket, peer: Peer) {
     let (outbox, letters) = mpsc::channel(OUTBOX);
     let keep_alive = peer.state.harness().settings().keep_alive;
     let writer = tokio::spawn(write(sink, letters, keep_alive));
-    let mut open: HashMap<String, CancellationToken> = HashMap::new();
+    let mut open = Open::new();
     let mut answering = JoinSet::new();
     let closing = loop {
         tokio::select! {
-            Some(done) = answering.join_next() => {
-                if let Ok(request_id) = done {
-                    open.remove(&request_id);
-                }
+            Some(done) = answering.join_next_with_id() => {
+                let task = match &done {
+                    Ok((task, _)) => *task,
+                    Err(err) => err.id(),
+                };
+                open.retain(|_, (_, id)| *id != task);
             }
             message = incoming.next() => match message {
                 Some(Ok(Message::Text(text))) => {
@@ -75,7 +81,7 @@ pub async fn serve(socket: WebSocket, peer: Peer) {
             },
         }
     };
-    for cancel in open.values() {
+    for (cancel, _) in open.values() {
         cancel.cancel();
     }
     answering.shutdown().await;
@@ -95,12 +101,12 @@ async fn take(
     frame: ClientFrame,
     peer: &Peer,
     outbox: &mpsc::Sender<Message>,
-    open: &mut HashMap<String, CancellationToken>,
+    open: &mut Open,
     answering: &mut JoinSet<String>,
 ) {
     let request_id = frame.request_id().to_owned();
     if let ClientFrame::Abort { .. } = frame {
-        if let Some(cancel) = open.remove(&request_id) {
+        if let Some((cancel, _)) = open.remove(&request_id) {
             cancel.cancel();
         }
         return;
@@ -121,14 +127,14 @@ async fn take(
         return;
     }
     let cancel = CancellationToken::new();
-    open.insert(request_id.clone(), cancel.clone());
     let answer = Answer {
         peer: peer.clone(),
-        request_id,
+        request_id: request_id.clone(),
         outbox: outbox.clone(),
-        cancel,
+        cancel: cancel.clone(),
     };
-    answering.spawn(answer.run(frame));
+    let task = answering.spawn(answer.run(frame)).id();
+    open.insert(request_id, (cancel, task));
 }
 
 /// One request being answered.
