@@ -328,6 +328,15 @@ async fn handshakes_and_requests_are_checked(pool: PgPool) {
         "not a handshake: {}",
         plain.0
     );
+    let unknown = app
+        .request(
+            reqwest::Method::GET,
+            "/agents/agent_nope/ws",
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    assert_eq!(unknown.0, 404, "the agent is checked before the handshake");
 
     let (mut socket, protocol) = connect(&app, &agent, Credential::Header(ACCOUNT_A))
         .await

@@ -15,12 +15,13 @@
 mod frames;
 mod session;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::http::request::Parts;
 use axum::http::Uri;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use toolserver_domain::AccountId;
 use toolserver_store::agents;
@@ -50,7 +51,7 @@ pub struct SocketParams {
     params(("agentId" = String, Path, description = "Agent id"), SocketParams),
     responses(
         (status = 101, description = "Switched to the WebSocket chat protocol: JSON text frames `send`/`resume`/`abort` from the client; `start`/`chunk`/`end`/`error`/`no-active` answers, each with its `requestId`"),
-        (status = 400, description = "Not a WebSocket handshake", body = ErrorBody),
+        (status = 400, description = "Not a WebSocket handshake (after the token and the agent are checked)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token (header, `bearer.<token>` subprotocol, or `access_token`)", body = ErrorBody),
         (status = 404, description = "No such agent in this account", body = ErrorBody),
         (status = 426, description = "The connection cannot be upgraded", body = ErrorBody),
@@ -60,12 +61,16 @@ pub async fn chat_socket(
     SocketAccount { account, protocol }: SocketAccount,
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     let id = parse_agent_id(&agent_id)?;
     agents::get(state.pool(), &account, id)
         .await
         .map_err(agent_not_found)?;
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(not_a_handshake) => return Ok(not_a_handshake.into_response()),
+    };
     let upgrade = upgrade
         .max_message_size(state.settings().max_request_bytes)
         .protocols(protocol);
