@@ -3,8 +3,11 @@
 //! them, so any process can replay a turn and follow it (see
 //! `migrations/0008_turn_streams.sql`).
 //!
-//! Writers name the stream they opened; readers first find a stream through
-//! their account ([`latest`]), so another account's stream is never reached.
+//! Writers name the stream they opened and write many streams' chunks in
+//! one statement ([`open_many`], [`append_many`]); readers first find a
+//! stream through their account ([`latest`]), so another account's stream
+//! is never reached, and count themselves as its followers
+//! ([`add_follower`]) so appends are announced only while someone reads.
 
 use std::time::Duration;
 
@@ -15,8 +18,8 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-/// The channel on which appends and finishes are announced (payload: the
-/// stream id).
+/// The channel on which appends and finishes of a followed stream are
+/// announced (payload: the stream id).
 pub const CHUNKS_CHANNEL: &str = "turn_stream_chunks";
 /// The channel on which stop requests are announced (payload: the stream id).
 pub const STOP_CHANNEL: &str = "turn_stream_stop";
@@ -68,46 +71,79 @@ const STATE: &str = "SELECT s.id, s.status = 'finished' AS finished, s.chunk_cou
          (s.status = 'active' AND s.alive_until > now()) AS live, s.stop_requested \
      FROM turn_streams s";
 
-/// Opens a stream on `account`'s conversation `conversation_id`, alive for
-/// `alive` unless renewed, finishing with `orphan_end` any older stream of
-/// the conversation whose recorder died. Returns the new id.
-#[tracing::instrument(skip(pool, orphan_end), fields(account.id = %account))]
-pub async fn open(
-    pool: &PgPool,
-    account: &AccountId,
-    conversation_id: &str,
-    alive: Duration,
-    orphan_end: &[String],
-) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
-    let (orphans,): (i64,) = sqlx::query_as(
-        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
-         opened AS ( \
-             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until) \
-             VALUES ($1, $2, $3, now() + make_interval(secs => $4)) RETURNING id) \
-         SELECT (SELECT count(*) FROM turn_streams \
-                 WHERE account_id = $2 AND conversation_id = $3 AND status = 'active' \
-                   AND alive_until <= now()) \
-         FROM opened, relaxed \
-         WHERE relaxed.setting IS NOT NULL AND pg_notify($5, $1::text || ' ' || $6) IS NOT NULL",
-    )
-    .bind(id)
-    .bind(account.as_str())
-    .bind(conversation_id)
-    .bind(alive.as_secs_f64())
-    .bind(OPENED_CHANNEL)
-    .bind(conversation_key(account, conversation_id))
-    .fetch_one(pool)
-    .await?;
-    if orphans > 0 {
-        finish_dead(pool, account, conversation_id, orphan_end).await?;
-    }
-    Ok(id)
+/// A stream to open: recording starts once it is.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    /// The new stream's id.
+    pub id: Uuid,
+    /// The account whose conversation it is.
+    pub account: AccountId,
+    /// The conversation (whose lease the opener holds).
+    pub conversation_id: String,
 }
 
-/// Finishes with `end` every active stream of the conversation whose
-/// recorder died.
-async fn finish_dead(
+/// Chunks to record on one stream.
+#[derive(Debug, Clone)]
+pub struct Append {
+    /// The stream (opened by the same writer).
+    pub stream: Uuid,
+    /// The index of the first chunk; must be the stream's count.
+    pub from: i32,
+    /// The chunks, as JSON texts.
+    pub chunks: Vec<String>,
+    /// Whether the stream ends with them.
+    pub finish: bool,
+}
+
+/// Opens `streams` in one statement, each alive for `alive` unless renewed,
+/// and announces each on [`OPENED_CHANNEL`]. Answers, for each, whether its
+/// conversation has an older active stream whose recorder died (see
+/// [`finish_dead`]).
+pub async fn open_many(
+    pool: &PgPool,
+    streams: &[Opening],
+    alive: Duration,
+) -> Result<Vec<bool>, StoreError> {
+    let ids: Vec<Uuid> = streams.iter().map(|s| s.id).collect();
+    let accounts: Vec<&str> = streams.iter().map(|s| s.account.as_str()).collect();
+    let conversations: Vec<&str> = streams.iter().map(|s| s.conversation_id.as_str()).collect();
+    let keys: Vec<String> = streams
+        .iter()
+        .map(|s| conversation_key(&s.account, &s.conversation_id))
+        .collect();
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
+         input AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) \
+                 AS i(id, account_id, conversation_id, conversation_key)), \
+         opened AS ( \
+             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until) \
+             SELECT id, account_id, conversation_id, now() + make_interval(secs => $5) \
+             FROM input RETURNING id) \
+         SELECT i.id, EXISTS (SELECT 1 FROM turn_streams d \
+                 WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
+                   AND d.status = 'active' AND d.alive_until <= now()) \
+         FROM input i JOIN opened o ON o.id = i.id, relaxed \
+         WHERE relaxed.setting IS NOT NULL \
+           AND pg_notify($6, i.id::text || ' ' || i.conversation_key) IS NOT NULL",
+    )
+    .bind(&ids)
+    .bind(&accounts)
+    .bind(&conversations)
+    .bind(&keys)
+    .bind(alive.as_secs_f64())
+    .bind(OPENED_CHANNEL)
+    .fetch_all(pool)
+    .await?;
+    Ok(ids
+        .iter()
+        .map(|id| rows.iter().any(|(opened, dead)| opened == id && *dead))
+        .collect())
+}
+
+/// Finishes with `end` every active stream of `account`'s conversation
+/// `conversation_id` whose recorder died.
+pub async fn finish_dead(
     pool: &PgPool,
     account: &AccountId,
     conversation_id: &str,
@@ -124,76 +160,127 @@ async fn finish_dead(
     .fetch_all(&mut *tx)
     .await?;
     for (stream, count) in dead {
-        append_in(&mut *tx, stream, count, end, true, None).await?;
+        finish_with(&mut *tx, stream, count, end).await?;
     }
     tx.commit().await?;
     Ok(())
 }
 
-/// Appends `chunks` (JSON texts) at index `from`, which must be the
-/// stream's count, and keeps the stream alive for `alive`; with `finish`,
-/// the stream ends with them.
-pub async fn append(
+/// Records `appends` (at most one per stream) in one statement, keeping
+/// each stream alive for `alive`, and announces each on [`CHUNKS_CHANNEL`]
+/// if someone follows it. Answers, in order, how each went: an append
+/// whose stream is no longer active, was taken for dead, or whose count
+/// does not match is refused and records nothing.
+pub async fn append_many(
     pool: &PgPool,
-    stream: Uuid,
-    from: i32,
-    chunks: &[String],
-    finish: bool,
+    appends: &[Append],
     alive: Duration,
-) -> Result<Appended, StoreError> {
-    append_in(pool, stream, from, chunks, finish, Some(alive)).await
+) -> Result<Vec<Appended>, StoreError> {
+    let mut streams = Vec::with_capacity(appends.len());
+    let mut froms = Vec::with_capacity(appends.len());
+    let mut counts = Vec::with_capacity(appends.len());
+    let mut finishes = Vec::with_capacity(appends.len());
+    let (mut chunk_streams, mut chunk_indexes, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+    for append in appends {
+        let added = i32::try_from(append.chunks.len()).map_err(|_| too_many_chunks())?;
+        streams.push(append.stream);
+        froms.push(append.from);
+        counts.push(added);
+        finishes.push(append.finish);
+        for (offset, chunk) in (0..added).zip(&append.chunks) {
+            chunk_streams.push(append.stream);
+            let index = append
+                .from
+                .checked_add(offset)
+                .ok_or_else(too_many_chunks)?;
+            chunk_indexes.push(index);
+            chunks.push(chunk.as_str());
+        }
+    }
+    let recorded: Vec<(Uuid, bool)> = sqlx::query_as(
+        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
+         live AS ( \
+             UPDATE turn_streams s SET chunk_count = s.chunk_count + i.added, \
+                 status = CASE WHEN i.finish THEN 'finished' ELSE s.status END, \
+                 finished_at = CASE WHEN i.finish THEN now() ELSE s.finished_at END, \
+                 alive_until = now() + make_interval(secs => $5) \
+             FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[]) AS i(id, from_idx, added, finish) \
+             WHERE s.id = i.id AND s.status = 'active' AND s.chunk_count = i.from_idx \
+               AND s.alive_until > now() \
+             RETURNING s.id, s.stop_requested, s.followers), \
+         added AS ( \
+             INSERT INTO turn_stream_chunks (stream_id, idx, chunk) \
+             SELECT c.stream_id, c.idx, c.chunk::json \
+             FROM unnest($6::uuid[], $7::int[], $8::text[]) AS c(stream_id, idx, chunk) \
+             JOIN live ON live.id = c.stream_id \
+             RETURNING 1) \
+         SELECT live.id, live.stop_requested FROM live, relaxed \
+         WHERE relaxed.setting IS NOT NULL \
+           AND CASE WHEN live.followers > 0 THEN pg_notify($9, live.id::text) IS NOT NULL \
+                    ELSE true END",
+    )
+    .bind(&streams)
+    .bind(&froms)
+    .bind(&counts)
+    .bind(&finishes)
+    .bind(alive.as_secs_f64())
+    .bind(&chunk_streams)
+    .bind(&chunk_indexes)
+    .bind(&chunks)
+    .bind(CHUNKS_CHANNEL)
+    .fetch_all(pool)
+    .await?;
+    Ok(streams
+        .iter()
+        .map(|stream| {
+            recorded
+                .iter()
+                .find(|(id, _)| id == stream)
+                .map_or(Appended::Refused, |&(_, stop_requested)| {
+                    Appended::Recorded { stop_requested }
+                })
+        })
+        .collect())
 }
 
-/// One statement: the count check, the stream update, the chunks and the
-/// notice. Its commit does not wait for the WAL flush
-/// (`synchronous_commit = off` for this transaction): chunks written by a
-/// process that then dies are kept, and a Postgres crash can lose the last
-/// fraction of a second of them, never leave them half-written.
-async fn append_in(
+fn too_many_chunks() -> StoreError {
+    StoreError::Other(sqlx::Error::Protocol(
+        "too many chunks in one append".into(),
+    ))
+}
+
+/// Ends `stream`, whose count is `from`, with the chunks `end` (for a
+/// stream whose recorder died), announcing it if someone follows it.
+async fn finish_with(
     executor: impl sqlx::PgExecutor<'_>,
     stream: Uuid,
     from: i32,
-    chunks: &[String],
-    finish: bool,
-    alive: Option<Duration>,
-) -> Result<Appended, StoreError> {
-    let added = i32::try_from(chunks.len()).map_err(|_| {
-        StoreError::Other(sqlx::Error::Protocol(
-            "too many chunks in one append".into(),
-        ))
-    })?;
-    let stop: Option<(bool,)> = sqlx::query_as(
-        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
-         live AS ( \
+    end: &[String],
+) -> Result<bool, StoreError> {
+    let added = i32::try_from(end.len()).map_err(|_| too_many_chunks())?;
+    let finished: Option<(Uuid,)> = sqlx::query_as(
+        "WITH live AS ( \
              UPDATE turn_streams SET chunk_count = chunk_count + $3, \
-                 status = CASE WHEN $4 THEN 'finished' ELSE status END, \
-                 finished_at = CASE WHEN $4 THEN now() ELSE finished_at END, \
-                 alive_until = CASE WHEN $5::float8 IS NULL THEN alive_until \
-                                    ELSE now() + make_interval(secs => $5) END \
+                 status = 'finished', finished_at = now() \
              WHERE id = $1 AND status = 'active' AND chunk_count = $2 \
-               AND ($5::float8 IS NULL OR alive_until > now()) \
-             RETURNING id, stop_requested), \
+             RETURNING id, followers), \
          added AS ( \
              INSERT INTO turn_stream_chunks (stream_id, idx, chunk) \
              SELECT live.id, $2 + (s.i - 1)::int, s.c::json \
-             FROM live, unnest($6::text[]) WITH ORDINALITY AS s(c, i) \
+             FROM live, unnest($4::text[]) WITH ORDINALITY AS s(c, i) \
              RETURNING 1) \
-         SELECT live.stop_requested FROM live, relaxed \
-         WHERE relaxed.setting IS NOT NULL AND pg_notify($7, $1::text) IS NOT NULL",
+         SELECT live.id FROM live \
+         WHERE CASE WHEN live.followers > 0 THEN pg_notify($5, $1::text) IS NOT NULL \
+                    ELSE true END",
     )
     .bind(stream)
     .bind(from)
     .bind(added)
-    .bind(finish)
-    .bind(alive.map(|alive| alive.as_secs_f64()))
-    .bind(chunks)
+    .bind(end)
     .bind(CHUNKS_CHANNEL)
     .fetch_optional(executor)
     .await?;
-    Ok(match stop {
-        Some((stop_requested,)) => Appended::Recorded { stop_requested },
-        None => Appended::Refused,
-    })
+    Ok(finished.is_some())
 }
 
 /// The newest stream of one of `account`'s conversations, if any.
@@ -260,9 +347,9 @@ pub async fn finish_orphan(
     let Some((count,)) = orphan else {
         return Ok(false);
     };
-    let appended = append_in(&mut *tx, stream, count, end, true, None).await?;
+    let finished = finish_with(&mut *tx, stream, count, end).await?;
     tx.commit().await?;
-    Ok(appended != Appended::Refused)
+    Ok(finished)
 }
 
 /// Asks the active stream of one of `account`'s conversations to stop;
@@ -292,6 +379,26 @@ pub async fn request_stop(
     }
     tx.commit().await?;
     Ok(stopped.map(|(id,)| id))
+}
+
+/// Counts a reader following `stream`: from now on its appends are
+/// announced on [`CHUNKS_CHANNEL`]. Register before reading chunks, so an
+/// append is either announced or already readable.
+pub async fn add_follower(pool: &PgPool, stream: Uuid) -> Result<(), StoreError> {
+    sqlx::query("UPDATE turn_streams SET followers = followers + 1 WHERE id = $1")
+        .bind(stream)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Uncounts a reader of `stream` counted by [`add_follower`].
+pub async fn remove_follower(pool: &PgPool, stream: Uuid) -> Result<(), StoreError> {
+    sqlx::query("UPDATE turn_streams SET followers = greatest(followers - 1, 0) WHERE id = $1")
+        .bind(stream)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Keeps `stream` alive for `alive` more; answers whether a stop was asked

@@ -697,9 +697,16 @@ pub struct AgentsConfig {
         default_value_t = 3_600
     )]
     pub stream_retention_secs: u64,
-    /// Most chunks recorded in one database write (`TOOLSERVER_STREAM_MAX_BATCH`).
+    /// Most chunks of one turn recorded in one database write (`TOOLSERVER_STREAM_MAX_BATCH`).
     #[arg(long, env = "TOOLSERVER_STREAM_MAX_BATCH", default_value_t = 256)]
     pub stream_max_batch: usize,
+    /// Writers recording this process's turn streams, each writing what has
+    /// queued since its last write in one statement (`TOOLSERVER_STREAM_WRITERS`).
+    #[arg(long, env = "TOOLSERVER_STREAM_WRITERS", default_value_t = 2)]
+    pub stream_writers: usize,
+    /// Most turns' writes one statement combines (`TOOLSERVER_STREAM_MAX_GROUP`).
+    #[arg(long, env = "TOOLSERVER_STREAM_MAX_GROUP", default_value_t = 128)]
+    pub stream_max_group: usize,
     /// Record turn streams; off, chunks go straight to the client and there
     /// is no resume and no stop from another connection (`TOOLSERVER_STREAM_RECORDING`).
     #[arg(

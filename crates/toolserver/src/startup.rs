@@ -303,6 +303,8 @@ fn stream_settings(agents: &AgentsConfig, request_timeout: Duration) -> StreamSe
         alive: Duration::from_millis(agents.stream_alive_ms).max(poll * 2),
         retention: Duration::from_secs(agents.stream_retention_secs),
         max_batch: agents.stream_max_batch.clamp(1, 10_000),
+        writers: agents.stream_writers.clamp(1, 64),
+        max_group: agents.stream_max_group.clamp(1, 10_000),
         record: agents.stream_recording,
         resume_hold: Duration::from_millis(agents.stream_resume_hold_ms).min(hold_ceiling),
     }

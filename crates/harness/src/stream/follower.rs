@@ -54,13 +54,38 @@ pub async fn follow(
     };
     let (sender, chunks) = mpsc::channel(BUFFER);
     let stream_id = state.id;
-    tokio::spawn(read_on(hub.clone(), state, start, sender, notices));
+    tokio::spawn(read_followed(hub.clone(), state, start, sender, notices));
     Ok(Some(Followed {
         stream_id,
         tail_index: count - 1,
         start_index: start,
         chunks,
     }))
+}
+
+/// Counts this reader as the stream's follower (so its appends are
+/// announced) while it reads.
+async fn read_followed(
+    hub: Arc<StreamHub>,
+    state: StreamState,
+    start: i64,
+    out: mpsc::Sender<String>,
+    notices: broadcast::Receiver<Notice>,
+) {
+    let stream = state.id;
+    let counted = match turn_streams::add_follower(hub.pool(), stream).await {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::debug!(stream.id = %stream, error = %err, "could not count a follower; reading by the periodic check");
+            false
+        }
+    };
+    read_on(hub.clone(), state, start, out, notices).await;
+    if counted {
+        if let Err(err) = turn_streams::remove_follower(hub.pool(), stream).await {
+            tracing::debug!(stream.id = %stream, error = %err, "could not uncount a follower");
+        }
+    }
 }
 
 async fn read_on(

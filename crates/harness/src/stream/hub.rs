@@ -11,6 +11,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolserver_store::turn_streams::{CHUNKS_CHANNEL, OPENED_CHANNEL, STOP_CHANNEL};
 use uuid::Uuid;
 
+use super::writer::StreamWriter;
 use super::StreamSettings;
 
 /// How long the listener waits before connecting again after a failure.
@@ -31,11 +32,13 @@ pub enum Notice {
     Opened(Uuid, Arc<str>),
 }
 
-/// The process's view of turn-stream news; stops listening when dropped.
+/// The process's view of turn-stream news, and its stream writers; stops
+/// listening and writing when dropped.
 pub struct StreamHub {
     pool: PgPool,
     settings: StreamSettings,
     notices: broadcast::Sender<Notice>,
+    writer: StreamWriter,
     _listening: DropGuard,
 }
 
@@ -46,10 +49,17 @@ impl StreamHub {
         let (notices, _) = broadcast::channel(CAPACITY);
         let stop = CancellationToken::new();
         tokio::spawn(listen(pool.clone(), notices.clone(), stop.clone()));
+        let writer = StreamWriter::start(
+            pool.clone(),
+            settings.writers,
+            settings.max_group,
+            settings.alive,
+        );
         Arc::new(Self {
             pool,
             settings,
             notices,
+            writer,
             _listening: stop.drop_guard(),
         })
     }
@@ -62,6 +72,11 @@ impl StreamHub {
     /// The database.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The writers recording this process's turns.
+    pub(crate) fn writer(&self) -> &StreamWriter {
+        &self.writer
     }
 
     /// The stream settings.

@@ -3,13 +3,15 @@
 //! ([`record`]); any server process can replay a turn's chunks and follow it
 //! live ([`follow`]), or wait for a detached turn's next run
 //! ([`follow_held`]); a stop asked for in any process reaches the process
-//! that runs the turn. Postgres `LISTEN/NOTIFY` carries the news between
+//! that runs the turn. A few writers per process record every turn's
+//! chunks, many turns per statement. Postgres `LISTEN/NOTIFY` carries the news between
 //! processes ([`StreamHub`]); a periodic check covers a missed notice.
 
 mod follower;
 mod held;
 mod hub;
 mod recorder;
+mod writer;
 
 use std::time::Duration;
 
@@ -31,8 +33,13 @@ pub struct StreamSettings {
     /// How long a finished turn's chunks are kept for replay; the turn's
     /// message stays in the conversation.
     pub retention: Duration,
-    /// Most chunks recorded in one write.
+    /// Most chunks of one turn recorded in one write.
     pub max_batch: usize,
+    /// Writers recording this process's turns, each writing whatever has
+    /// queued since its last write in one statement.
+    pub writers: usize,
+    /// Most turns' writes one statement combines.
+    pub max_group: usize,
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.
     pub record: bool,
@@ -49,6 +56,8 @@ impl Default for StreamSettings {
             alive: Duration::from_secs(10),
             retention: Duration::from_secs(3600),
             max_batch: 256,
+            writers: 2,
+            max_group: 128,
             record: true,
             resume_hold: Duration::from_secs(25),
         }

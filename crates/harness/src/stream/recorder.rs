@@ -1,7 +1,8 @@
 //! Records a turn's chunks before they are shown: the turn writes to
 //! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
-//! as fast as the database takes them) and only then forwards each chunk to
-//! the client of this process, if any. It watches for a stop asked for in
+//! through the process's stream writers, as fast as the database takes
+//! them) and only then forwards each chunk to the client of this process,
+//! if any. It watches for a stop asked for in
 //! any process, and for the client leaving, and cancels [`Recording::stop`]
 //! for the turn to end on.
 
@@ -12,7 +13,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolserver_domain::{AccountId, OnDisconnect};
-use toolserver_store::turn_streams::{self, Appended};
+use toolserver_store::turn_streams::{self, Append, Appended, Opening};
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
@@ -51,11 +52,8 @@ pub async fn record(
     on_disconnect: OnDisconnect,
 ) -> Result<Recording, StoreError> {
     let notices = hub.subscribe();
-    let alive = hub.settings().alive;
     let stream_id = match hub.settings().record {
-        true => Some(
-            turn_streams::open(hub.pool(), account, conversation_id, alive, &orphan_end()).await?,
-        ),
+        true => Some(open(hub, account, conversation_id).await?),
         false => None,
     };
     let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
@@ -75,6 +73,25 @@ pub async fn record(
         stop,
         done,
     })
+}
+
+/// Opens a stream on the conversation, finishing any older one whose
+/// recorder died; returns its id.
+async fn open(
+    hub: &StreamHub,
+    account: &AccountId,
+    conversation_id: &str,
+) -> Result<Uuid, StoreError> {
+    let id = Uuid::now_v7();
+    let opening = Opening {
+        id,
+        account: account.clone(),
+        conversation_id: conversation_id.to_owned(),
+    };
+    if hub.writer().open(opening).await? {
+        turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await?;
+    }
+    Ok(id)
 }
 
 struct Recorder {
@@ -146,20 +163,23 @@ impl Recorder {
             self.forward(batch).await;
             return true;
         };
+        let added = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+        let append = Append {
+            stream: stream_id,
+            from: self.count,
+            chunks: batch.to_vec(),
+            finish,
+        };
         let mut backoff = APPEND_BACKOFF;
+        let mut failed_before = false;
         for attempt in 1..=APPEND_ATTEMPTS {
-            match turn_streams::append(
-                self.hub.pool(),
-                stream_id,
-                self.count,
-                batch,
-                finish,
-                self.hub.settings().alive,
-            )
-            .await
-            {
+            let outcome = match self.hub.writer().append(append.clone()).await {
+                Ok(Appended::Refused) if failed_before => self.recorded_meanwhile(added).await,
+                outcome => outcome,
+            };
+            match outcome {
                 Ok(Appended::Recorded { stop_requested }) => {
-                    self.count += i32::try_from(batch.len()).unwrap_or(i32::MAX);
+                    self.count += added;
                     if stop_requested {
                         self.end_turn("a stop request");
                     }
@@ -172,6 +192,7 @@ impl Recorder {
                 }
                 Err(err) if attempt < APPEND_ATTEMPTS => {
                     tracing::debug!(stream.id = ?self.stream_id, error = %err, attempt, "recording chunks failed; trying again");
+                    failed_before = true;
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
                 }
@@ -181,6 +202,23 @@ impl Recorder {
             }
         }
         false
+    }
+
+    /// After an append whose answer was lost was refused on a retry: whether
+    /// the lost one was recorded after all (the stream's count moved by
+    /// exactly `added` and nothing else writes it).
+    async fn recorded_meanwhile(&self, added: i32) -> Result<Appended, StoreError> {
+        let Some(stream_id) = self.stream_id else {
+            return Ok(Appended::Refused);
+        };
+        let state = turn_streams::state(self.hub.pool(), stream_id).await?;
+        let moved_by_it = state.chunk_count == self.count + added;
+        if moved_by_it && (state.live || state.finished) {
+            return Ok(Appended::Recorded {
+                stop_requested: state.stop_requested,
+            });
+        }
+        Ok(Appended::Refused)
     }
 
     async fn forward(&mut self, batch: &[String]) {

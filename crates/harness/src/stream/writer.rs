@@ -1,0 +1,187 @@
+//! Group commit for turn streams: every recorder of this process hands its
+//! opens and appends to a few writers, and each writer records whatever
+//! has queued up since its last write in one statement. An idle server
+//! writes each batch at once; a busy one writes many turns' chunks per
+//! round trip, so recording costs the database far fewer statements than
+//! turns have bursts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot, Mutex};
+use toolserver_store::turn_streams::{self, Append, Appended, Opening};
+use toolserver_store::StoreError;
+
+/// Where the answer to one request goes.
+type Answer<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// One recorder's request, with where its answer goes.
+enum Request {
+    Open(Opening, Answer<bool>),
+    Append(Append, Answer<Appended>),
+}
+
+/// The queue the writers take from; they stop once it is dropped.
+pub(crate) struct StreamWriter {
+    queue: mpsc::Sender<Request>,
+}
+
+impl StreamWriter {
+    /// Starts `writers` writers on `pool`, each combining up to `max_group`
+    /// requests in a statement and keeping streams alive for `alive`.
+    pub(crate) fn start(pool: PgPool, writers: usize, max_group: usize, alive: Duration) -> Self {
+        let max_group = max_group.max(1);
+        let writers = writers.max(1);
+        let (queue, requests) = mpsc::channel(max_group * writers * 4);
+        let requests = Arc::new(Mutex::new(requests));
+        for _ in 0..writers {
+            let group = Group {
+                pool: pool.clone(),
+                max: max_group,
+                alive,
+            };
+            tokio::spawn(group.run(requests.clone()));
+        }
+        Self { queue }
+    }
+
+    /// Opens a stream; answers whether its conversation has an older
+    /// active stream whose recorder died.
+    pub(crate) async fn open(&self, opening: Opening) -> Result<bool, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        self.ask(Request::Open(opening, answer), answered).await
+    }
+
+    /// Records chunks on a stream opened with [`Self::open`].
+    pub(crate) async fn append(&self, append: Append) -> Result<Appended, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        self.ask(Request::Append(append, answer), answered).await
+    }
+
+    async fn ask<T>(
+        &self,
+        request: Request,
+        answered: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if self.queue.send(request).await.is_err() {
+            return Err(stopped());
+        }
+        answered.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable(sqlx::Error::PoolClosed)
+}
+
+/// One writer.
+struct Group {
+    pool: PgPool,
+    max: usize,
+    alive: Duration,
+}
+
+impl Group {
+    async fn run(self, requests: Arc<Mutex<mpsc::Receiver<Request>>>) {
+        loop {
+            let Some(taken) = self.take(&requests).await else {
+                return;
+            };
+            let mut opens = Vec::new();
+            let mut appends = Vec::new();
+            for request in taken {
+                match request {
+                    Request::Open(opening, answer) => opens.push((opening, answer)),
+                    Request::Append(append, answer) => appends.push((append, answer)),
+                }
+            }
+            if !opens.is_empty() {
+                self.write(opens).await;
+            }
+            if !appends.is_empty() {
+                self.write(appends).await;
+            }
+        }
+    }
+
+    /// The next request and whatever else has queued, up to the group size;
+    /// `None` once the queue is gone.
+    async fn take(&self, requests: &Mutex<mpsc::Receiver<Request>>) -> Option<Vec<Request>> {
+        let mut requests = requests.lock().await;
+        let first = requests.recv().await?;
+        let mut taken = vec![first];
+        while taken.len() < self.max {
+            match requests.try_recv() {
+                Ok(request) => taken.push(request),
+                Err(_) => break,
+            }
+        }
+        Some(taken)
+    }
+
+    /// Writes `items` in one statement; when that fails and there were
+    /// several, writes each alone, so one bad request fails only itself.
+    async fn write<I: Grouped>(&self, items: Vec<(I, Answer<I::Outcome>)>) {
+        let (inputs, answers): (Vec<I>, Vec<_>) = items.into_iter().unzip();
+        let failed = match I::write_all(&self.pool, &inputs, self.alive).await {
+            Ok(outcomes) => {
+                for (answer, outcome) in answers.into_iter().zip(outcomes) {
+                    let _ = answer.send(Ok(outcome));
+                }
+                return;
+            }
+            Err(err) => err,
+        };
+        if answers.len() == 1 {
+            if let Some(answer) = answers.into_iter().next() {
+                let _ = answer.send(Err(failed));
+            }
+            return;
+        }
+        tracing::debug!(error = %failed, requests = answers.len(), "a grouped turn-stream write failed; writing each alone");
+        for (input, answer) in inputs.into_iter().zip(answers) {
+            let outcome = I::write_all(&self.pool, std::slice::from_ref(&input), self.alive)
+                .await
+                .and_then(|mut outcomes| outcomes.pop().ok_or_else(stopped));
+            let _ = answer.send(outcome);
+        }
+    }
+}
+
+/// A kind of request written many at a time.
+trait Grouped: Sized {
+    /// How one request went.
+    type Outcome;
+
+    /// Writes `items` in one statement; one outcome per item, in order.
+    async fn write_all(
+        pool: &PgPool,
+        items: &[Self],
+        alive: Duration,
+    ) -> Result<Vec<Self::Outcome>, StoreError>;
+}
+
+impl Grouped for Opening {
+    type Outcome = bool;
+
+    async fn write_all(
+        pool: &PgPool,
+        items: &[Self],
+        alive: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        turn_streams::open_many(pool, items, alive).await
+    }
+}
+
+impl Grouped for Append {
+    type Outcome = Appended;
+
+    async fn write_all(
+        pool: &PgPool,
+        items: &[Self],
+        alive: Duration,
+    ) -> Result<Vec<Appended>, StoreError> {
+        turn_streams::append_many(pool, items, alive).await
+    }
+}
