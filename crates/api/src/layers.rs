@@ -1,5 +1,6 @@
-//! Cross-cutting HTTP layers: CORS, request ids, the request span, error logging,
-//! the request timeout, the URL and body size limits, and JSON error bodies.
+//! Cross-cutting HTTP layers: CORS, request ids, the request span, request
+//! metrics, error logging, the request timeout, the URL and body size limits,
+//! and JSON error bodies.
 
 use std::time::Duration;
 
@@ -30,8 +31,8 @@ pub struct EdgeLimits {
 }
 
 /// Wraps `router` in the standard layers (outermost first: CORS when
-/// configured, request id, span, logging, JSON error bodies, URL checks,
-/// timeout, body limit).
+/// configured, request id, span, request metrics, logging, JSON error
+/// bodies, URL checks, timeout, body limit).
 pub fn apply(router: Router, limits: EdgeLimits, cors: Option<&CorsSettings>) -> Router {
     let EdgeLimits {
         request_timeout,
@@ -49,6 +50,7 @@ pub fn apply(router: Router, limits: EdgeLimits, cors: Option<&CorsSettings>) ->
         }))
         .layer(middleware::from_fn(edge::json_error_bodies))
         .layer(middleware::from_fn(log_outcome))
+        .layer(middleware::from_fn(crate::metrics::record_request))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));

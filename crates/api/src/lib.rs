@@ -8,6 +8,7 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod layers;
+pub mod metrics;
 pub mod nats;
 pub mod openapi;
 pub mod routes;

@@ -50,6 +50,10 @@ impl Server {
         let base = format!("http://127.0.0.1:{port}");
         let mut settings = vec![
             ("TOOLSERVER_BIND".to_owned(), format!("127.0.0.1:{port}")),
+            (
+                "TOOLSERVER_METRICS_BIND".to_owned(),
+                "127.0.0.1:0".to_owned(),
+            ),
             ("TOOLSERVER_PUBLIC_URL".to_owned(), base.clone()),
             (
                 "TOOLSERVER_DATA_DIR".to_owned(),

@@ -5,6 +5,7 @@
 pub mod conversation;
 pub mod engine;
 pub mod lifecycle;
+pub mod metrics;
 pub mod outbound;
 pub mod provider;
 pub mod runner_call;

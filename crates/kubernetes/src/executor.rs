@@ -28,6 +28,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use toolserver_sandbox::metrics;
 use toolserver_sandbox::{
     forward_frames, spawn_relay, EgressGrant, Executor, Frame, FrameStream, InvokeRequest,
     ReservationKey, RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
@@ -38,6 +39,9 @@ use crate::exec::ExecStream;
 use crate::manifests;
 use crate::pods::{EnsuredPod, RunnerPods};
 use crate::settings::{KubernetesSettings, RunnerChannel};
+
+/// This backend's name in metrics.
+const BACKEND: &str = "kubernetes";
 
 /// How long an egress grant outlives its call's deadline.
 const EGRESS_GRANT_SLACK: Duration = Duration::from_secs(60);
@@ -278,6 +282,7 @@ impl KubernetesExecutor {
             return Ok((connection, false));
         }
         let _starting = runner.starting.lock().await;
+        let starting = Instant::now();
         // Another caller may have learned the channel while this one waited;
         // any other route was tried just now.
         if matches!(runner.route(), Route::Direct(_)) {
@@ -287,11 +292,17 @@ impl KubernetesExecutor {
         }
         let pod = self.inner.pods.ensure(&runner.key).await?;
         if let Ok(connection) = self.checked_connection(runner, &pod).await {
+            if pod.created {
+                metrics::runner_started(BACKEND, starting.elapsed());
+            }
             return Ok((connection, pod.created));
         }
         let launched = self.launch(&runner.name).await?;
         if launched {
             tracing::info!(runner = %runner.name, pod.uid = %pod.uid, "worker started");
+        }
+        if pod.created || launched {
+            metrics::runner_started(BACKEND, starting.elapsed());
         }
         match self.checked_connection(runner, &pod).await {
             Ok(connection) => Ok((connection, pod.created || launched)),
@@ -441,6 +452,7 @@ impl KubernetesExecutor {
             .pods
             .reap_idle(&busy, |pod| async move { self.worker_busy(&pod).await })
             .await?;
+        metrics::runners_evicted(BACKEND, reaped.len() as u64);
         if let Ok(map) = self.inner.runners.lock() {
             for name in &reaped {
                 if let Some(runner) = map.get(name) {

@@ -13,6 +13,7 @@ mod executor;
 mod identity;
 mod limits;
 mod local;
+pub mod metrics;
 mod protocol;
 mod relay;
 mod reservation;

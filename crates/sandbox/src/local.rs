@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::identity::{give_tree, RunnerIdentities};
 use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
+use crate::metrics;
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::seccomp::SeccompFilters;
 use crate::{
@@ -167,6 +168,7 @@ impl Runner {
         *self.pid() = None;
         let _ = child.start_kill();
         let _ = child.wait().await;
+        metrics::runner_gone(BACKEND);
     }
 
     /// Kills the live worker at once (SIGKILL by pid, whoever holds the
@@ -329,6 +331,7 @@ impl LocalExecutor {
                 continue;
             }
             tracing::info!(runner = %runner.name, "stopping idle runner");
+            metrics::runners_evicted(BACKEND, 1);
             if let Some(child) = process.take() {
                 runner.reap(child).await;
             }
@@ -565,7 +568,10 @@ impl LocalExecutor {
             tracing::warn!(runner = %runner.name, "runner unhealthy; replacing it");
             runner.reap(dead).await;
         }
+        let starting = Instant::now();
         let child = self.start(runner).await?;
+        metrics::runner_started(BACKEND, starting.elapsed());
+        metrics::runner_live(BACKEND);
         *runner.pid() = child.id();
         *process = Some(child);
         Ok(true)
@@ -754,6 +760,9 @@ const BWRAP_NAMESPACES: [&str; 6] = [
     "--die-with-parent",
     "--new-session",
 ];
+
+/// This backend's name in metrics.
+const BACKEND: &str = "local";
 
 /// The directories of a runner its worker may write.
 const WRITABLE_DIRS: [&str; 4] = ["home", "cache", "tmp", "work"];

@@ -199,6 +199,7 @@ async fn end_on_breach(
     tx: &mpsc::Sender<Frame>,
 ) {
     tracing::warn!(runner = %runner.runner_name(), call.id = %request.call_id, limit = ?breach.limit, %breach, "call broke a runner limit; killing the worker");
+    crate::metrics::limit_kill(breach.limit);
     runner.limit_broken(&breach).await;
     let frame = Frame::error(LimitBreach::ERROR_NAME, breach.to_string());
     let _ = tx.send(frame).await;

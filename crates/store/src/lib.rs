@@ -10,6 +10,7 @@ pub mod conversations;
 pub mod error;
 pub mod jobs;
 pub mod pool;
+pub mod stats;
 pub mod text;
 pub mod tools;
 pub mod turn_streams;

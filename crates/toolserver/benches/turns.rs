@@ -49,6 +49,7 @@ impl Server {
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
+            .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
             .env("TOOLSERVER_DATA_DIR", data_dir)
             .env("TOOLSERVER_JWT_SECRET", SECRET)
             .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))

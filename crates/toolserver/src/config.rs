@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use url::Url;
 
+use crate::metrics_endpoint::MetricsListen;
+
 /// Settings of `toolserver serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeConfig {
@@ -18,6 +20,15 @@ pub struct ServeConfig {
     /// links start with it (`TOOLSERVER_PUBLIC_URL`, default `http://<bind>`).
     #[arg(long, env = "TOOLSERVER_PUBLIC_URL")]
     pub public_url: Option<Url>,
+    /// Where `GET /metrics` (Prometheus text) is served, apart from the API,
+    /// or `off` (`TOOLSERVER_METRICS_BIND`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_METRICS_BIND",
+        default_value = "127.0.0.1:9464",
+        value_parser = crate::metrics_endpoint::parse_listen
+    )]
+    pub metrics_bind: MetricsListen,
     /// Seconds in-flight requests get to finish after SIGTERM (`TOOLSERVER_SHUTDOWN_GRACE_SECS`).
     #[arg(long, env = "TOOLSERVER_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod embedded_pg;
 pub mod keys;
+pub mod metrics_endpoint;
 pub mod startup;
 pub mod telemetry;
 

@@ -37,6 +37,7 @@ use crate::config::{
     LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
+use crate::metrics_endpoint::{self, MetricsListen, MetricsServer};
 use crate::{keys, telemetry};
 
 /// Lifetime of the development token printed at start.
@@ -165,6 +166,7 @@ impl Assembled {
 /// `toolserver serve`.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let assembled = assemble(&config).await?;
+    let _metrics = serve_metrics(&config, &assembled).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -186,12 +188,26 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 /// servers against one database.
 pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
     let assembled = assemble(&config).await?;
+    let _metrics = serve_metrics(&config, &assembled).await?;
     tracing::info!("worker running continuations");
     toolserver_api::server::termination_signal().await;
     assembled
         .close(Duration::from_secs(config.shutdown_grace_secs))
         .await;
     Ok(())
+}
+
+/// Starts the metrics listener unless `TOOLSERVER_METRICS_BIND` is `off`.
+async fn serve_metrics(
+    config: &ServeConfig,
+    assembled: &Assembled,
+) -> anyhow::Result<Option<MetricsServer>> {
+    match config.metrics_bind {
+        MetricsListen::Off => Ok(None),
+        MetricsListen::At(address) => metrics_endpoint::start(address, assembled.db.pool.clone())
+            .await
+            .map(Some),
+    }
 }
 
 /// Connects to NATS when `TOOLSERVER_NATS_URL` is set.

@@ -9,6 +9,7 @@ use toolserver_store::{async_results, async_turns, jobs, turn_streams, StoreErro
 use uuid::Uuid;
 
 use super::Lifecycle;
+use crate::metrics;
 
 /// Rows one reaper step handles at most.
 const REAP_BATCH: i64 = 500;
@@ -30,6 +31,19 @@ pub struct ReapReport {
     pub stuck_turns: usize,
     /// Finished turn streams removed after their retention.
     pub purged_streams: u64,
+}
+
+impl ReapReport {
+    /// Adds this pass's actions to the reaper's counters.
+    fn count(&self) {
+        metrics::reaped("expired", self.expired);
+        metrics::reaped("relaunched", self.relaunched);
+        metrics::reaped("silent_runner", self.silent_runners);
+        metrics::reaped("sealed_group", self.sealed_groups);
+        metrics::reaped("exhausted_turn", self.exhausted_turns as u64);
+        metrics::reaped("stuck_turn", self.stuck_turns as u64);
+        metrics::reaped("purged_stream", self.purged_streams);
+    }
 }
 
 impl Lifecycle {
@@ -92,6 +106,7 @@ impl Lifecycle {
             }
             match self.reap_once().await {
                 Ok(report) if report != ReapReport::default() => {
+                    report.count();
                     tracing::info!(
                         expired = report.expired,
                         relaunched = report.relaunched,

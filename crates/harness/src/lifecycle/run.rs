@@ -22,7 +22,7 @@ use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleEr
 use crate::stream::{self, Recording};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
-use crate::CheckedAgent;
+use crate::{metrics, CheckedAgent};
 
 /// How a job ended without an error.
 enum Ran {
@@ -32,6 +32,18 @@ enum Ran {
     Busy,
     /// Nothing to commit (the reason is logged).
     Dropped(&'static str),
+}
+
+/// A run's outcome as a metric label.
+fn run_outcome(result: &Result<Ran, LifecycleError>) -> &'static str {
+    match result {
+        Ok(Ran::Committed(_)) => "committed",
+        Ok(Ran::Busy) => "busy",
+        Ok(Ran::Dropped(_)) => "dropped",
+        Err(LifecycleError::LostClaim) => "lost_claim",
+        Err(err) if err.ends_the_turn() => "turn_failed",
+        Err(_) => "retried",
+    }
 }
 
 impl Lifecycle {
@@ -64,6 +76,7 @@ impl Lifecycle {
             () = lost.cancelled() => Err(LifecycleError::LostClaim),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
+        metrics::detached_run(run_outcome(&result), started.elapsed());
         let pool = self.pool();
         match result {
             Ok(Ran::Committed(status)) => {

@@ -15,6 +15,8 @@ use serde_json::Value;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
 pub use tavily::TavilySettings;
 
+use crate::metrics::CallMeter;
+
 /// Something a running tool reports.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolEvent {
@@ -134,7 +136,7 @@ impl RegisteredTool {
         };
         self.implementation
             .call_detached(invocation, async_meta)
-            .map(|events| with_deadline(events, self.timeout))
+            .map(|events| self.metered(with_deadline(events, self.timeout), "detached"))
     }
 
     /// Starts a call, failing it when it outlives its deadline.
@@ -144,7 +146,31 @@ impl RegisteredTool {
             input,
             timeout: self.timeout,
         };
-        with_deadline(self.implementation.call(invocation), self.timeout)
+        self.metered(
+            with_deadline(self.implementation.call(invocation), self.timeout),
+            "inline",
+        )
+    }
+
+    /// `events`, counted and timed by their outcome (see [`crate::metrics`]).
+    fn metered(&self, events: ToolEvents, mode: &'static str) -> ToolEvents {
+        use futures::StreamExt;
+        let kind = match self.tool_id {
+            Some(_) => "uploaded",
+            None => "builtin",
+        };
+        let mut meter = CallMeter::start(kind, mode);
+        events
+            .map(move |event| {
+                match &event {
+                    ToolEvent::Output(_) => meter.finish("ok"),
+                    ToolEvent::Failed(_) => meter.finish("error"),
+                    ToolEvent::Launched => meter.finish("launched"),
+                    ToolEvent::Log { .. } | ToolEvent::Snapshot(_) => {}
+                }
+                event
+            })
+            .boxed()
     }
 }
 

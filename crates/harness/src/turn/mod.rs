@@ -28,7 +28,7 @@ use self::pending::PendingWork;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
-use crate::HarnessSettings;
+use crate::{metrics, HarnessSettings};
 use toolserver_domain::AgentConfig;
 
 /// What a turn runs with.
@@ -115,12 +115,14 @@ pub async fn run_turn(
     plan: TurnPlan,
     out: mpsc::Sender<UiChunk>,
 ) -> TurnOutcome {
+    let started = metrics::turn_started();
     let mut turn = Turn {
         provider,
         registry,
         emitter: Emitter::new(plan.assistant.clone(), out),
         pending: PendingWork::default(),
         plan,
+        model_passes: 0,
     };
     let limit = turn.plan.max_duration;
     let stop = turn.plan.stop.clone();
@@ -139,6 +141,22 @@ pub async fn run_turn(
         }
         Err(EarlyEnd::Stopped) => turn.end_stopped().await,
     };
+    let reason = match &ended {
+        Ok((finish_reason, _)) => finish_reason.as_str(),
+        Err(ClientGone) => "disconnected",
+    };
+    metrics::turn_finished(reason, started, turn.model_passes);
+    let error = match &ended {
+        Ok((_, error)) => error.as_deref(),
+        Err(ClientGone) => Some("the client disconnected"),
+    };
+    tracing::info!(
+        reason,
+        model_passes = turn.model_passes,
+        duration_ms = started.elapsed().as_millis() as u64,
+        error,
+        "turn finished"
+    );
     let mut assistant = turn.emitter.assistant.clone();
     match ended {
         Ok((finish_reason, error)) => TurnOutcome {
@@ -172,6 +190,8 @@ struct Turn {
     emitter: Emitter,
     pending: PendingWork,
     plan: TurnPlan,
+    /// Model passes made so far.
+    model_passes: u32,
 }
 
 impl Turn {
@@ -256,6 +276,7 @@ impl Turn {
                 return Ok(("error".into(), Some(error)));
             }
             self.emitter.emit(UiChunk::StartStep).await?;
+            self.model_passes += 1;
             let request = self.model_request(passes);
             let end = run_pass(self.provider.as_ref(), request, &mut self.emitter).await?;
             passes += 1;

@@ -74,6 +74,7 @@ impl Setup {
     pub async fn start_with(&self, poll_ms: u64, settings: &[(&str, &str)]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
+            .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
             .envs(settings.iter().copied())
             .env("DATABASE_URL", &self.database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{}", self.port))

@@ -20,6 +20,7 @@ async fn serve_on_embedded_defaults_runs_a_tool_and_stops_on_sigterm() {
         .port();
     let mut server = Command::new(env!("CARGO_BIN_EXE_toolserver"))
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-bind", "127.0.0.1:0"])
         .current_dir(dir.path())
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap())

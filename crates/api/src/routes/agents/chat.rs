@@ -19,6 +19,7 @@ use toolserver_domain::AccountId;
 use toolserver_harness::lifecycle::AccountStatus;
 use toolserver_harness::stream::{self, Recording};
 use toolserver_harness::turn::run_turn;
+use tracing::Instrument;
 
 use super::chat_request::ChatRequest;
 use super::turn_request::start_turn;
@@ -95,13 +96,16 @@ pub(crate) async fn launch_turn(
         }
     };
     plan.stop = recording.stop.clone();
-    tokio::spawn(async move {
+    let span = tracing::info_span!(
+        "turn",
+        agent.id = %agent_id,
+        conversation.id = %lease.conversation_id(),
+        stream.id = ?recording.stream_id,
+    );
+    let turn = async move {
         let renewal = lease.keep_renewed();
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         renewal.abort();
-        if let Some(error) = &outcome.error {
-            tracing::info!(error = %error, "turn ended with an error");
-        }
         let mut messages = history;
         messages.push(outcome.assistant);
         if let Err(err) = lease.save(&messages).await {
@@ -112,7 +116,8 @@ pub(crate) async fn launch_turn(
         drop(chunks);
         let _ = done.await;
         drop(forward);
-    });
+    };
+    tokio::spawn(turn.instrument(span));
     Ok(client)
 }
 

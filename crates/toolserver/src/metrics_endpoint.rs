@@ -1,0 +1,178 @@
+//! `GET /metrics` in the Prometheus text format, on its own listener: the
+//! process's counters and histograms (requests, turns, tool calls, runners,
+//! detached runs, the reaper), plus gauges read at each scrape (database
+//! pool, detached calls by status, the continuation backlog).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolserver_store::stats;
+
+/// Connections of the database pool in use.
+pub const POOL_IN_USE: &str = "toolserver_db_pool_connections_in_use";
+/// Idle connections of the database pool.
+pub const POOL_IDLE: &str = "toolserver_db_pool_connections_idle";
+/// The database pool's connection limit.
+pub const POOL_MAX: &str = "toolserver_db_pool_connections_max";
+/// Detached calls by `status`, across the deployment.
+pub const ASYNC_CALLS: &str = "toolserver_async_calls";
+/// Continuations waiting or running, across the deployment.
+pub const CONTINUATION_BACKLOG: &str = "toolserver_continuation_backlog";
+/// Seconds the oldest waiting continuation has waited.
+pub const CONTINUATION_AGE: &str = "toolserver_continuation_backlog_oldest_seconds";
+
+/// Bucket bounds, in seconds, of every `_seconds` histogram.
+const SECONDS_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Bucket bounds of the model passes of a turn.
+const STEP_BUCKETS: [f64; 8] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 20.0];
+
+/// Where metrics are served, or that they are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// No metrics listener (nothing is recorded either).
+    Off,
+    /// Serve on this address.
+    At(SocketAddr),
+}
+
+/// Parses `off` or an address (`127.0.0.1:9464`).
+pub fn parse_listen(value: &str) -> Result<MetricsListen, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(MetricsListen::Off);
+    }
+    value
+        .parse()
+        .map(MetricsListen::At)
+        .map_err(|err| format!("expected `off` or an address like 127.0.0.1:9464: {err}"))
+}
+
+/// A running metrics listener; stops when dropped.
+pub struct MetricsServer {
+    /// The address it listens on.
+    pub address: SocketAddr,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+/// Installs the process's metrics recorder and serves it on `address`,
+/// sampling `pool` and the lifecycle tables at each scrape.
+pub async fn start(address: SocketAddr, pool: PgPool) -> anyhow::Result<MetricsServer> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
+        .and_then(|builder| {
+            builder.set_buckets_for_metric(
+                Matcher::Full(toolserver_harness::metrics::TURN_STEPS.into()),
+                &STEP_BUCKETS,
+            )
+        })
+        .context("metrics histogram buckets")?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let listener = TcpListener::bind(address).await.with_context(|| {
+        format!(
+            "binding the metrics listener {address} (TOOLSERVER_METRICS_BIND; `off` turns it off)"
+        )
+    })?;
+    let address = listener.local_addr()?;
+    let scraped = Arc::new(Scraped { handle, pool });
+    spawn_upkeep(scraped.handle.clone());
+    let app = Router::new()
+        .route("/metrics", get(render))
+        .with_state(scraped);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        let serving = axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+        if let Err(err) = serving.await {
+            tracing::error!(error = %err, "the metrics listener failed");
+        }
+    });
+    tracing::info!(addr = %address, "serving metrics");
+    Ok(MetricsServer {
+        address,
+        _stop: stop.drop_guard(),
+    })
+}
+
+/// What a scrape reads.
+struct Scraped {
+    handle: PrometheusHandle,
+    pool: PgPool,
+}
+
+/// Keeps histograms from growing without bound between scrapes.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            ticks.tick().await;
+            handle.run_upkeep();
+        }
+    });
+}
+
+async fn render(State(scraped): State<Arc<Scraped>>) -> Response {
+    sample(&scraped.pool).await;
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        scraped.handle.render(),
+    )
+        .into_response()
+}
+
+/// Sets the gauges read at scrape time; a failing query leaves its gauges
+/// as they were and is logged.
+async fn sample(pool: &PgPool) {
+    let size = f64::from(pool.size());
+    let idle = pool.num_idle() as f64;
+    metrics::gauge!(POOL_IN_USE).set(size - idle);
+    metrics::gauge!(POOL_IDLE).set(idle);
+    metrics::gauge!(POOL_MAX).set(f64::from(pool.options().get_max_connections()));
+    match stats::async_results_by_status(pool).await {
+        Ok(counts) => {
+            for status in ["pending", "completed", "failed", "cancelled", "expired"] {
+                let count = counts
+                    .iter()
+                    .find(|(name, _)| name == status)
+                    .map_or(0, |(_, count)| *count);
+                metrics::gauge!(ASYNC_CALLS, "status" => status).set(count as f64);
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "could not count detached calls for metrics"),
+    }
+    match stats::continuation_backlog(pool).await {
+        Ok(backlog) => {
+            metrics::gauge!(CONTINUATION_BACKLOG).set(backlog.pending as f64);
+            metrics::gauge!(CONTINUATION_AGE).set(backlog.oldest_age_secs);
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read the continuation backlog for metrics")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_or_an_address() {
+        assert_eq!(parse_listen("off"), Ok(MetricsListen::Off));
+        assert_eq!(
+            parse_listen("0.0.0.0:9464"),
+            Ok(MetricsListen::At(SocketAddr::from(([0, 0, 0, 0], 9464))))
+        );
+        assert!(parse_listen("9464").is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! `GET /metrics` on its own listener: after a streamed turn with a tool
+//! call, an invoke and a detached turn completed through the callback, the
+//! scrape parses as Prometheus text, the series are there, their counts
+//! moved, and no label carries an id.
+
+use std::collections::HashMap;
+
+use openmetrics_parser::prometheus::parse_prometheus;
+use openmetrics_parser::PrometheusValue;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_testsupport::http::free_port;
+use toolserver_testsupport::{Reply, ScriptedModel};
+
+use crate::crash::{script, until, Server, Setup};
+
+const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
+
+/// One sample of a scrape: its family, labels and value (a histogram's
+/// observation count).
+struct Sample {
+    family: String,
+    labels: HashMap<String, String>,
+    value: f64,
+}
+
+/// The samples of one scrape, parsed by a Prometheus text-format parser.
+struct Scrape(Vec<Sample>);
+
+impl Scrape {
+    async fn take(setup: &Setup, metrics: &str) -> Self {
+        let response = setup
+            .client()
+            .get(format!("{metrics}/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let text = response.text().await.unwrap();
+        let exposition = parse_prometheus(&text).expect("the scrape is Prometheus text");
+        let mut samples = Vec::new();
+        for (family, metrics) in &exposition.families {
+            for sample in metrics.iter_samples() {
+                let labelset = sample.get_labelset().unwrap();
+                let labels = labelset
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
+                let value = match &sample.value {
+                    PrometheusValue::Counter(counter) => counter.value.as_f64(),
+                    PrometheusValue::Gauge(number) | PrometheusValue::Unknown(number) => {
+                        number.as_f64()
+                    }
+                    PrometheusValue::Histogram(histogram) => {
+                        histogram.count.expect("a histogram count") as f64
+                    }
+                    PrometheusValue::Summary(_) => panic!("{family} is a summary"),
+                };
+                samples.push(Sample {
+                    family: family.clone(),
+                    labels,
+                    value,
+                });
+            }
+        }
+        Self(samples)
+    }
+
+    /// The summed value of `family`'s samples whose labels include `labels`.
+    fn value(&self, family: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .iter()
+            .filter(|sample| sample.family == family)
+            .filter(|sample| {
+                labels.iter().all(|(name, value)| {
+                    sample.labels.get(*name).map(String::as_str) == Some(*value)
+                })
+            })
+            .map(|sample| sample.value)
+            .sum()
+    }
+
+    fn has(&self, family: &str) -> bool {
+        self.0.iter().any(|sample| sample.family == family)
+    }
+
+    /// Every label value of every sample.
+    fn label_values(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().flat_map(|sample| sample.labels.values())
+    }
+}
+
+async fn get(setup: &Setup, server: &Server, path: &str) -> Value {
+    setup
+        .client()
+        .get(format!("{}{path}", server.base))
+        .bearer_auth(setup.token())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// A streamed turn on a new agent whose model calls the echo tool once.
+async fn streamed_turn_with_a_tool_call(setup: &Setup, server: &Server, model: &ScriptedModel) {
+    let echo = setup
+        .post(
+            server,
+            "/accounts/me/tools",
+            json!({"name": "echo", "description": "echoes", "inputSchema": {"type": "object"},
+                   "bundle": base64_of(ECHO)}),
+        )
+        .await["toolId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    model.script(
+        "inline",
+        vec![
+            Reply::tool_call("e1", "echo", json!({"say": "hi"})),
+            Reply::text("Echoed."),
+        ],
+    );
+    let agent = setup
+        .post(
+            server,
+            "/agents",
+            json!({"name": "inline", "config": {
+                "model": {"provider": "openai", "modelId": "inline"},
+                "provider": {"openai": {"baseUrl": model.base_url()}},
+                "tools": { &echo: {} },
+            }}),
+        )
+        .await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = json!({"id": "conv-inline", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "echo"}]}], "trigger": "submit-message"});
+    let stream = setup
+        .client()
+        .post(format!("{}/agents/{agent}/chat", server.base))
+        .bearer_auth(setup.token())
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(stream.contains("tool-output-available"), "{stream}");
+    assert!(stream.ends_with("data: [DONE]\n\n"), "{stream}");
+    let invoked = setup
+        .post(
+            server,
+            &format!("/accounts/me/tools/{echo}/invoke"),
+            json!({"input": {"say": "again"}}),
+        )
+        .await;
+    assert_eq!(invoked["output"]["echo"]["say"], "again", "{invoked}");
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let port = free_port();
+    let metrics_bind = format!("127.0.0.1:{port}");
+    let server = setup
+        .start_with(100, &[("TOOLSERVER_METRICS_BIND", metrics_bind.as_str())])
+        .await;
+    let metrics = format!("http://{metrics_bind}");
+    let model = ScriptedModel::start().await;
+    let before = Scrape::take(&setup, &metrics).await;
+    assert_eq!(before.value("toolserver_turns_started_total", &[]), 0.0);
+
+    streamed_turn_with_a_tool_call(&setup, &server, &model).await;
+    script(&model, Reply::text("Both jobs finished."));
+    let status_id = setup.detached_turn(&server, &model).await;
+    until("the detached turn to complete", || async {
+        get(&setup, &server, &format!("/async/{status_id}")).await["status"] == "completed"
+    })
+    .await;
+
+    let after = Scrape::take(&setup, &metrics).await;
+    let requests = "toolserver_http_requests_total";
+    for (route, method, status) in [
+        ("/agents/{agentId}/chat", "POST", "200"),
+        ("/accounts/me/tools/{toolId}/invoke", "POST", "200"),
+        ("/agents/{agentId}/async", "POST", "202"),
+        ("/sandbox-jobs/{resultId}/complete", "POST", "200"),
+    ] {
+        let labels = [("route", route), ("method", method), ("status", status)];
+        assert!(
+            after.value(requests, &labels) >= 1.0,
+            "no {labels:?} in {requests}"
+        );
+    }
+    assert_eq!(
+        after.value(
+            "toolserver_http_requests_total",
+            &[("route", "/sandbox-jobs/{resultId}/complete")]
+        ),
+        2.0,
+        "one completion per detached call"
+    );
+    assert!(
+        after.value(
+            "toolserver_http_request_duration_seconds",
+            &[("route", "/agents/{agentId}/chat")]
+        ) >= 1.0
+    );
+
+    // The streamed turn, the detached turn's first run and its continuation.
+    assert_eq!(after.value("toolserver_turns_started_total", &[]), 3.0);
+    assert_eq!(after.value("toolserver_turns_finished_total", &[]), 3.0);
+    assert!(after.value("toolserver_turns_finished_total", &[("reason", "stop")]) >= 2.0);
+    assert_eq!(after.value("toolserver_turn_duration_seconds", &[]), 3.0);
+    assert_eq!(after.value("toolserver_turn_steps", &[]), 3.0);
+
+    let uploaded_inline = [("kind", "uploaded"), ("mode", "inline"), ("outcome", "ok")];
+    assert_eq!(
+        after.value("toolserver_tool_calls_total", &uploaded_inline),
+        1.0
+    );
+    let launched = [
+        ("kind", "uploaded"),
+        ("mode", "detached"),
+        ("outcome", "launched"),
+    ];
+    assert_eq!(after.value("toolserver_tool_calls_total", &launched), 2.0);
+    assert_eq!(
+        after.value("toolserver_tool_call_duration_seconds", &launched),
+        2.0
+    );
+
+    assert!(after.value("toolserver_runner_starts_total", &[("backend", "local")]) >= 2.0);
+    assert!(
+        after.value(
+            "toolserver_runner_start_duration_seconds",
+            &[("backend", "local")]
+        ) >= 2.0
+    );
+    assert!(after.value("toolserver_runners_live", &[("backend", "local")]) >= 2.0);
+
+    assert!(
+        after.value(
+            "toolserver_detached_runs_total",
+            &[("outcome", "committed")]
+        ) >= 2.0
+    );
+    assert_eq!(
+        after.value("toolserver_async_calls", &[("status", "completed")]),
+        2.0
+    );
+    assert_eq!(
+        after.value("toolserver_async_calls", &[("status", "pending")]),
+        0.0
+    );
+    assert_eq!(after.value("toolserver_continuation_backlog", &[]), 0.0);
+    assert!(after.has("toolserver_continuation_backlog_oldest_seconds"));
+    assert!(after.value("toolserver_db_pool_connections_max", &[]) >= 1.0);
+    assert!(after.has("toolserver_db_pool_connections_in_use"));
+
+    for value in after.label_values() {
+        assert!(
+            !(value.contains("agent_") || value.contains("tool_") || value.contains("conv-")),
+            "a label carries an id: {value}"
+        );
+        assert!(
+            uuid::Uuid::parse_str(value).is_err(),
+            "a label is an id: {value}"
+        );
+    }
+}
