@@ -8,6 +8,7 @@ mod auth;
 mod browser;
 mod bundles;
 mod chat;
+mod cli;
 mod completion;
 mod contract;
 mod detached;
