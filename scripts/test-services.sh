@@ -2,9 +2,10 @@
 # Makes sure what the tests need is present and running: PostgreSQL on
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
 # binary, Node.js, the AI SDK client test's packages, Chromium and the
-# browser test's packages, and kubectl (the
-# manifest tests render deploy/kubernetes with `kubectl kustomize`).
-# Installs missing pieces from Debian's packages and crates.io when run as root.
+# browser test's packages, the tool CLI's packages, kubectl (the manifest
+# tests render deploy/kubernetes with `kubectl kustomize`) and Helm's library
+# (they lint and render deploy/helm with it). Installs missing pieces from
+# Debian's packages, crates.io, the npm registry and PyPI when run as root.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -107,6 +108,18 @@ ensure_browser() {
   (cd "$dir" && npm ci --no-audit --no-fund)
 }
 
+# The tool authors' CLI (clients/cli: esbuild, and the npm package its
+# test fixture imports), from the lockfile.
+ensure_cli() {
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  local dir="$REPO_ROOT/clients/cli"
+  if [ -d "$dir/node_modules/esbuild" ] && [ -d "$dir/node_modules/is-number" ] \
+     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    return
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
 # Optional: runners use bubblewrap when it works; install it so tests cover it.
 ensure_bubblewrap() {
   if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
@@ -127,6 +140,20 @@ ensure_schemathesis() {
   fi
   python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" \
     || python3 -m pip install --quiet --break-system-packages "schemathesis==$SCHEMATHESIS_VERSION"
+}
+
+# Helm's own Go library, shipped in a wheel on PyPI (Debian has no helm):
+# the manifest tests lint and render deploy/helm/toolserver with it.
+HELM_SDK_VERSION="0.2.2"
+ensure_helm_sdk() {
+  if python3 -c "import helm_python, sys; sys.exit(helm_python.__version__ != '$HELM_SDK_VERSION')" 2>/dev/null; then
+    return
+  fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip python3-venv
+  fi
+  python3 -m pip install --quiet --disable-pip-version-check "helm-python-sdk==$HELM_SDK_VERSION" \
+    || python3 -m pip install --quiet --break-system-packages "helm-python-sdk==$HELM_SDK_VERSION"
 }
 
 # kubectl is not in Debian's archive, so it cannot be installed from here.
@@ -150,6 +177,8 @@ ensure_node
 ensure_nats
 ensure_ai_sdk
 ensure_browser
+ensure_cli
 ensure_bubblewrap
 ensure_schemathesis
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, bubblewrap and schemathesis are ready"
+ensure_helm_sdk
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, bubblewrap, schemathesis and the Helm library are ready"
