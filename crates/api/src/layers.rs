@@ -9,8 +9,10 @@ use axum::http::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use opentelemetry_http::HeaderExtractor;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::cors::CorsSettings;
 use crate::edge;
@@ -66,13 +68,19 @@ fn request_span(req: &Request) -> tracing::Span {
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-");
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         request_id,
         method = %req.method(),
         path = req.uri().path(),
         account.id = tracing::field::Empty,
-    )
+    );
+    // A caller's W3C `traceparent` makes this request part of its trace.
+    let caller = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&HeaderExtractor(req.headers()))
+    });
+    let _ = span.set_parent(caller);
+    span
 }
 
 async fn enforce_timeout(limit: Duration, req: Request, next: Next) -> Response {

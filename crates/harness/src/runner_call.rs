@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use toolserver_bundles::{BundleError, BundleStore};
 use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
 use toolserver_store::ToolRecord;
+use tracing::Instrument;
 
 /// How bundles travel to runners, and output limits.
 #[derive(Debug, Clone)]
@@ -87,6 +88,8 @@ pub struct RunnerCall {
     key: ReservationKey,
     call_id: String,
     finished: bool,
+    /// The call's `runner_call` span, open until the call is dropped.
+    span: tracing::Span,
 }
 
 impl RunnerCall {
@@ -97,13 +100,18 @@ impl RunnerCall {
         request: InvokeRequest,
     ) -> Result<Self, toolserver_sandbox::SandboxError> {
         let call_id = request.call_id.clone();
-        let frames = executor.invoke(&key, request).await?;
+        let span = tracing::info_span!("runner_call", call.id = %call_id, runner = %key);
+        let frames = executor
+            .invoke(&key, request)
+            .instrument(span.clone())
+            .await?;
         Ok(Self {
             frames,
             executor,
             key,
             call_id,
             finished: false,
+            span,
         })
     }
 
@@ -117,7 +125,7 @@ impl RunnerCall {
         if self.finished {
             return None;
         }
-        let frame = self.frames.recv().await;
+        let frame = self.frames.recv().instrument(self.span.clone()).await;
         match &frame {
             Some(frame) if frame.is_terminal() => self.finished = true,
             None => self.finished = true,

@@ -294,6 +294,21 @@ pub struct LogConfig {
     /// Filter directives, e.g. `info,toolserver_api=debug` (`RUST_LOG`).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
+    /// Base URL of an OTLP/HTTP collector (e.g. `http://collector:4318`);
+    /// spans go to `<url>/v1/traces`. Unset: no trace export
+    /// (`TOOLSERVER_OTLP_ENDPOINT`).
+    #[arg(long, env = "TOOLSERVER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<Url>,
+    /// Which spans are exported, as filter directives (`TOOLSERVER_OTLP_FILTER`).
+    #[arg(long, env = "TOOLSERVER_OTLP_FILTER", default_value = "info")]
+    pub otlp_filter: String,
+    /// The `service.name` of exported traces (`TOOLSERVER_OTLP_SERVICE_NAME`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_OTLP_SERVICE_NAME",
+        default_value = "toolserver"
+    )]
+    pub otlp_service_name: String,
 }
 
 /// Isolation of local runners.

@@ -37,8 +37,9 @@ use crate::config::{
     LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
 };
 use crate::embedded_pg::EmbeddedPostgres;
+use crate::keys;
 use crate::metrics_endpoint::{self, MetricsListen, MetricsServer};
-use crate::{keys, telemetry};
+use crate::telemetry::{self, Telemetry};
 
 /// Lifetime of the development token printed at start.
 const DEV_TOKEN_TTL_SECS: i64 = 30 * 24 * 3600;
@@ -93,13 +94,14 @@ struct Assembled {
     state: AppState,
     db: Database,
     public_url: Url,
+    telemetry: Telemetry,
     _loops: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Builds the shared state and starts the background loops: idle runner
 /// reaping, expiry of detached calls, and continuations.
 async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
-    telemetry::init(&config.log)?;
+    let telemetry = telemetry::init(&config.log)?;
     let public_url = match &config.public_url {
         Some(url) => url.clone(),
         None => Url::parse(&format!("http://{}", config.bind))?,
@@ -149,6 +151,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         state,
         db,
         public_url,
+        telemetry,
         _loops: loops.into_iter().chain([runner_reaper]).collect(),
     })
 }
@@ -160,6 +163,7 @@ impl Assembled {
         if let Some(cluster) = self.db.embedded {
             cluster.stop();
         }
+        self.telemetry.shutdown().await;
     }
 }
 
@@ -456,7 +460,7 @@ fn egress_settings(config: &EgressConfig, callback_base: Option<Url>) -> EgressS
 /// `toolserver egress-proxy`: the egress proxy Kubernetes runner pods share,
 /// until SIGTERM or Ctrl-C.
 pub async fn egress_proxy(config: EgressProxyConfig) -> anyhow::Result<()> {
-    telemetry::init(&config.log)?;
+    let telemetry = telemetry::init(&config.log)?;
     let key = EgressKey::new(&config.egress_token_key)
         .map_err(|reason| anyhow::anyhow!("TOOLSERVER_EGRESS_TOKEN_KEY: {reason}"))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -467,6 +471,7 @@ pub async fn egress_proxy(config: EgressProxyConfig) -> anyhow::Result<()> {
     tracing::info!(addr = %config.listen, "egress proxy listening");
     toolserver_api::server::termination_signal().await;
     serving.abort();
+    telemetry.shutdown().await;
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use calls::{launch, pending_output, Launch};
 pub use detach::{DetachedCall, Detacher, DurableStatus};
@@ -278,7 +279,11 @@ impl Turn {
             self.emitter.emit(UiChunk::StartStep).await?;
             self.model_passes += 1;
             let request = self.model_request(passes);
-            let end = run_pass(self.provider.as_ref(), request, &mut self.emitter).await?;
+            let span =
+                tracing::info_span!("model_call", model = %request.model_id, step = passes + 1);
+            let end = run_pass(self.provider.as_ref(), request, &mut self.emitter)
+                .instrument(span)
+                .await?;
             passes += 1;
             let (calls, reason) = match end {
                 PassEnd::Finished {

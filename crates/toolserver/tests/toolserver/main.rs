@@ -12,3 +12,4 @@ mod metrics;
 mod serve;
 mod settings;
 mod stream_failover;
+mod traces;
