@@ -166,6 +166,7 @@ async fn main() {
         async_meta: None,
         egress_allow: None,
         egress_token: None,
+        traceparent: None,
     };
     let socket_call = |i: usize| {
         let mut request = direct.clone();

@@ -11,6 +11,7 @@ use toolserver_bundles::{BundleError, BundleStore};
 use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
 use toolserver_store::ToolRecord;
 use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// How bundles travel to runners, and output limits.
 #[derive(Debug, Clone)]
@@ -78,6 +79,7 @@ pub async fn build_request(
         async_meta: spec.async_meta,
         egress_allow: tool.egress_allow.clone(),
         egress_token: None,
+        traceparent: None,
     })
 }
 
@@ -97,10 +99,11 @@ impl RunnerCall {
     pub async fn start(
         executor: Arc<dyn Executor>,
         key: ReservationKey,
-        request: InvokeRequest,
+        mut request: InvokeRequest,
     ) -> Result<Self, toolserver_sandbox::SandboxError> {
         let call_id = request.call_id.clone();
         let span = tracing::info_span!("runner_call", call.id = %call_id, runner = %key);
+        request.traceparent = traceparent(&span);
         let frames = executor
             .invoke(&key, request)
             .instrument(span.clone())
@@ -152,4 +155,14 @@ impl Drop for RunnerCall {
             });
         }
     }
+}
+
+/// The W3C `traceparent` naming `span`, when traces are exported.
+fn traceparent(span: &tracing::Span) -> Option<String> {
+    let mut carrier = std::collections::HashMap::new();
+    let context = span.context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut carrier);
+    });
+    carrier.remove("traceparent")
 }

@@ -48,6 +48,10 @@ pub struct InvokeRequest {
     /// this call (see [`crate::EgressKey`]); set by the backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_token: Option<String>,
+    /// The W3C trace context of the call's span, handed to the tool as
+    /// `ctx.traceparent` so its own requests can join the trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl InvokeRequest {

@@ -12,6 +12,8 @@ import { pathToFileURL } from 'node:url';
 import { format, inspect } from 'node:util';
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+// A W3C trace context: the caller's trace, for a tool's own outbound requests.
+const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 // setTimeout silently turns larger delays into 1 ms.
 const MAX_DEADLINE_MS = 2 ** 31 - 1;
 const CONSOLE_LEVELS = ['log', 'info', 'warn', 'error', 'debug'];
@@ -84,6 +86,9 @@ export function parseInvokeRequest(text) {
   if (body.egressToken !== undefined && !isNonEmptyString(body.egressToken)) {
     throw new RequestError('egressToken must be a non-empty string');
   }
+  if (body.traceparent !== undefined && !TRACEPARENT.test(body.traceparent)) {
+    throw new RequestError('traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)');
+  }
 
   if (!isObject(bundle)) throw new RequestError('bundle must be an object');
   // The hash becomes a cache directory name, so it must be exactly 64 lowercase hex digits.
@@ -110,6 +115,7 @@ export function parseInvokeRequest(text) {
     maxOutputBytes,
     async: body.async ?? null,
     egressToken: body.egressToken,
+    traceparent: body.traceparent,
   };
 }
 
@@ -352,6 +358,7 @@ export class Call {
         signal: this.#controller.signal,
         log: (...args) => logTo(this, 'info', args),
       };
+      if (this.#request.traceparent !== undefined) ctx.traceparent = this.#request.traceparent;
       if (this.#request.async !== null) ctx.asyncTool = { ...this.#request.async, ...this.#asyncTool };
 
       const result = await tool.execute(ctx, input);

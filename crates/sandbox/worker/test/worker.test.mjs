@@ -33,6 +33,7 @@ export default {
       idempotencyKey: ctx.idempotencyKey,
       signal: ctx.signal instanceof AbortSignal && !ctx.signal.aborted,
       asyncTool: 'asyncTool' in ctx ? ctx.asyncTool : 'absent',
+      traceparent: 'traceparent' in ctx ? ctx.traceparent : 'absent',
     };
   },
 };
@@ -85,6 +86,7 @@ test('plain return produces a single final frame with the ctx wired up', TEST, a
         idempotencyKey: request.idempotencyKey,
         signal: true,
         asyncTool: 'absent',
+        traceparent: 'absent',
       },
     },
   ]);
@@ -92,6 +94,10 @@ test('plain return produces a single final frame with the ctx wired up', TEST, a
   const asyncTool = { jobId: 'j-1', callbackUrl: 'http://example.invalid/cb' };
   const [frame] = await invoke(socket, invokeRequest(echoTool, { async: asyncTool }));
   assert.deepEqual(frame.value.asyncTool, asyncTool);
+
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const [traced] = await invoke(socket, { ...invokeRequest(echoTool), traceparent });
+  assert.equal(traced.value.traceparent, traceparent);
 });
 
 test('returning undefined yields a null final value', TEST, async (t) => {
@@ -360,6 +366,8 @@ test('malformed invoke requests get 400 JSON errors; unknown routes 404', TEST, 
     { ...valid, bundle: { sha256: bundle.sha256 } },
     { ...valid, bundle: { ...bundle, url: 'http://127.0.0.1:1/b.mjs' } },
     { ...valid, bundle: { sha256: bundle.sha256, url: 'file:///etc/passwd' } },
+    { ...valid, traceparent: 'not-a-trace' },
+    { ...valid, traceparent: '00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01' },
   ];
   for (const body of cases) {
     const response = await sendJson(socket, 'POST', '/invoke', body);

@@ -18,7 +18,8 @@ use toolserver_testsupport::{Reply, ScriptedModel};
 
 use crate::crash::Setup;
 
-const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
+const ECHO: &str =
+    "export default { execute(ctx, input) { return { echo: input, traceparent: ctx.traceparent }; } };";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
@@ -171,6 +172,11 @@ async fn a_turn_is_one_trace_under_the_callers_span_with_model_and_runner_calls(
     assert_eq!(models.len(), 2, "two model passes: {ours:#?}");
     let runners = named("runner_call");
     assert_eq!(runners.len(), 1, "one runner call: {ours:#?}");
+    let handed = format!("00-{TRACE_ID}-{}-01", runners[0].span_id);
+    assert!(
+        stream.contains(&format!("\"traceparent\":\"{handed}\"")),
+        "the tool saw ctx.traceparent naming its runner_call span ({handed}): {stream}"
+    );
     for span in models.iter().chain(&runners) {
         let up = ancestry(&spans, span);
         assert!(
