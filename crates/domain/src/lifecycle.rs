@@ -76,6 +76,15 @@ pub enum CallStatus {
 }
 
 impl CallStatus {
+    /// Every status, in the order of the lifecycle.
+    pub const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+        Self::Expired,
+    ];
+
     /// The column and wire value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -12,6 +12,7 @@ pub mod runner_call;
 pub mod sealing;
 pub mod stream;
 pub mod tools;
+mod trace_context;
 pub mod turn;
 pub mod ui;
 

@@ -11,7 +11,8 @@ use toolserver_bundles::{BundleError, BundleStore};
 use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
 use toolserver_store::ToolRecord;
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::trace_context;
 
 /// How bundles travel to runners, and output limits.
 #[derive(Debug, Clone)]
@@ -103,7 +104,7 @@ impl RunnerCall {
     ) -> Result<Self, toolserver_sandbox::SandboxError> {
         let call_id = request.call_id.clone();
         let span = tracing::info_span!("runner_call", call.id = %call_id, runner = %key);
-        request.traceparent = traceparent(&span);
+        request.traceparent = trace_context::of(&span).remove("traceparent");
         let frames = executor
             .invoke(&key, request)
             .instrument(span.clone())
@@ -155,14 +156,4 @@ impl Drop for RunnerCall {
             });
         }
     }
-}
-
-/// The W3C `traceparent` naming `span`, when traces are exported.
-fn traceparent(span: &tracing::Span) -> Option<String> {
-    let mut carrier = std::collections::HashMap::new();
-    let context = span.context();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut carrier);
-    });
-    carrier.remove("traceparent")
 }

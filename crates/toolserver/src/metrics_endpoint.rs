@@ -16,6 +16,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use toolserver_domain::CallStatus;
 use toolserver_store::stats;
 
 /// Connections of the database pool in use.
@@ -141,7 +142,7 @@ async fn sample(pool: &PgPool) {
     metrics::gauge!(POOL_MAX).set(f64::from(pool.options().get_max_connections()));
     match stats::async_results_by_status(pool).await {
         Ok(counts) => {
-            for status in ["pending", "completed", "failed", "cancelled", "expired"] {
+            for status in CallStatus::ALL.map(CallStatus::as_str) {
                 let count = counts
                     .iter()
                     .find(|(name, _)| name == status)

@@ -9,14 +9,13 @@ mod events;
 mod send;
 
 use async_trait::async_trait;
-use opentelemetry_http::HeaderInjector;
 use reqwest::header::ACCEPT;
 use serde_json::Value;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use url::Url;
 
 use super::{ModelProvider, ModelRequest, ModelStream, ProviderError};
 use crate::outbound::{check_url, OutboundPolicy};
+use crate::trace_context;
 
 /// A Chat Completions endpoint.
 pub struct OpenAiProvider {
@@ -68,7 +67,9 @@ impl OpenAiProvider {
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
-        request = request.headers(trace_context());
+        for (name, value) in trace_context::of(&tracing::Span::current()) {
+            request = request.header(name, value);
+        }
         match &self.api_key {
             Some(key) => request.bearer_auth(key),
             None => request,
@@ -90,15 +91,4 @@ impl ModelProvider for OpenAiProvider {
             send::send(|| self.request(&url, &body, request.idempotency_key.as_deref())).await?;
         Ok(events::events(response))
     }
-}
-
-/// The current span's W3C trace context (`traceparent`), for the model
-/// call to carry; empty when traces are not exported.
-fn trace_context() -> reqwest::header::HeaderMap {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let context = tracing::Span::current().context();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut HeaderInjector(&mut headers));
-    });
-    headers
 }
