@@ -111,36 +111,53 @@ impl Setup {
         .await
     }
 
+    /// Uploads a tool named `name` whose bundle is `source`; its toolId.
+    pub async fn upload_tool(&self, server: &Server, name: &str, source: &str) -> String {
+        self.post(
+            server,
+            "/accounts/me/tools",
+            json!({
+                "name": name, "description": format!("the {name} tool"), "inputSchema": {"type": "object"},
+                "bundle": base64::engine::general_purpose::STANDARD.encode(source),
+            }),
+        )
+        .await["toolId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+    }
+
+    /// Creates an agent `name` on `model`'s script of the same name, with
+    /// `tools` as its tool config; its agentId.
+    pub async fn agent(
+        &self,
+        server: &Server,
+        name: &str,
+        model: &ScriptedModel,
+        tools: Value,
+    ) -> String {
+        self.post(
+            server,
+            "/agents",
+            json!({"name": name, "config": {
+                "model": {"provider": "openai", "modelId": name},
+                "provider": {"openai": {"baseUrl": model.base_url()}},
+                "tools": tools,
+            }}),
+        )
+        .await["agentId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// Uploads the job tool, creates an agent on `model`, starts a detached
     /// turn that calls the tool twice, and returns its status id.
     pub async fn detached_turn(&self, server: &Server, model: &ScriptedModel) -> String {
-        let tool = self
-            .post(
-                server,
-                "/accounts/me/tools",
-                json!({
-                    "name": "job", "description": "a job", "inputSchema": {"type": "object"},
-                    "bundle": base64::engine::general_purpose::STANDARD.encode(JOB),
-                }),
-            )
-            .await["toolId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let tool = self.upload_tool(server, "job", JOB).await;
         let agent = self
-            .post(
-                server,
-                "/agents",
-                json!({"name": "crash", "config": {
-                    "model": {"provider": "openai", "modelId": "crash"},
-                    "provider": {"openai": {"baseUrl": model.base_url()}},
-                    "tools": { &tool: {"async": true} },
-                }}),
-            )
-            .await["agentId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+            .agent(server, "crash", model, json!({ &tool: {"async": true} }))
+            .await;
         let body = json!({"id": "conv-crash", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "run"}]}], "trigger": "submit-message"});
         self.post(server, &format!("/agents/{agent}/async"), body)
             .await["statusId"]

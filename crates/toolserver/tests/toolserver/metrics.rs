@@ -113,17 +113,7 @@ async fn get(setup: &Setup, server: &Server, path: &str) -> Value {
 
 /// A streamed turn on a new agent whose model calls the echo tool once.
 async fn streamed_turn_with_a_tool_call(setup: &Setup, server: &Server, model: &ScriptedModel) {
-    let echo = setup
-        .post(
-            server,
-            "/accounts/me/tools",
-            json!({"name": "echo", "description": "echoes", "inputSchema": {"type": "object"},
-                   "bundle": base64_of(ECHO)}),
-        )
-        .await["toolId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let echo = setup.upload_tool(server, "echo", ECHO).await;
     model.script(
         "inline",
         vec![
@@ -132,19 +122,8 @@ async fn streamed_turn_with_a_tool_call(setup: &Setup, server: &Server, model: &
         ],
     );
     let agent = setup
-        .post(
-            server,
-            "/agents",
-            json!({"name": "inline", "config": {
-                "model": {"provider": "openai", "modelId": "inline"},
-                "provider": {"openai": {"baseUrl": model.base_url()}},
-                "tools": { &echo: {} },
-            }}),
-        )
-        .await["agentId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .agent(server, "inline", model, json!({ &echo: {} }))
+        .await;
     let body = json!({"id": "conv-inline", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "echo"}]}], "trigger": "submit-message"});
     let stream = setup
         .client()
@@ -167,11 +146,6 @@ async fn streamed_turn_with_a_tool_call(setup: &Setup, server: &Server, model: &
         )
         .await;
     assert_eq!(invoked["output"]["echo"]["say"], "again", "{invoked}");
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 #[sqlx::test(migrations = "../../migrations")]

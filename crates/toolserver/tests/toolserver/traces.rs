@@ -98,31 +98,10 @@ async fn a_turn_is_one_trace_under_the_callers_span_with_model_and_runner_calls(
             true => Reply::text("Echoed."),
         }
     });
-    let echo = setup
-        .post(
-            &server,
-            "/accounts/me/tools",
-            json!({"name": "echo", "description": "echoes", "inputSchema": {"type": "object"},
-                   "bundle": base64_of(ECHO)}),
-        )
-        .await["toolId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let echo = setup.upload_tool(&server, "echo", ECHO).await;
     let agent = setup
-        .post(
-            &server,
-            "/agents",
-            json!({"name": "traced", "config": {
-                "model": {"provider": "openai", "modelId": "traced"},
-                "provider": {"openai": {"baseUrl": model.base_url()}},
-                "tools": { &echo: {} },
-            }}),
-        )
-        .await["agentId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .agent(&server, "traced", &model, json!({ &echo: {} }))
+        .await;
     let body = json!({"id": "conv-traced", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "echo"}]}], "trigger": "submit-message"});
     let stream = setup
         .client()
@@ -209,9 +188,4 @@ async fn a_turn_is_one_trace_under_the_callers_span_with_model_and_runner_calls(
             span.span_id
         );
     }
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }
