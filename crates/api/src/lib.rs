@@ -8,6 +8,7 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod layers;
+pub mod mcp;
 pub mod metrics;
 pub mod nats;
 pub mod openapi;
@@ -35,8 +36,9 @@ fn api_router() -> OpenApiRouter<AppState> {
 pub fn app(state: AppState) -> Router {
     let settings = state.settings().clone();
     let (router, _) = api_router().split_for_parts();
+    let mcp = mcp::routes(state.clone());
     layers::apply(
-        router.with_state(state),
+        router.with_state(state).merge(mcp),
         layers::EdgeLimits {
             request_timeout: settings.request_timeout,
             max_body_bytes: settings.max_request_bytes,

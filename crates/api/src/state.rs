@@ -13,6 +13,7 @@ use toolserver_harness::Harness;
 
 use crate::auth::Authenticator;
 use crate::cors::CorsSettings;
+use crate::mcp::McpSettings;
 use crate::nats::NatsReplies;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
@@ -44,6 +45,8 @@ pub struct ApiSettings {
     pub cors: Option<CorsSettings>,
     /// Most requests one chat WebSocket answers at once.
     pub max_socket_requests: usize,
+    /// The MCP server.
+    pub mcp: McpSettings,
 }
 
 impl Default for ApiSettings {
@@ -62,6 +65,7 @@ impl Default for ApiSettings {
             inline_bundle_max_bytes: 64 * 1024,
             cors: None,
             max_socket_requests: 16,
+            mcp: McpSettings::default(),
         }
     }
 }

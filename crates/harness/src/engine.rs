@@ -100,6 +100,11 @@ impl Harness {
         }
     }
 
+    /// Where tools come from and how they run.
+    pub fn sources(&self) -> &ToolSources {
+        &self.sources
+    }
+
     /// The settings.
     pub fn settings(&self) -> &HarnessSettings {
         &self.settings

@@ -303,7 +303,9 @@ impl EgressProxy {
 
     /// Serves HTTP inside a tunnel to a non-public origin the runner may use
     /// for callbacks and bundles only, forwarding just those requests over
-    /// `upstream`.
+    /// `upstream`. When the origin closes that connection (the server
+    /// restarted), the next request is sent over a new one to the same
+    /// address, so a long-lived runner's callbacks reach the new process.
     async fn inspect(
         self,
         scope: EgressScope,
@@ -312,27 +314,28 @@ impl EgressProxy {
         tunnel: hyper::upgrade::Upgraded,
         upstream: TcpStream,
     ) {
-        let Ok((sender, connection)) =
-            hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await
-        else {
+        let Ok(address) = upstream.peer_addr() else {
             return;
         };
-        tokio::spawn(connection);
-        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let mut origin = Origin {
+            address,
+            connect_timeout: self.settings.connect_timeout,
+            sender: None,
+        };
+        if origin.attach(upstream).await.is_err() {
+            return;
+        }
+        let origin = Arc::new(tokio::sync::Mutex::new(origin));
         let service = service_fn(move |request: Request<Incoming>| {
-            let (proxy, scope, host, sender) =
-                (self.clone(), scope.clone(), host.clone(), sender.clone());
+            let (proxy, scope, host, origin) =
+                (self.clone(), scope.clone(), host.clone(), origin.clone());
             async move {
                 if let Err(reason) =
                     route::admit_request(&proxy.settings, &scope, &host, port, &request)
                 {
                     return Ok::<_, Infallible>(proxy.refuse(&scope, &host, port, reason));
                 }
-                let mut sender = sender.lock().await;
-                let forwarded = match sender.ready().await {
-                    Ok(()) => sender.send_request(request).await,
-                    Err(err) => Err(err),
-                };
+                let forwarded = origin.lock().await.forward(request).await;
                 Ok(match forwarded {
                     Ok(response) => response.map(BodyExt::boxed),
                     Err(err) => answer(
@@ -410,6 +413,70 @@ fn unauthorized(reason: &str) -> Response<ProxyBody> {
         hyper::header::HeaderValue::from_static("Bearer"),
     );
     response
+}
+
+/// The origin behind an inspected tunnel: one HTTP/1 connection at a time,
+/// dialled again at the same address once the origin has closed it.
+struct Origin {
+    address: std::net::SocketAddr,
+    connect_timeout: Duration,
+    sender: Option<hyper::client::conn::http1::SendRequest<Incoming>>,
+}
+
+impl Origin {
+    /// Speaks HTTP/1 over `stream` from now on.
+    async fn attach(&mut self, stream: TcpStream) -> Result<(), String> {
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|err| err.to_string())?;
+        tokio::spawn(connection);
+        self.sender = Some(sender);
+        Ok(())
+    }
+
+    /// Sends `request` to the origin. A request the closed connection did
+    /// not take (the origin closed it just now) is sent once more over a
+    /// new one; one it took is never sent twice.
+    async fn forward(&mut self, request: Request<Incoming>) -> Result<Response<Incoming>, String> {
+        let sent = self.ready().await?.try_send_request(request).await;
+        match sent {
+            Ok(response) => Ok(response),
+            Err(mut failed) => match failed.take_message() {
+                Some(request) => {
+                    self.sender = None;
+                    self.ready()
+                        .await?
+                        .send_request(request)
+                        .await
+                        .map_err(|err| err.to_string())
+                }
+                None => Err(failed.into_error().to_string()),
+            },
+        }
+    }
+
+    /// A connection ready for the next request, dialling a new one when the
+    /// last was closed.
+    async fn ready(
+        &mut self,
+    ) -> Result<&mut hyper::client::conn::http1::SendRequest<Incoming>, String> {
+        let usable = match self.sender.as_mut() {
+            Some(sender) => sender.ready().await.is_ok(),
+            None => false,
+        };
+        if !usable {
+            self.sender = None;
+            let stream =
+                tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.address))
+                    .await
+                    .map_err(|_| "connecting again timed out".to_owned())?
+                    .map_err(|err| format!("connecting again: {err}"))?;
+            self.attach(stream).await?;
+        }
+        self.sender
+            .as_mut()
+            .ok_or_else(|| "no connection to the origin".to_owned())
+    }
 }
 
 /// A response with a plain-text body.

@@ -93,8 +93,8 @@ pub enum Settlement {
 pub struct AsyncResultRecord {
     /// Row id (the status id).
     pub id: Uuid,
-    /// Group id.
-    pub group_id: Uuid,
+    /// Group id (`None` for an MCP task, which has no turn).
+    pub group_id: Option<Uuid>,
     /// The model's call id.
     pub tool_call_id: String,
     /// Model-facing tool name.
@@ -290,7 +290,7 @@ pub async fn settle(
         AsyncOutcome::Failed(message) => (None, Some(storable(message).into_owned())),
     };
     let mut tx = pool.begin().await?;
-    let settled: Option<(Uuid,)> = sqlx::query_as(
+    let settled: Option<(Option<Uuid>,)> = sqlx::query_as(
         "UPDATE async_tool_results SET status = $2, response = $3::json, error = $4, \
              settled_at = now() \
          WHERE id = $1 AND status = 'pending' AND expires_at > now() RETURNING group_id",
@@ -317,8 +317,13 @@ pub async fn settle(
             s => Settlement::Conflict(s),
         });
     };
-    release_from_group(&mut tx, group_id).await?;
-    let continued = enqueue_if_ready(&mut tx, group_id).await?;
+    let continued = match group_id {
+        Some(group_id) => {
+            release_from_group(&mut tx, group_id).await?;
+            enqueue_if_ready(&mut tx, group_id).await?
+        }
+        None => false,
+    };
     tx.commit().await?;
     Ok(Settlement::Settled { continued })
 }
@@ -387,7 +392,7 @@ pub async fn get(
 /// group can still continue, once). Returns false when it was not pending.
 pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
-    let cancelled: Option<(Uuid,)> = sqlx::query_as(
+    let cancelled: Option<(Option<Uuid>,)> = sqlx::query_as(
         "UPDATE async_tool_results SET status = 'cancelled', settled_at = now(), \
              error = 'stopped before it finished' \
          WHERE id = $1 AND account_id = $2 AND status = 'pending' RETURNING group_id",
@@ -399,8 +404,10 @@ pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool
     let Some((group_id,)) = cancelled else {
         return Ok(false);
     };
-    release_from_group(&mut tx, group_id).await?;
-    enqueue_if_ready(&mut tx, group_id).await?;
+    if let Some(group_id) = group_id {
+        release_from_group(&mut tx, group_id).await?;
+        enqueue_if_ready(&mut tx, group_id).await?;
+    }
     tx.commit().await?;
     Ok(true)
 }
@@ -458,7 +465,10 @@ pub async fn fail_silent_runners(
 ) -> Result<u64, StoreError> {
     settle_due(
         pool,
-        &format!("alive_until <= now() AND NOT (safe_to_repeat AND launches < {max_launches})"),
+        &format!(
+            "alive_until <= now() AND \
+             (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))"
+        ),
         CallStatus::Failed,
         "the runner of this call stopped before it reported an outcome (it was killed or \
          restarted); the call was not run again",
@@ -484,7 +494,7 @@ pub async fn relaunch_silent_runners(
                  alive_until = now() + make_interval(secs => $2) \
              WHERE id IN (SELECT id FROM async_tool_results \
                           WHERE status = 'pending' AND alive_until <= now() \
-                            AND safe_to_repeat AND launches < $1 \
+                            AND group_id IS NOT NULL AND safe_to_repeat AND launches < $1 \
                           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
              RETURNING id, account_id, group_id) \
          INSERT INTO continuation_outbox (id, kind, turn_id, account_id, call_id) \
@@ -526,7 +536,7 @@ async fn settle_due(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
-    let settled: Vec<(Uuid,)> = sqlx::query_as(&format!(
+    let settled: Vec<(Option<Uuid>,)> = sqlx::query_as(&format!(
         "UPDATE async_tool_results SET status = $1, settled_at = now(), error = $2 \
          WHERE id IN (SELECT id FROM async_tool_results \
                       WHERE status = 'pending' AND {due} \
@@ -538,7 +548,7 @@ async fn settle_due(
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
-    let mut groups: Vec<Uuid> = settled.iter().map(|(g,)| *g).collect();
+    let mut groups: Vec<Uuid> = settled.iter().filter_map(|(g,)| *g).collect();
     groups.sort();
     for group_id in &groups {
         release_from_group(&mut tx, *group_id).await?;

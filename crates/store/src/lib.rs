@@ -9,6 +9,7 @@ pub mod async_turns;
 pub mod conversations;
 pub mod error;
 pub mod jobs;
+pub mod mcp_tasks;
 pub mod pool;
 pub mod stats;
 pub mod text;

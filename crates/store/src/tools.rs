@@ -199,6 +199,22 @@ pub async fn list(
     Ok((tools, has_more))
 }
 
+/// Reads one of `account`'s tools by its name.
+pub async fn get_by_name(
+    pool: &PgPool,
+    account: &AccountId,
+    name: &str,
+) -> Result<ToolRecord, StoreError> {
+    let row: ToolRow = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM tools WHERE account_id = $1 AND name = $2"
+    ))
+    .bind(account.as_str())
+    .bind(name)
+    .fetch_one(pool)
+    .await?;
+    ToolRecord::try_from(row)
+}
+
 /// Applies `patch` to one of `account`'s tools in a single statement and bumps its version.
 #[tracing::instrument(skip(pool, patch), fields(account.id = %account, tool.id = %id))]
 pub async fn update(

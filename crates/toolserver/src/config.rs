@@ -53,6 +53,9 @@ pub struct ServeConfig {
     /// Cross-origin access.
     #[command(flatten)]
     pub cors: CorsConfig,
+    /// The MCP server and MCP servers agents use.
+    #[command(flatten)]
+    pub mcp: McpConfig,
     /// Logging settings.
     #[command(flatten)]
     pub log: LogConfig,
@@ -292,7 +295,7 @@ pub struct LogConfig {
     )]
     pub log_format: LogFormat,
     /// Filter directives, e.g. `info,toolserver_api=debug` (`RUST_LOG`).
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    #[arg(long, env = "RUST_LOG", default_value = "info,rmcp=warn")]
     pub log_filter: String,
     /// Base URL of an OTLP/HTTP collector (e.g. `http://collector:4318`);
     /// spans go to `<url>/v1/traces`. Unset: no trace export
@@ -790,6 +793,37 @@ pub struct CorsConfig {
     /// Seconds a browser may cache a preflight answer (`TOOLSERVER_CORS_MAX_AGE_SECS`).
     #[arg(long, env = "TOOLSERVER_CORS_MAX_AGE_SECS", default_value_t = 600)]
     pub cors_max_age_secs: u64,
+}
+
+/// The MCP server at `/mcp`, and agents' MCP servers.
+#[derive(Debug, Clone, Args)]
+pub struct McpConfig {
+    /// Seconds an MCP task lives, and is kept, from its creation (`TOOLSERVER_MCP_TASK_TTL_SECS`).
+    #[arg(long, env = "TOOLSERVER_MCP_TASK_TTL_SECS", default_value_t = 3600)]
+    pub mcp_task_ttl_secs: u64,
+    /// Poll interval MCP tasks suggest, in milliseconds (`TOOLSERVER_MCP_TASK_POLL_MS`).
+    #[arg(long, env = "TOOLSERVER_MCP_TASK_POLL_MS", default_value_t = 1000)]
+    pub mcp_task_poll_ms: u64,
+    /// Tools per `tools/list` page (`TOOLSERVER_MCP_PAGE_SIZE`).
+    #[arg(long, env = "TOOLSERVER_MCP_PAGE_SIZE", default_value_t = 100)]
+    pub mcp_page_size: u32,
+    /// `Host` values `/mcp` accepts, comma-separated; empty (the default):
+    /// any, since every request needs a token (`TOOLSERVER_MCP_ALLOWED_HOSTS`).
+    #[arg(long, env = "TOOLSERVER_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Authorization servers the OAuth protected-resource metadata names,
+    /// comma-separated; empty (the default): the JWT issuer, if one is set
+    /// (`TOOLSERVER_MCP_AUTHORIZATION_SERVERS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MCP_AUTHORIZATION_SERVERS",
+        value_delimiter = ','
+    )]
+    pub mcp_authorization_servers: Vec<String>,
+    /// Seconds an agent keeps an MCP server's tool list before asking again
+    /// (`TOOLSERVER_MCP_LIST_TTL_SECS`).
+    #[arg(long, env = "TOOLSERVER_MCP_LIST_TTL_SECS", default_value_t = 60)]
+    pub mcp_list_ttl_secs: u64,
 }
 
 /// One `name=ip` of `TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`.

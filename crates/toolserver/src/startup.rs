@@ -10,6 +10,7 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::cors::CorsSettings;
+use toolserver_api::mcp::McpSettings;
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
 use toolserver_domain::{AgentLimits, ToolLimits};
@@ -116,6 +117,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let api = ApiSettings {
         cors,
         max_socket_requests: config.agents.ws_max_requests.max(1),
+        mcp: mcp_settings(config),
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
     let harness = harness(
@@ -211,6 +213,23 @@ async fn serve_metrics(
         MetricsListen::At(address) => metrics_endpoint::start(address, assembled.db.pool.clone())
             .await
             .map(Some),
+    }
+}
+
+/// The MCP server's settings; its metadata names the JWT issuer unless
+/// authorization servers are set.
+fn mcp_settings(config: &ServeConfig) -> McpSettings {
+    let mcp = &config.mcp;
+    let authorization_servers = match mcp.mcp_authorization_servers.is_empty() {
+        true => config.auth.jwt_issuer.iter().cloned().collect(),
+        false => mcp.mcp_authorization_servers.clone(),
+    };
+    McpSettings {
+        task_ttl: Duration::from_secs(mcp.mcp_task_ttl_secs.max(1)),
+        task_poll_interval: Duration::from_millis(mcp.mcp_task_poll_ms.max(1)),
+        page_size: mcp.mcp_page_size.max(1),
+        allowed_hosts: mcp.mcp_allowed_hosts.clone(),
+        authorization_servers,
     }
 }
 

@@ -15,6 +15,7 @@ mod detached;
 mod invoke;
 mod lifecycle;
 mod live;
+mod mcp;
 mod openapi;
 mod real_client;
 mod resume;

@@ -142,6 +142,22 @@ pub struct ToolSetting {
     pub options: Map<String, Value>,
 }
 
+impl Default for ToolSetting {
+    /// Enabled, inline, no approval, the server's deadlines, no options.
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            run_async: false,
+            needs_approval: false,
+            timeout_ms: None,
+            heartbeat_timeout_secs: None,
+            detached_timeout_secs: None,
+            safe_to_repeat: false,
+            options: Map::new(),
+        }
+    }
+}
+
 impl ToolSetting {
     /// Parses the value of `config.tools.<key>`; `max_timeout_ms` bounds `timeoutMs`.
     pub fn parse(

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use toolserver_store::{async_results, async_turns, jobs, turn_streams, StoreError};
+use toolserver_store::{async_results, async_turns, jobs, mcp_tasks, turn_streams, StoreError};
 use uuid::Uuid;
 
 use super::Lifecycle;
@@ -31,6 +31,8 @@ pub struct ReapReport {
     pub stuck_turns: usize,
     /// Finished turn streams removed after their retention.
     pub purged_streams: u64,
+    /// Settled MCP tasks removed after their TTL.
+    pub purged_tasks: u64,
 }
 
 impl ReapReport {
@@ -43,6 +45,7 @@ impl ReapReport {
         metrics::reaped("exhausted_turn", self.exhausted_turns as u64);
         metrics::reaped("stuck_turn", self.stuck_turns as u64);
         metrics::reaped("purged_stream", self.purged_streams);
+        metrics::reaped("purged_task", self.purged_tasks);
     }
 }
 
@@ -115,6 +118,7 @@ impl Lifecycle {
                         exhausted_turns = report.exhausted_turns,
                         stuck_turns = report.stuck_turns,
                         purged_streams = report.purged_streams,
+                        purged_tasks = report.purged_tasks,
                         "reaper acted"
                     );
                 }
@@ -127,7 +131,8 @@ impl Lifecycle {
     /// One reaper pass: expires calls past their deadline, launches again
     /// (or fails) calls whose runner went silent, seals groups left open,
     /// fails turns whose job used up its attempts or that have no way on,
-    /// and removes turn streams past their retention.
+    /// and removes turn streams past their retention and MCP tasks past
+    /// their TTL.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
@@ -152,6 +157,7 @@ impl Lifecycle {
         self.announce(&stuck).await;
         let purged_streams =
             turn_streams::purge_finished(pool, self.0.harness.settings().streams.retention).await?;
+        let purged_tasks = mcp_tasks::purge_expired(pool, REAP_BATCH).await?;
         Ok(ReapReport {
             expired,
             relaunched,
@@ -160,6 +166,7 @@ impl Lifecycle {
             exhausted_turns: exhausted.len(),
             stuck_turns: stuck.len(),
             purged_streams,
+            purged_tasks,
         })
     }
 

@@ -35,6 +35,7 @@ mod launch;
 mod lease;
 mod run;
 mod status;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +52,7 @@ pub use error::LifecycleError;
 pub use launch::DetachedStart;
 pub use lease::{ConversationLease, LeaseError};
 pub use status::AccountStatus;
+pub use tasks::TaskTerms;
 
 use crate::stream::StreamHub;
 use crate::Harness;

@@ -17,7 +17,7 @@ use toolserver_domain::{
     AccountId, AgentConfig, BuiltinTool, ToolKey, ToolSetting, ValidationError,
 };
 use toolserver_sandbox::Executor;
-use toolserver_store::{tools, StoreError};
+use toolserver_store::{tools, StoreError, ToolRecord};
 
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
@@ -151,47 +151,128 @@ impl ToolRegistry {
                     )
                 }
             };
-            if name == ASYNC_STATUS_TOOL || registry.tools.contains_key(&name) {
-                return Err(ValidationError::new(
-                    field,
-                    format!("the tool name {name:?} is already taken by another enabled tool"),
-                )
-                .into());
-            }
-            let validator = jsonschema::validator_for(&schema).map_err(|err| {
-                ValidationError::new(
-                    field.clone(),
-                    format!("the tool's inputSchema does not compile: {err}"),
-                )
-            })?;
-            registry.has_async |= setting.run_async;
-            let timeout = setting
-                .timeout_ms
-                .map_or(sources.default_tool_timeout, Duration::from_millis);
-            registry.tools.insert(
-                name.clone(),
-                RegisteredTool {
-                    name,
-                    tool_id: match key {
-                        ToolKey::Uploaded(id) => Some(id),
-                        ToolKey::Builtin(_) => None,
-                    },
-                    description,
-                    input_schema: schema,
-                    validator: Arc::new(validator),
-                    needs_approval: setting.needs_approval,
-                    run_async: setting.run_async,
-                    timeout,
-                    detached: DetachedLimits {
-                        heartbeat_timeout: setting.heartbeat_timeout_secs.map(Duration::from_secs),
-                        timeout: setting.detached_timeout_secs.map(Duration::from_secs),
-                        safe_to_repeat: setting.safe_to_repeat,
-                    },
-                    implementation,
-                },
-            );
+            let tool_id = match key {
+                ToolKey::Uploaded(id) => Some(id),
+                ToolKey::Builtin(_) => None,
+            };
+            let described = Described {
+                name,
+                tool_id,
+                description,
+                schema,
+                implementation,
+            };
+            registry.insert(sources, &field, setting, described)?;
         }
         Ok(registry)
+    }
+
+    /// The tools an account serves over MCP: its uploaded tools `records`
+    /// (each with its `defaultConfig`) and, with `builtins`, the built-ins
+    /// this server runs on its own key (Tavily, when a fallback key is set).
+    pub fn serving(
+        sources: &ToolSources,
+        account: &AccountId,
+        records: Vec<ToolRecord>,
+        builtins: bool,
+    ) -> Result<Self, ValidationError> {
+        let mut registry = Self::default();
+        let setting = ToolSetting::default();
+        if builtins && sources.tavily.fallback_api_key.is_some() {
+            for endpoint in [Endpoint::Search, Endpoint::Extract] {
+                let builtin = match endpoint {
+                    Endpoint::Search => BuiltinTool::TavilySearch,
+                    Endpoint::Extract => BuiltinTool::TavilyExtract,
+                };
+                let field = format!("tools.{}", builtin.name());
+                let tool = tavily_tool(sources, endpoint, &setting, &field)?;
+                let described = Described {
+                    name: builtin.name().to_owned(),
+                    tool_id: None,
+                    description: endpoint.description().to_owned(),
+                    schema: endpoint.input_schema(),
+                    implementation: Arc::new(tool),
+                };
+                registry.insert(sources, &field, &setting, described)?;
+            }
+        }
+        for record in records {
+            let field = format!("tools.{}", record.name);
+            let described = Described {
+                name: record.name.clone(),
+                tool_id: Some(record.id),
+                description: record.description.clone(),
+                schema: record.input_schema.as_value().clone(),
+                implementation: Arc::new(UploadedTool {
+                    account: account.clone(),
+                    options: setting.options.clone(),
+                    executor: sources.executor.clone(),
+                    bundles: sources.bundles.clone(),
+                    settings: sources.runner.clone(),
+                    record,
+                }),
+            };
+            registry.insert(sources, &field, &setting, described)?;
+        }
+        Ok(registry)
+    }
+
+    /// Adds one tool under its name; a name taken already is refused.
+    fn insert(
+        &mut self,
+        sources: &ToolSources,
+        field: &str,
+        setting: &ToolSetting,
+        described: Described,
+    ) -> Result<(), ValidationError> {
+        let Described {
+            name,
+            tool_id,
+            description,
+            schema,
+            implementation,
+        } = described;
+        if name == ASYNC_STATUS_TOOL || self.tools.contains_key(&name) {
+            return Err(ValidationError::new(
+                field,
+                format!("the tool name {name:?} is already taken by another enabled tool"),
+            ));
+        }
+        let validator = jsonschema::validator_for(&schema).map_err(|err| {
+            ValidationError::new(
+                field,
+                format!("the tool's inputSchema does not compile: {err}"),
+            )
+        })?;
+        self.has_async |= setting.run_async;
+        let timeout = setting
+            .timeout_ms
+            .map_or(sources.default_tool_timeout, Duration::from_millis);
+        self.tools.insert(
+            name.clone(),
+            RegisteredTool {
+                name,
+                tool_id,
+                description,
+                input_schema: schema,
+                validator: Arc::new(validator),
+                needs_approval: setting.needs_approval,
+                run_async: setting.run_async,
+                timeout,
+                detached: DetachedLimits {
+                    heartbeat_timeout: setting.heartbeat_timeout_secs.map(Duration::from_secs),
+                    timeout: setting.detached_timeout_secs.map(Duration::from_secs),
+                    safe_to_repeat: setting.safe_to_repeat,
+                },
+                implementation,
+            },
+        );
+        Ok(())
+    }
+
+    /// Every tool, by name.
+    pub fn tools(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.values()
     }
 
     /// The tool named `name`.
@@ -230,6 +311,15 @@ impl ToolRegistry {
         }
         specs
     }
+}
+
+/// A tool about to be registered.
+struct Described {
+    name: String,
+    tool_id: Option<toolserver_domain::ToolId>,
+    description: String,
+    schema: Value,
+    implementation: Arc<dyn ToolImpl>,
 }
 
 /// The model-facing contract of `async_status`.

@@ -74,6 +74,29 @@ async fn http_origin() -> SocketAddr {
     address
 }
 
+/// [`http_origin`], but answering keep-alive and then dropping the
+/// connection, as a server killed between requests does.
+async fn dropping_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let read = stream.read(&mut buf).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&buf[..read]).into_owned();
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{line}",
+                    line.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    address
+}
+
 async fn request_through<S: AsyncRead + AsyncWrite + Unpin>(tunnel: &mut S, head: &str) -> String {
     tunnel.write_all(head.as_bytes()).await.unwrap();
     let mut reply = Vec::new();
@@ -148,6 +171,53 @@ async fn only_job_callbacks_and_admitted_bundles_reach_the_servers_own_origin() 
                 "{line}: {reply}"
             );
         }
+    }
+}
+
+/// Reads one HTTP/1.1 response (head and a `content-length` body).
+async fn one_response<S: AsyncRead + Unpin>(tunnel: &mut S) -> String {
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    while !reply.ends_with(b"\r\n\r\n") {
+        tunnel.read_exact(&mut byte).await.unwrap();
+        reply.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&reply).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    tunnel.read_exact(&mut body).await.unwrap();
+    format!("{head}{}", String::from_utf8_lossy(&body))
+}
+
+#[tokio::test]
+async fn callbacks_in_one_tunnel_outlive_the_origin_closing_its_connection() {
+    // The origin drops each connection after one keep-alive answer, as a
+    // server that restarted would have: the next callback in the same tunnel
+    // still arrives, over a new connection.
+    let origin = dropping_origin().await;
+    let base = Url::parse(&format!("http://127.0.0.1:{}/", origin.port())).unwrap();
+    let served = serve(settings(Some(base)));
+    let authority = format!("127.0.0.1:{}", origin.port());
+    let (status, _, mut tunnel) = connect(&served.socket, &authority).await;
+    assert_eq!(status, 200);
+    for line in [
+        "POST /sandbox-jobs/r1/heartbeat",
+        "POST /sandbox-jobs/r1/heartbeat",
+        "POST /sandbox-jobs/r1/complete",
+    ] {
+        let head = format!("{line} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: 0\r\n\r\n");
+        tunnel.write_all(head.as_bytes()).await.unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(5), one_response(&mut tunnel))
+            .await
+            .expect("an answer");
+        assert!(reply.starts_with("HTTP/1.1 200"), "{line}: {reply}");
+        assert!(
+            reply.ends_with(&format!("{line} HTTP/1.1")),
+            "{line}: {reply}"
+        );
     }
 }
 

@@ -70,12 +70,11 @@ impl Setup {
         self.start_with(poll_ms, &[]).await
     }
 
-    /// [`Self::start`] with extra settings.
+    /// [`Self::start`] with extra settings (they win over the defaults).
     pub async fn start_with(&self, poll_ms: u64, settings: &[(&str, &str)]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
             .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
-            .envs(settings.iter().copied())
             .env("DATABASE_URL", &self.database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{}", self.port))
             .env("TOOLSERVER_DATA_DIR", self.dir.path())
@@ -88,6 +87,7 @@ impl Setup {
             .env("TOOLSERVER_RUNNER_LIVENESS_INTERVAL_MS", "300")
             .env("TOOLSERVER_ASYNC_REAPER_MS", "100")
             .env("TOOLSERVER_TURN_LEASE_SECS", "3")
+            .envs(settings.iter().copied())
             .stdout(Stdio::null())
             .stderr(if std::env::var_os("TEST_LOG").is_some() {
                 Stdio::inherit()

@@ -8,6 +8,7 @@ mod crash;
 mod egress_proxy;
 mod embedded;
 mod kubernetes;
+mod mcp_tasks;
 mod metrics;
 mod serve;
 mod settings;

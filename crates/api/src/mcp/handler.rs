@@ -1,0 +1,255 @@
+//! The MCP server of one request's account: `tools/list`, `tools/call`
+//! (inline, with each `yield` as a progress notification, or as a task
+//! when the client takes tasks and the tool can run detached), `tasks/get`
+//! and `tasks/cancel`. A tool that fails is a tool error (`isError`); an
+//! unknown tool, a bad cursor or an unknown task is a protocol error.
+
+use std::borrow::Cow;
+
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
+    GetTaskParams, GetTaskResult, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+use toolserver_domain::{AccountId, ToolId};
+use toolserver_harness::lifecycle::TaskTerms;
+use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
+use toolserver_store::{mcp_tasks, tools, StoreError};
+use uuid::Uuid;
+
+use super::auth::McpCaller;
+use super::wire;
+use crate::state::AppState;
+
+/// The revisions served: the current one and the one before it.
+const REVISIONS: &[ProtocolVersion] =
+    &[ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
+
+/// Serves the account each request authenticated as.
+#[derive(Clone)]
+pub struct AccountServer {
+    state: AppState,
+}
+
+impl AccountServer {
+    /// A server over `state`.
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
+    /// The tool `name` of `account`: an uploaded tool, or a built-in this
+    /// server runs; `None` when there is none.
+    async fn find(
+        &self,
+        account: &AccountId,
+        name: &str,
+    ) -> Result<Option<(RegisteredTool, Option<ToolId>)>, McpError> {
+        let sources = self.state.harness().sources();
+        let records = match tools::get_by_name(self.state.pool(), account, name).await {
+            Ok(record) => vec![record],
+            Err(StoreError::NotFound) => Vec::new(),
+            Err(err) => return Err(store_error(err)),
+        };
+        let builtins = records.is_empty();
+        let registry = ToolRegistry::serving(sources, account, records, builtins)
+            .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+        Ok(registry
+            .get(name)
+            .cloned()
+            .map(|tool| (tool.clone(), tool.tool_id)))
+    }
+
+    /// Runs `tool` in this request, sending each snapshot it yields as a
+    /// progress notification when the client asked for progress.
+    async fn call_inline(
+        &self,
+        tool: &RegisteredTool,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let progress_token = context.meta.get_progress_token();
+        let mut events = tool.call(context.id.to_string(), input);
+        let mut yields = 0u32;
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = context.ct.cancelled() => {
+                    return wire::failure("the call was cancelled");
+                }
+            };
+            match event {
+                Some(ToolEvent::Snapshot(value)) => {
+                    yields += 1;
+                    if let Some(token) = &progress_token {
+                        let mut progress =
+                            ProgressNotificationParam::new(token.clone(), f64::from(yields));
+                        progress.message = Some(value.to_string());
+                        if let Err(err) = context.peer.notify_progress(progress).await {
+                            tracing::debug!(error = %err, "could not send a progress notification");
+                        }
+                    }
+                }
+                Some(ToolEvent::Output(value)) => return wire::output(value),
+                Some(ToolEvent::Failed(error)) => return wire::failure(error),
+                Some(ToolEvent::Launched) | None => {
+                    return wire::failure("the tool ended without a result")
+                }
+                Some(ToolEvent::Log { .. }) => {}
+            }
+        }
+    }
+}
+
+impl ServerHandler for AccountServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        InitializeResult::new(capabilities)
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+            .with_server_info(Implementation::new("toolserver", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "The tools of your toolserver account. Uploaded tools run in your account's \
+                 runners; a client that takes tasks gets a task for each uploaded tool call.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(REVISIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let account = caller(&context)?;
+        let cursor = request.and_then(|request| request.cursor);
+        let after =
+            match &cursor {
+                None => None,
+                Some(cursor) => Some(Uuid::try_parse(cursor).map(ToolId::from_uuid).map_err(
+                    |_| McpError::invalid_params("the cursor is not one this server gave", None),
+                )?),
+            };
+        let page_size = self.state.settings().mcp.page_size.max(1);
+        let (records, more) = tools::list(self.state.pool(), &account, after, page_size)
+            .await
+            .map_err(store_error)?;
+        let next = match more {
+            true => records.last().map(|record| record.id.as_uuid().to_string()),
+            false => None,
+        };
+        let sources = self.state.harness().sources();
+        let registry = ToolRegistry::serving(sources, &account, records, cursor.is_none())
+            .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+        let mut result =
+            ListToolsResult::with_all_items(registry.tools().map(wire::tool).collect());
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let account = caller(&context)?;
+        let Some((tool, tool_id)) = self.find(&account, &request.name).await? else {
+            return Err(McpError::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        if let Err(problem) = tool.check_input(&input) {
+            return Ok(wire::failure(problem).into());
+        }
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        match tool_id {
+            Some(tool_id) if takes_tasks && tool.detachable() => {
+                let settings = &self.state.settings().mcp;
+                let terms = TaskTerms {
+                    ttl: settings.task_ttl,
+                    poll_interval: settings.task_poll_interval,
+                };
+                let record = self
+                    .state
+                    .lifecycle()
+                    .start_task(&account, &tool, tool_id, input, terms)
+                    .await
+                    .map_err(store_error)?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(wire::task(
+                    &record,
+                ))))
+            }
+            _ => Ok(self.call_inline(&tool, input, &context).await.into()),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let account = caller(&context)?;
+        let id = task_id(&request.task_id)?;
+        let record = mcp_tasks::get(self.state.pool(), &account, id)
+            .await
+            .map_err(task_error)?;
+        Ok(GetTaskResult::new(wire::detailed(&record)))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let account = caller(&context)?;
+        let id = task_id(&request.task_id)?;
+        self.state
+            .lifecycle()
+            .cancel_task(&account, id)
+            .await
+            .map_err(task_error)?;
+        Ok(())
+    }
+}
+
+/// The account the request authenticated as.
+fn caller(context: &RequestContext<RoleServer>) -> Result<AccountId, McpError> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpCaller>())
+        .map(|caller| caller.0.clone())
+        .ok_or_else(|| McpError::internal_error("the request carries no account", None))
+}
+
+fn task_id(raw: &str) -> Result<Uuid, McpError> {
+    Uuid::try_parse(raw).map_err(|_| not_found())
+}
+
+fn not_found() -> McpError {
+    McpError::invalid_params("no such task", None)
+}
+
+fn task_error(err: StoreError) -> McpError {
+    match err {
+        StoreError::NotFound => not_found(),
+        other => store_error(other),
+    }
+}
+
+fn store_error(err: StoreError) -> McpError {
+    tracing::warn!(error = %err, "an MCP request could not reach the database");
+    McpError::internal_error("the server could not reach its database; try again", None)
+}

@@ -1,0 +1,80 @@
+//! The caller's account as an MCP server: `POST /mcp` speaks the
+//! streamable HTTP transport (statelessly, so any server process answers any
+//! request), lists the account's uploaded tools and the built-ins this
+//! server runs, calls them, and keeps task-augmented calls as durable
+//! detached calls. Unauthenticated requests get 401 pointing at the OAuth
+//! protected-resource metadata.
+
+mod auth;
+mod handler;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::state::AppState;
+
+pub use auth::McpCaller;
+
+/// Knobs of the MCP server; each one is a server setting.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// How long a task lives (and is kept) from its creation.
+    pub task_ttl: Duration,
+    /// The poll interval tasks suggest to their clients.
+    pub task_poll_interval: Duration,
+    /// Tools per `tools/list` page.
+    pub page_size: u32,
+    /// `Host` values `/mcp` accepts; empty: any (requests need a token).
+    pub allowed_hosts: Vec<String>,
+    /// Authorization servers the protected-resource metadata names.
+    pub authorization_servers: Vec<String>,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self {
+            task_ttl: Duration::from_secs(3600),
+            task_poll_interval: Duration::from_secs(1),
+            page_size: 100,
+            allowed_hosts: Vec::new(),
+            authorization_servers: Vec::new(),
+        }
+    }
+}
+
+/// `/mcp` and the OAuth protected-resource metadata routes.
+pub fn routes(state: AppState) -> Router {
+    let settings = state.settings().mcp.clone();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_max_request_body_bytes(state.settings().max_request_bytes);
+    config = match settings.allowed_hosts.is_empty() {
+        true => config.disable_allowed_hosts(),
+        false => config.with_allowed_hosts(settings.allowed_hosts.clone()),
+    };
+    let server = handler::AccountServer::new(state.clone());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .merge(
+            Router::new()
+                .route(auth::METADATA_PATH, get(auth::metadata))
+                .route(&format!("{}/mcp", auth::METADATA_PATH), get(auth::metadata))
+                .with_state(state),
+        )
+}

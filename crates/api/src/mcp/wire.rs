@@ -1,0 +1,129 @@
+//! Our tools, outputs and tasks in MCP's terms.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolResult, ContentBlock, DetailedTask, JsonObject, MetaObject, Task, TaskPayload,
+    TaskStatus, Tool, TASKS_EXTENSION_ID,
+};
+use serde_json::{json, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use toolserver_domain::CallStatus;
+use toolserver_harness::tools::RegisteredTool;
+use toolserver_store::mcp_tasks::TaskRecord;
+
+/// JSON-RPC's internal-error code, for a task that failed outside its tool.
+const INTERNAL_ERROR: i64 = -32603;
+
+/// `tool` as `tools/list` shows it; uploaded tools say they take tasks.
+pub fn tool(tool: &RegisteredTool) -> Tool {
+    let schema = match &tool.input_schema {
+        Value::Object(schema) => schema.clone(),
+        _ => JsonObject::from_iter([("type".to_owned(), json!("object"))]),
+    };
+    let mut listed = Tool::new(
+        tool.name.clone(),
+        tool.description.clone(),
+        Arc::new(schema),
+    );
+    let task_support = match tool.detachable() {
+        true => "optional",
+        false => "forbidden",
+    };
+    listed.meta = Some(MetaObject(JsonObject::from_iter([(
+        TASKS_EXTENSION_ID.to_owned(),
+        json!({ "taskSupport": task_support }),
+    )])));
+    listed
+}
+
+/// A tool's output as a successful call: the text (a string as it is,
+/// anything else as JSON), and an object output as structured content too.
+pub fn output(value: Value) -> CallToolResult {
+    let text = match &value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    if let Value::Object(object) = value {
+        result.structured_content = Some(Value::Object(object));
+    }
+    result
+}
+
+/// A tool's failure as a tool error the model can read.
+pub fn failure(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// A stored task as `tasks/get` answers it.
+pub fn detailed(record: &TaskRecord) -> DetailedTask {
+    let payload = match record.status {
+        CallStatus::Pending => TaskPayload::Working,
+        CallStatus::Completed => TaskPayload::Completed {
+            result: result_object(output(record.response.clone().unwrap_or(Value::Null))),
+        },
+        CallStatus::Failed => TaskPayload::Completed {
+            result: result_object(failure(
+                record
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "the tool failed".into()),
+            )),
+        },
+        CallStatus::Expired => TaskPayload::Failed {
+            error: JsonObject::from_iter([
+                ("code".to_owned(), json!(INTERNAL_ERROR)),
+                (
+                    "message".to_owned(),
+                    json!(record
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "the task expired".into())),
+                ),
+            ]),
+        },
+        CallStatus::Cancelled => TaskPayload::Cancelled,
+    };
+    DetailedTask::new(task(record), payload)
+}
+
+/// The task's base fields.
+pub fn task(record: &TaskRecord) -> Task {
+    let ttl = (record.hard_expires_at - record.created_at).whole_milliseconds();
+    let mut task = Task::new(
+        record.id.to_string(),
+        status(record.status),
+        timestamp(record.created_at),
+        timestamp(record.updated_at),
+    )
+    .with_ttl_ms(u64::try_from(ttl).unwrap_or(0))
+    .with_poll_interval_ms(u64::try_from(record.task_poll_ms).unwrap_or(1));
+    if record.status == CallStatus::Pending {
+        if let Some(progress) = &record.progress {
+            task = task.with_status_message(progress.to_string());
+        }
+    }
+    task
+}
+
+fn status(status: CallStatus) -> TaskStatus {
+    match status {
+        CallStatus::Pending => TaskStatus::Working,
+        CallStatus::Completed | CallStatus::Failed => TaskStatus::Completed,
+        CallStatus::Expired => TaskStatus::Failed,
+        CallStatus::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
+fn result_object(result: CallToolResult) -> JsonObject {
+    match serde_json::to_value(result) {
+        Ok(Value::Object(object)) => object,
+        _ => JsonObject::new(),
+    }
+}
+
+fn timestamp(at: OffsetDateTime) -> String {
+    at.format(&Rfc3339).unwrap_or_default()
+}

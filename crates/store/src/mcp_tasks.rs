@@ -1,0 +1,130 @@
+//! MCP tasks: a task-augmented `tools/call` of an uploaded tool is a
+//! detached call (`async_tool_results`) with no dispatch group, so it lives
+//! through server restarts, any server process can answer for it, and the
+//! runner completes it through the same completion route as a turn's
+//! detached call. Settling it continues nothing.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::{FromRow, PgPool};
+use time::OffsetDateTime;
+use toolserver_domain::{AccountId, CallStatus, ToolId};
+use uuid::Uuid;
+
+use crate::{accounts, StoreError};
+
+/// A task to record before its call is launched.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// The uploaded tool it calls.
+    pub tool_id: ToolId,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The call's input.
+    pub input: Value,
+    /// SHA-256 of the call's job token.
+    pub token_sha256: [u8; 32],
+    /// How long the task may stay working, and is kept (its TTL).
+    pub ttl: Duration,
+    /// How long the runner may go without pinging before the task fails.
+    pub liveness_timeout: Duration,
+    /// The poll interval the task suggests.
+    pub poll_interval: Duration,
+}
+
+/// A stored task.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct TaskRecord {
+    /// The task id.
+    pub id: Uuid,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The uploaded tool.
+    pub tool_id: Option<Uuid>,
+    /// Where the call stands.
+    pub status: CallStatus,
+    /// The tool's output, when completed.
+    pub response: Option<Value>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// The progress the tool last reported.
+    pub progress: Option<Value>,
+    /// When the task was created.
+    pub created_at: OffsetDateTime,
+    /// When it last changed.
+    pub updated_at: OffsetDateTime,
+    /// When it is discarded (its TTL from creation).
+    pub hard_expires_at: OffsetDateTime,
+    /// The poll interval it suggests, in milliseconds.
+    pub task_poll_ms: i32,
+}
+
+/// Records a task of `account`; returns its id.
+pub async fn insert(
+    pool: &PgPool,
+    account: &AccountId,
+    task: &NewTask,
+) -> Result<Uuid, StoreError> {
+    let id = Uuid::now_v7();
+    let mut tx = pool.begin().await?;
+    accounts::ensure(&mut *tx, account).await?;
+    sqlx::query(
+        "INSERT INTO async_tool_results \
+             (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, \
+              hard_expires_at, expires_at, alive_until, input, safe_to_repeat, task_poll_ms) \
+         VALUES ($1, $2, NULL, $1::text, $3, $4, $5, now() + make_interval(secs => $6), \
+                 now() + make_interval(secs => $6), now() + make_interval(secs => $7), \
+                 $8::json, false, $9)",
+    )
+    .bind(id)
+    .bind(account.as_str())
+    .bind(task.tool_id.as_uuid())
+    .bind(&task.tool_name)
+    .bind(task.token_sha256.as_slice())
+    .bind(task.ttl.as_secs_f64())
+    .bind(task.liveness_timeout.as_secs_f64())
+    .bind(task.input.to_string())
+    .bind(
+        i32::try_from(task.poll_interval.as_millis())
+            .unwrap_or(i32::MAX)
+            .max(1),
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Reads one of `account`'s tasks; a turn's detached call, another
+/// account's task and a discarded one are [`StoreError::NotFound`].
+pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRecord, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT id, tool_name, tool_id, status, response, error, progress, created_at, \
+             GREATEST(created_at, COALESCE(settled_at, created_at), \
+                      COALESCE(last_heartbeat_at, created_at)) AS updated_at, \
+             hard_expires_at, task_poll_ms \
+         FROM async_tool_results \
+         WHERE account_id = $1 AND id = $2 AND group_id IS NULL \
+           AND (status = 'pending' OR hard_expires_at > now())",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Deletes up to `limit` tasks past their TTL that have settled (a task
+/// still pending at its TTL expires first). Returns how many.
+pub async fn purge_expired(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
+    let purged = sqlx::query(
+        "DELETE FROM async_tool_results WHERE id IN ( \
+             SELECT id FROM async_tool_results \
+             WHERE group_id IS NULL AND status <> 'pending' AND hard_expires_at <= now() \
+             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(limit)
+    .execute(pool)
+    .await?;
+    Ok(purged.rows_affected())
+}
