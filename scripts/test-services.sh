@@ -84,40 +84,44 @@ ensure_nats() {
   return 1
 }
 
-# The AI SDK client test's packages (both pinned majors), from the lockfile.
-ensure_ai_sdk() {
+# `npm ci` in clients/<name> unless the lockfile's packages are installed
+# already (every package named after the directory is present, and
+# node_modules is newer than the lockfile).
+ensure_npm_client() {
+  local dir="$REPO_ROOT/clients/$1"
+  shift
   command -v npm >/dev/null 2>&1 || apt_install npm
-  local dir="$REPO_ROOT/clients/ai-sdk"
-  if [ -d "$dir/node_modules/ai-v6" ] && [ -d "$dir/node_modules/ai-v7" ] \
-     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+  local installed=yes package
+  for package in "$@"; do
+    [ -d "$dir/node_modules/$package" ] || installed=no
+  done
+  if [ "$installed" = yes ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
     return
   fi
   (cd "$dir" && npm ci --no-audit --no-fund)
+}
+
+# The AI SDK client test's packages (both pinned majors), from the lockfile.
+ensure_ai_sdk() {
+  ensure_npm_client ai-sdk ai-v6 ai-v7
 }
 
 # The browser test's packages (useChat, React, esbuild, playwright-core),
 # from the lockfile, and Debian's Chromium for playwright-core to drive.
 ensure_browser() {
   command -v chromium >/dev/null 2>&1 || apt_install chromium
-  command -v npm >/dev/null 2>&1 || apt_install npm
-  local dir="$REPO_ROOT/clients/browser"
-  if [ -d "$dir/node_modules/playwright-core" ] \
-     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
-    return
-  fi
-  (cd "$dir" && npm ci --no-audit --no-fund)
+  ensure_npm_client browser playwright-core
 }
 
 # The tool authors' CLI (clients/cli: esbuild, and the npm package its
 # test fixture imports), from the lockfile.
 ensure_cli() {
-  command -v npm >/dev/null 2>&1 || apt_install npm
-  local dir="$REPO_ROOT/clients/cli"
-  if [ -d "$dir/node_modules/esbuild" ] && [ -d "$dir/node_modules/is-number" ] \
-     && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
-    return
-  fi
-  (cd "$dir" && npm ci --no-audit --no-fund)
+  ensure_npm_client cli esbuild is-number
+}
+
+# The official MCP TypeScript SDK client that drives /mcp in the tests.
+ensure_mcp_client() {
+  ensure_npm_client mcp @modelcontextprotocol/sdk
 }
 
 # Optional: runners use bubblewrap when it works; install it so tests cover it.
@@ -178,7 +182,8 @@ ensure_nats
 ensure_ai_sdk
 ensure_browser
 ensure_cli
+ensure_mcp_client
 ensure_bubblewrap
 ensure_schemathesis
 ensure_helm_sdk
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, bubblewrap, schemathesis and the Helm library are ready"
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP client, bubblewrap, schemathesis and the Helm library are ready"

@@ -93,6 +93,14 @@ async fn main() {
             http: reqwest::Client::new(),
             policy: OutboundPolicy::default(),
             default_tool_timeout: Duration::from_secs(25),
+            mcp: std::sync::Arc::new(
+                toolserver_harness::tools::McpClients::with_defaults(
+                    toolserver_harness::outbound::OutboundPolicy {
+                        allow_private: true,
+                    },
+                )
+                .unwrap(),
+            ),
         },
         SecretBox::new(&[7; 32]),
         HarnessSettings::default(),

@@ -151,6 +151,17 @@ impl Harness {
                 })?;
             }
         }
+        for (name, server) in &checked.config.mcp_servers {
+            outbound::check_destination(
+                &server.url,
+                &self.sources.policy,
+                self.settings.outbound_resolve_timeout,
+            )
+            .await
+            .map_err(|reason| {
+                ValidationError::new(format!("config.mcpServers.{name}.url"), reason)
+            })?;
+        }
         Ok(checked)
     }
 

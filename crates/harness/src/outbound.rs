@@ -40,6 +40,22 @@ pub fn client(
         .build()
 }
 
+/// [`client`] for the MCP client transport, whose HTTP stack is reqwest
+/// 0.13: the same resolver, no redirects, no proxies.
+pub fn mcp_client(
+    policy: &OutboundPolicy,
+    connect_timeout: Duration,
+) -> Result<reqwest_mcp::Client, reqwest_mcp::Error> {
+    reqwest_mcp::Client::builder()
+        .redirect(reqwest_mcp::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .dns_resolver(Arc::new(PublicResolver {
+            allow_private: policy.allow_private,
+        }))
+        .build()
+}
+
 /// Refuses URLs that are not http(s), and IP-literal hosts the policy does
 /// not allow (host names are judged by the resolver of [`client`]).
 pub fn check_url(url: &Url, policy: &OutboundPolicy) -> Result<(), String> {
@@ -98,7 +114,12 @@ pub async fn check_destination(
 /// The reason a request failed if the resolver of [`client`] refused its
 /// host, `None` for any other failure.
 pub fn refusal(err: &reqwest::Error) -> Option<String> {
-    let mut source: Option<&(dyn Error + 'static)> = err.source();
+    refused_in(err)
+}
+
+/// The refusal of the resolver anywhere in `err`'s chain of causes.
+pub fn refused_in(err: &(dyn Error + 'static)) -> Option<String> {
+    let mut source: Option<&(dyn Error + 'static)> = Some(err);
     while let Some(cause) = source {
         if let Some(refused) = cause.downcast_ref::<NonPublicHost>() {
             return Some(refused.to_string());
@@ -121,19 +142,38 @@ struct PublicResolver {
     allow_private: bool,
 }
 
+impl PublicResolver {
+    /// The addresses of `host` the policy allows; an error when none is.
+    async fn allowed(
+        allow_private: bool,
+        host: String,
+    ) -> Result<Vec<SocketAddr>, Box<dyn Error + Send + Sync>> {
+        let allowed: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+            .await?
+            .filter(|addr| allow_private || is_public(addr.ip()))
+            .collect();
+        if allowed.is_empty() {
+            return Err(NonPublicHost { host }.into());
+        }
+        Ok(allowed)
+    }
+}
+
 impl Resolve for PublicResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let allow_private = self.allow_private;
-        let host = name.as_str().to_owned();
+        let lookup = Self::allowed(self.allow_private, name.as_str().to_owned());
         Box::pin(async move {
-            let allowed: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|addr| allow_private || is_public(addr.ip()))
-                .collect();
-            if allowed.is_empty() {
-                return Err(NonPublicHost { host }.into());
-            }
-            let addrs: Addrs = Box::new(allowed.into_iter());
+            let addrs: Addrs = Box::new(lookup.await?.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+impl reqwest_mcp::dns::Resolve for PublicResolver {
+    fn resolve(&self, name: reqwest_mcp::dns::Name) -> reqwest_mcp::dns::Resolving {
+        let lookup = Self::allowed(self.allow_private, name.as_str().to_owned());
+        Box::pin(async move {
+            let addrs: reqwest_mcp::dns::Addrs = Box::new(lookup.await?.into_iter());
             Ok(addrs)
         })
     }

@@ -19,7 +19,7 @@ use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::stream::StreamSettings;
-use toolserver_harness::tools::{TavilySettings, ToolSources};
+use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_kubernetes::{
     CacheVolume, KubernetesExecutor, KubernetesSettings, RunnerChannel, RunnerResources,
@@ -287,6 +287,15 @@ fn harness(
             fallback_api_key: agents.tavily_api_key.clone(),
         },
         http,
+        mcp: Arc::new(
+            McpClients::new(
+                policy.clone(),
+                Duration::from_millis(agents.outbound_connect_timeout_ms),
+                Duration::from_secs(config.mcp.mcp_list_ttl_secs),
+                api.default_tool_timeout,
+            )
+            .context("building the MCP client")?,
+        ),
         policy,
         default_tool_timeout: api.default_tool_timeout,
     };

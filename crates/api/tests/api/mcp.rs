@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use toolserver_testsupport::Reply;
+
 use crate::live::LiveApp;
 use crate::support::*;
 
@@ -241,4 +243,254 @@ async fn without_a_token_the_answer_points_at_the_protected_resource_metadata(po
     );
     let without = mcp(&app, None, &["list"]).await;
     assert_eq!(without["error"]["code"], 401, "{without}");
+}
+
+/// An agent of account A whose config names account B's `/mcp`.
+async fn agent_on_peer(app: &LiveApp, model: &str, server: Value) -> (u16, Value) {
+    let mut config = app.agent_config(model, json!({}));
+    config["mcpServers"] = json!({ "peer": server });
+    app.request(
+        reqwest::Method::POST,
+        "/agents",
+        ACCOUNT_A,
+        Some(json!({"name": model, "config": config})),
+    )
+    .await
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_agent_calls_the_tools_of_an_mcp_server_it_names(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
+    app.upload(ACCOUNT_B, "throws", THROWS, json!({"type": "object"}))
+        .await;
+    app.upload(ACCOUNT_B, "hidden", ECHO, text_schema()).await;
+    app.model.script(
+        "remote",
+        vec![
+            Reply::tool_call("c1", "peer__echo", json!({"text": "hi"})).and_tool_call(
+                "c2",
+                "peer__throws",
+                json!({}),
+            ),
+            Reply::text("done"),
+        ],
+    );
+    let (status, created) = agent_on_peer(
+        &app,
+        "remote",
+        json!({
+            "url": format!("{}/mcp", app.base),
+            "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
+            "tools": ["echo", "throws"],
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created["config"]["mcpServers"]["peer"]["auth"]["token"], "[redacted]",
+        "{created}"
+    );
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+
+    let turn = app.say(ACCOUNT_A, &agent, "conv-mcp", "use the peer").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let outputs = turn.of_type("tool-output-available");
+    assert_eq!(outputs.len(), 1, "{}", turn.body);
+    assert_eq!(outputs[0]["toolCallId"], "c1");
+    assert_eq!(
+        outputs[0]["output"],
+        json!({"echoed": "hi"}),
+        "{}",
+        turn.body
+    );
+    let errors = turn.of_type("tool-output-error");
+    assert_eq!(errors.len(), 1, "{}", turn.body);
+    assert!(
+        errors[0]["errorText"]
+            .as_str()
+            .unwrap()
+            .contains("the tool broke"),
+        "{}",
+        turn.body
+    );
+    // The model was offered the allowed remote tools, prefixed, with their schemas.
+    let offered: Vec<Value> = app.model.requests("remote")[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"].clone())
+        .collect();
+    let mut names: Vec<&str> = offered
+        .iter()
+        .map(|function| function["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["peer__echo", "peer__throws"]);
+    let echo = offered
+        .iter()
+        .find(|function| function["name"] == "peer__echo")
+        .unwrap();
+    assert_eq!(echo["parameters"], text_schema());
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_mcp_server_that_is_down_is_a_tool_error_not_a_failed_turn(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.model
+        .script("offline", vec![Reply::text("nothing to call")]);
+    let closed = toolserver_testsupport::http::free_port();
+    let (status, created) = agent_on_peer(
+        &app,
+        "offline",
+        json!({"url": format!("http://127.0.0.1:{closed}/mcp")}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+    let turn = app.say(ACCOUNT_A, &agent, "conv-off", "hello").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert_eq!(turn.text(), "nothing to call");
+    let offered = &app.model.requests("offline")[0];
+    assert!(
+        offered
+            .get("tools")
+            .is_none_or(|tools| tools.as_array().is_none_or(Vec::is_empty)),
+        "{offered}"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
+    let app = crate::support::TestApp::public_outbound_only(pool).await;
+    let config = |server: Value| {
+        json!({"name": "mcp", "config": {
+            "model": {"provider": "openai", "modelId": "m"},
+            "mcpServers": {"docs": server},
+        }})
+    };
+    for private in [
+        "http://127.0.0.1:8080/mcp",
+        "http://10.1.2.3/mcp",
+        "http://localhost:9/mcp",
+    ] {
+        let reply = app
+            .call(
+                axum::http::Method::POST,
+                "/agents",
+                ACCOUNT_A,
+                Some(config(json!({"url": private}))),
+            )
+            .await;
+        assert_eq!(reply.status, 422, "{private}: {}", reply.json());
+        assert_eq!(reply.json()["error"]["field"], "config.mcpServers.docs.url");
+        assert!(
+            reply.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a public address"),
+            "{}",
+            reply.json()
+        );
+    }
+    let bad = app
+        .call(
+            axum::http::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(config(
+                json!({"url": "https://203.0.114.7/mcp", "auth": {"type": "basic"}}),
+            )),
+        )
+        .await;
+    assert_eq!(bad.status, 422, "{}", bad.json());
+    assert_eq!(
+        bad.json()["error"]["field"],
+        "config.mcpServers.docs.auth.type"
+    );
+}
+
+/// One JSON-RPC request of the 2026-07-28 revision (no `initialize`: the
+/// version, client and capabilities travel with every request).
+async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &str) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+    });
+    let mut request = app
+        .client
+        .post(format!("{}/mcp", app.base))
+        .bearer_auth(token(ACCOUNT_A))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", version)
+        .header("mcp-method", method);
+    let named = params.get("name").or_else(|| params.get("taskId"));
+    if let Some(name) = named.and_then(Value::as_str) {
+        request = request.header("mcp-name", name);
+    }
+    let response = request
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        status == 200 || body.get("error").is_some(),
+        "{status}: {body}"
+    );
+    body
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
+        .await;
+    let discovered = current_revision(&app, "server/discover", json!({}), "2026-07-28").await;
+    assert_eq!(
+        discovered["result"]["supportedVersions"],
+        json!(["2025-11-25", "2026-07-28"]),
+        "{discovered}"
+    );
+    let listed = current_revision(&app, "tools/list", json!({}), "2026-07-28").await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "slow", "{listed}");
+
+    let created = current_revision(
+        &app,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 10}}),
+        "2026-07-28",
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let mut task = Value::Null;
+    for _ in 0..100 {
+        task = current_revision(&app, "tasks/get", json!({"taskId": id}), "2026-07-28").await;
+        if task["result"]["status"] != "working" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(task["result"]["status"], "completed", "{task}");
+    assert_eq!(
+        task["result"]["result"]["structuredContent"],
+        json!({"slept": 10})
+    );
+
+    let refused = current_revision(&app, "tools/list", json!({}), "2025-03-26").await;
+    assert_eq!(
+        refused["error"]["message"], "Unsupported protocol version",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["error"]["data"]["supported"],
+        json!(["2025-11-25", "2026-07-28"]),
+        "{refused}"
+    );
 }

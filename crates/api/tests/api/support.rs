@@ -55,6 +55,7 @@ pub fn harness_with_policy(
     settings: HarnessSettings,
     policy: OutboundPolicy,
 ) -> Harness {
+    let mcp_policy = policy.clone();
     let sources = ToolSources {
         pool,
         executor,
@@ -71,6 +72,9 @@ pub fn harness_with_policy(
         http: outbound::client(&policy, std::time::Duration::from_secs(5)).unwrap(),
         policy,
         default_tool_timeout: std::time::Duration::from_secs(25),
+        mcp: std::sync::Arc::new(
+            toolserver_harness::tools::McpClients::with_defaults(mcp_policy).unwrap(),
+        ),
     };
     Harness::new(sources, SecretBox::new(&[42; 32]), settings)
 }

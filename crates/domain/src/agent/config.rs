@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::mcp::{parse_servers, McpServerSetting};
 use super::tools::{ToolKey, ToolSetting};
 use crate::validation::{whole_i64, whole_u64};
 use crate::{refuse_nul, ToolId, ValidationError};
@@ -74,6 +75,8 @@ pub struct AgentConfig {
     pub tools: BTreeMap<ToolKey, ToolSetting>,
     /// What a streaming turn does when its client goes away.
     pub on_disconnect: OnDisconnect,
+    /// MCP servers whose tools the agent may call, by name.
+    pub mcp_servers: BTreeMap<String, McpServerSetting>,
 }
 
 /// What a streaming turn does when the client of its request goes away
@@ -108,11 +111,17 @@ impl AgentConfig {
         for key in object.keys() {
             if !matches!(
                 key.as_str(),
-                "model" | "provider" | "systemPrompt" | "maxSteps" | "tools" | "onDisconnect"
+                "model"
+                    | "provider"
+                    | "systemPrompt"
+                    | "maxSteps"
+                    | "tools"
+                    | "onDisconnect"
+                    | "mcpServers"
             ) {
                 return Err(ValidationError::new(
                     format!("config.{key}"),
-                    "is not a config field (model, provider, systemPrompt, maxSteps, tools, onDisconnect)",
+                    "is not a config field (model, provider, systemPrompt, maxSteps, tools, onDisconnect, mcpServers)",
                 ));
             }
         }
@@ -167,6 +176,7 @@ impl AgentConfig {
             }
             Some(_) => return Err(ValidationError::new("config.tools", "must be an object")),
         }
+        let mcp_servers = parse_servers(object.get("mcpServers"))?;
         Ok(Self {
             model,
             providers,
@@ -174,6 +184,7 @@ impl AgentConfig {
             max_steps,
             tools,
             on_disconnect,
+            mcp_servers,
         })
     }
 

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod id;
+pub mod mcp;
 mod secrets;
 mod tools;
 

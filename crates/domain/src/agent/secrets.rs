@@ -54,22 +54,29 @@ impl Secrets {
     }
 }
 
-/// Every `apiKey` value under `provider.*` and `tools.*`, with its path.
+/// Every `apiKey` value under `provider.*` and `tools.*`, and every
+/// `auth.token` under `mcpServers.*`, with its path.
 fn credential_slots(config: &mut Value) -> Vec<(String, &mut Value)> {
     let mut slots = Vec::new();
     let Some(object) = config.as_object_mut() else {
         return slots;
     };
     for (section, entries) in object.iter_mut() {
-        if section != "provider" && section != "tools" {
-            continue;
-        }
+        let path: &[&str] = match section.as_str() {
+            "provider" | "tools" => &["apiKey"],
+            "mcpServers" => &["auth", "token"],
+            _ => continue,
+        };
         let Some(entries) = entries.as_object_mut() else {
             continue;
         };
         for (name, entry) in entries.iter_mut() {
-            if let Some(key) = entry.as_object_mut().and_then(|e| e.get_mut("apiKey")) {
-                slots.push((format!("{section}.{name}.apiKey"), key));
+            let mut slot = Some(entry);
+            for step in path {
+                slot = slot.and_then(|value| value.as_object_mut()?.get_mut(*step));
+            }
+            if let Some(value) = slot {
+                slots.push((format!("{section}.{name}.{}", path.join(".")), value));
             }
         }
     }

@@ -2,6 +2,7 @@
 //! and a way to run that yields events (logs, preliminary snapshots, then an
 //! output or a failure).
 
+mod mcp;
 mod registry;
 mod tavily;
 mod uploaded;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+pub use mcp::McpClients;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
 pub use tavily::TavilySettings;
 

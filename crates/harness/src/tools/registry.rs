@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_bundles::BundleStore;
+use toolserver_domain::agent::mcp::McpServerSetting;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
 use toolserver_domain::{
     AccountId, AgentConfig, BuiltinTool, ToolKey, ToolSetting, ValidationError,
@@ -19,6 +20,7 @@ use toolserver_domain::{
 use toolserver_sandbox::Executor;
 use toolserver_store::{tools, StoreError, ToolRecord};
 
+use super::mcp::{McpClients, RemoteTool};
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
 use super::{DetachedLimits, RegisteredTool, ToolImpl};
@@ -45,6 +47,8 @@ pub struct ToolSources {
     pub policy: OutboundPolicy,
     /// Deadline of a call whose config names none.
     pub default_tool_timeout: Duration,
+    /// Agents' MCP servers.
+    pub mcp: Arc<McpClients>,
 }
 
 /// Why a registry could not be built.
@@ -164,7 +168,77 @@ impl ToolRegistry {
             };
             registry.insert(sources, &field, setting, described)?;
         }
+        for (server_name, server) in &config.mcp_servers {
+            registry
+                .add_remote(sources, account, server_name, server)
+                .await?;
+        }
         Ok(registry)
+    }
+
+    /// Adds the tools `server` offers as `<server_name>__<tool>`. A local
+    /// tool whose name has that prefix is refused; a server that cannot be
+    /// listed now adds nothing, with a warning.
+    async fn add_remote(
+        &mut self,
+        sources: &ToolSources,
+        account: &AccountId,
+        server_name: &str,
+        server: &McpServerSetting,
+    ) -> Result<(), ValidationError> {
+        let field = format!("config.mcpServers.{server_name}");
+        let prefix = McpServerSetting::tool_name(server_name, "");
+        if let Some(taken) = self.tools.keys().find(|name| name.starts_with(&prefix)) {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "the tool {taken:?} already uses the prefix {prefix:?} of this server's tools"
+                ),
+            ));
+        }
+        let listed = match sources.mcp.list(account, server).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                self.warn(format!(
+                    "{field}: its tools are not offered this time: {error}"
+                ));
+                return Ok(());
+            }
+        };
+        for remote in listed.iter().filter(|tool| server.offers(&tool.name)) {
+            let name = McpServerSetting::tool_name(server_name, &remote.name);
+            if !model_facing(&name) {
+                self.warn(format!(
+                    "{field}: the tool {:?} is not offered: {name:?} is not 1-64 letters, digits, `-` or `_`",
+                    remote.name
+                ));
+                continue;
+            }
+            let setting = ToolSetting {
+                needs_approval: server.needs_approval.applies_to(&remote.name),
+                ..ToolSetting::default()
+            };
+            let described = Described {
+                name,
+                tool_id: None,
+                description: remote.description.as_deref().unwrap_or_default().to_owned(),
+                schema: Value::Object(remote.input_schema.as_ref().clone()),
+                implementation: Arc::new(RemoteTool {
+                    clients: sources.mcp.clone(),
+                    server: server.clone(),
+                    name: remote.name.to_string(),
+                }),
+            };
+            if let Err(err) = self.insert(sources, &field, &setting, described) {
+                self.warn(err.message);
+            }
+        }
+        Ok(())
+    }
+
+    fn warn(&mut self, warning: String) {
+        tracing::warn!("{warning}");
+        self.warnings.push(warning);
     }
 
     /// The tools an account serves over MCP: its uploaded tools `records`
@@ -311,6 +385,14 @@ impl ToolRegistry {
         }
         specs
     }
+}
+
+/// Whether `name` is a function name models take.
+fn model_facing(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// A tool about to be registered.

@@ -1,0 +1,317 @@
+//! `config.mcpServers`: MCP servers whose tools an agent may call, each as
+//! `{url, headers?, auth?: {type: "bearer", token}, tools?, needsApproval?}`.
+//! A server's tools reach the model as `<server>__<tool>`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+use url::Url;
+
+use crate::ValidationError;
+
+/// Most MCP servers one agent may name.
+pub const MAX_MCP_SERVERS: usize = 16;
+
+/// What separates a server's name from its tools' names.
+pub const MCP_NAME_SEPARATOR: &str = "__";
+
+/// Headers a config may not set: the transport owns them.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "connection",
+    "transfer-encoding",
+    "authorization",
+    "mcp-session-id",
+    "mcp-protocol-version",
+];
+
+/// Which of a server's tools wait for a person's approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpApproval {
+    /// None (`false`, the default) or all (`true`).
+    All(bool),
+    /// Those named (remote names).
+    Named(BTreeSet<String>),
+}
+
+impl McpApproval {
+    /// Whether calls of the remote tool `name` wait for approval.
+    pub fn applies_to(&self, name: &str) -> bool {
+        match self {
+            Self::All(all) => *all,
+            Self::Named(names) => names.contains(name),
+        }
+    }
+}
+
+/// One configured MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerSetting {
+    /// The server's streamable HTTP endpoint.
+    pub url: Url,
+    /// Extra headers sent with every request.
+    pub headers: BTreeMap<String, String>,
+    /// A bearer token sent as `Authorization` (a stored credential).
+    pub bearer: Option<String>,
+    /// The remote tools offered to the model (remote names); `None`: all.
+    pub tools: Option<BTreeSet<String>>,
+    /// Which remote tools wait for approval.
+    pub needs_approval: McpApproval,
+}
+
+impl McpServerSetting {
+    /// The model-facing name of the remote tool `remote` of server `server`.
+    pub fn tool_name(server: &str, remote: &str) -> String {
+        format!("{server}{MCP_NAME_SEPARATOR}{remote}")
+    }
+
+    /// Whether the remote tool `name` is offered.
+    pub fn offers(&self, name: &str) -> bool {
+        self.tools.as_ref().is_none_or(|tools| tools.contains(name))
+    }
+}
+
+/// Parses `config.mcpServers`.
+pub fn parse_servers(
+    value: Option<&Value>,
+) -> Result<BTreeMap<String, McpServerSetting>, ValidationError> {
+    let entries = match value {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(entries)) => entries,
+        Some(_) => {
+            return Err(ValidationError::new(
+                "config.mcpServers",
+                "must be an object of servers by name",
+            ))
+        }
+    };
+    if entries.len() > MAX_MCP_SERVERS {
+        return Err(ValidationError::new(
+            "config.mcpServers",
+            format!(
+                "names {} servers; the limit is {MAX_MCP_SERVERS}",
+                entries.len()
+            ),
+        ));
+    }
+    let mut servers = BTreeMap::new();
+    for (name, entry) in entries {
+        let field = format!("config.mcpServers.{name}");
+        if !valid_name(name) {
+            return Err(ValidationError::new(
+                field,
+                "a server name is 1-32 letters, digits, `-` or `_`, without `__`",
+            ));
+        }
+        let entry = entry
+            .as_object()
+            .ok_or_else(|| ValidationError::new(&field, "must be an object with a url"))?;
+        servers.insert(name.clone(), parse_server(&field, entry)?);
+    }
+    Ok(servers)
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.contains(MCP_NAME_SEPARATOR)
+}
+
+fn parse_server(
+    field: &str,
+    entry: &Map<String, Value>,
+) -> Result<McpServerSetting, ValidationError> {
+    for key in entry.keys() {
+        if !matches!(
+            key.as_str(),
+            "url" | "headers" | "auth" | "tools" | "needsApproval"
+        ) {
+            return Err(ValidationError::new(
+                format!("{field}.{key}"),
+                "is not an MCP server field (url, headers, auth, tools, needsApproval)",
+            ));
+        }
+    }
+    let url = entry
+        .get("url")
+        .and_then(Value::as_str)
+        .and_then(|raw| Url::parse(raw).ok())
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
+        .ok_or_else(|| ValidationError::new(format!("{field}.url"), "must be an http(s) URL"))?;
+    Ok(McpServerSetting {
+        url,
+        headers: parse_headers(field, entry.get("headers"))?,
+        bearer: parse_auth(field, entry.get("auth"))?,
+        tools: parse_names(&format!("{field}.tools"), entry.get("tools"))?,
+        needs_approval: match entry.get("needsApproval") {
+            None => McpApproval::All(false),
+            Some(Value::Bool(all)) => McpApproval::All(*all),
+            Some(names) => McpApproval::Named(
+                parse_names(&format!("{field}.needsApproval"), Some(names))?.unwrap_or_default(),
+            ),
+        },
+    })
+}
+
+fn parse_headers(
+    field: &str,
+    value: Option<&Value>,
+) -> Result<BTreeMap<String, String>, ValidationError> {
+    let Some(value) = value else {
+        return Ok(BTreeMap::new());
+    };
+    let field = format!("{field}.headers");
+    let object = value
+        .as_object()
+        .ok_or_else(|| ValidationError::new(&field, "must be an object of header values"))?;
+    let mut headers = BTreeMap::new();
+    for (name, value) in object {
+        let lower = name.to_ascii_lowercase();
+        let token = !lower.is_empty()
+            && lower
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c));
+        if !token || RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(ValidationError::new(
+                format!("{field}.{name}"),
+                "is not a header a config may set (use auth for Authorization)",
+            ));
+        }
+        let value = value
+            .as_str()
+            .filter(|v| v.chars().all(|c| c == '\t' || (' '..='~').contains(&c)))
+            .ok_or_else(|| {
+                ValidationError::new(
+                    format!("{field}.{name}"),
+                    "must be a string of visible ASCII",
+                )
+            })?;
+        headers.insert(lower, value.to_owned());
+    }
+    Ok(headers)
+}
+
+fn parse_auth(field: &str, value: Option<&Value>) -> Result<Option<String>, ValidationError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let field = format!("{field}.auth");
+    let object = value.as_object().ok_or_else(|| {
+        ValidationError::new(&field, "must be {\"type\": \"bearer\", \"token\": \"…\"}")
+    })?;
+    for key in object.keys() {
+        if key != "type" && key != "token" {
+            return Err(ValidationError::new(
+                format!("{field}.{key}"),
+                "is not an auth field (type, token)",
+            ));
+        }
+    }
+    if object.get("type").and_then(Value::as_str) != Some("bearer") {
+        return Err(ValidationError::new(
+            format!("{field}.type"),
+            "must be \"bearer\"",
+        ));
+    }
+    let token = object
+        .get("token")
+        .and_then(Value::as_str)
+        .filter(|token| !token.is_empty() && token.chars().all(|c| ('!'..='~').contains(&c)))
+        .ok_or_else(|| {
+            ValidationError::new(
+                format!("{field}.token"),
+                "must be a non-empty string of visible ASCII",
+            )
+        })?;
+    Ok(Some(token.to_owned()))
+}
+
+fn parse_names(
+    field: &str,
+    value: Option<&Value>,
+) -> Result<Option<BTreeSet<String>>, ValidationError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let names = value
+        .as_array()
+        .ok_or_else(|| ValidationError::new(field, "must be an array of tool names"))?;
+    names
+        .iter()
+        .map(|name| {
+            name.as_str()
+                .filter(|name| !name.is_empty() && name.len() <= 128)
+                .map(str::to_owned)
+                .ok_or_else(|| ValidationError::new(field, "must hold tool names (strings)"))
+        })
+        .collect::<Result<BTreeSet<_>, _>>()
+        .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_full_server_parses() {
+        let servers = parse_servers(Some(&json!({"docs": {
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"X-Team": "blue"},
+            "auth": {"type": "bearer", "token": "t0k"},
+            "tools": ["search", "fetch"],
+            "needsApproval": ["fetch"],
+        }})))
+        .unwrap();
+        let docs = &servers["docs"];
+        assert_eq!(docs.headers["x-team"], "blue");
+        assert_eq!(docs.bearer.as_deref(), Some("t0k"));
+        assert!(docs.offers("search") && !docs.offers("delete"));
+        assert!(docs.needs_approval.applies_to("fetch"));
+        assert!(!docs.needs_approval.applies_to("search"));
+        assert_eq!(
+            McpServerSetting::tool_name("docs", "search"),
+            "docs__search"
+        );
+    }
+
+    #[test]
+    fn bad_servers_name_their_field() {
+        let cases = [
+            (
+                json!({"a__b": {"url": "https://x.test/"}}),
+                "config.mcpServers.a__b",
+            ),
+            (
+                json!({"x": {"url": "ftp://x.test/"}}),
+                "config.mcpServers.x.url",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "auth": {"type": "basic", "token": "t"}}}),
+                "config.mcpServers.x.auth.type",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "headers": {"Authorization": "t"}}}),
+                "config.mcpServers.x.headers.Authorization",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "tools": "all"}}),
+                "config.mcpServers.x.tools",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "colour": 1}}),
+                "config.mcpServers.x.colour",
+            ),
+        ];
+        for (value, field) in cases {
+            let err = parse_servers(Some(&value)).unwrap_err();
+            assert_eq!(err.field, field, "{value}");
+        }
+    }
+}

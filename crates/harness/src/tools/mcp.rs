@@ -1,0 +1,228 @@
+//! Tools of the MCP servers an agent names (`config.mcpServers`), reached
+//! over streamable HTTP with `rmcp`'s client through the outbound address
+//! checks. A server's tool list is kept for a while; each call opens its own
+//! session. Whatever goes wrong remotely reaches the model as a failed call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use reqwest_mcp::header::{HeaderName, HeaderValue};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+use toolserver_domain::agent::mcp::McpServerSetting;
+use toolserver_domain::AccountId;
+
+use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use crate::outbound::{self, OutboundPolicy};
+
+/// Connections to MCP servers, and the tool lists they gave lately.
+pub struct McpClients {
+    http: reqwest_mcp::Client,
+    policy: OutboundPolicy,
+    list_ttl: Duration,
+    timeout: Duration,
+    lists: Mutex<HashMap<String, Listed>>,
+}
+
+struct Listed {
+    at: Instant,
+    tools: Arc<Vec<Tool>>,
+}
+
+impl McpClients {
+    /// Clients under `policy`; a list is kept for `list_ttl`, and listing
+    /// (connecting included) may take `timeout`.
+    pub fn new(
+        policy: OutboundPolicy,
+        connect_timeout: Duration,
+        list_ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Self, reqwest_mcp::Error> {
+        Ok(Self {
+            http: outbound::mcp_client(&policy, connect_timeout)?,
+            policy,
+            list_ttl,
+            timeout,
+            lists: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Clients with the server's default timings: 5 s to connect, lists kept
+    /// for a minute, 25 s to list.
+    pub fn with_defaults(policy: OutboundPolicy) -> Result<Self, reqwest_mcp::Error> {
+        Self::new(
+            policy,
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+            Duration::from_secs(25),
+        )
+    }
+
+    /// The tools of `server` as `account` sees them, from the kept list
+    /// while it is fresh.
+    pub async fn list(
+        &self,
+        account: &AccountId,
+        server: &McpServerSetting,
+    ) -> Result<Arc<Vec<Tool>>, String> {
+        let key = list_key(account, server);
+        {
+            let lists = self.lists.lock().await;
+            if let Some(listed) = lists.get(&key).filter(|l| l.at.elapsed() < self.list_ttl) {
+                return Ok(listed.tools.clone());
+            }
+        }
+        let listing = async {
+            let session = self.connect(server).await?;
+            let tools = session.list_all_tools().await.map_err(|err| describe(&err));
+            let _ = session.cancel().await;
+            tools
+        };
+        let tools = Arc::new(
+            tokio::time::timeout(self.timeout, listing)
+                .await
+                .map_err(|_| {
+                    format!("listing took longer than {} ms", self.timeout.as_millis())
+                })??,
+        );
+        let mut lists = self.lists.lock().await;
+        let ttl = self.list_ttl;
+        lists.retain(|_, listed| listed.at.elapsed() < ttl);
+        lists.insert(
+            key,
+            Listed {
+                at: Instant::now(),
+                tools: tools.clone(),
+            },
+        );
+        Ok(tools)
+    }
+
+    /// Calls the remote tool `name` of `server` with `input`.
+    async fn call(
+        &self,
+        server: &McpServerSetting,
+        name: &str,
+        input: Value,
+    ) -> Result<CallToolResult, String> {
+        let session = self.connect(server).await?;
+        let mut request = CallToolRequestParams::new(name.to_owned());
+        if let Value::Object(arguments) = input {
+            request.arguments = Some(arguments);
+        }
+        let result = session
+            .call_tool(request)
+            .await
+            .map_err(|err| describe(&err));
+        let _ = session.cancel().await;
+        result
+    }
+
+    async fn connect(
+        &self,
+        server: &McpServerSetting,
+    ) -> Result<RunningService<RoleClient, ()>, String> {
+        outbound::check_url(&server.url, &self.policy)?;
+        let mut headers = HashMap::new();
+        for (name, value) in &server.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|err| err.to_string())?;
+            let value = HeaderValue::from_str(value).map_err(|err| err.to_string())?;
+            headers.insert(name, value);
+        }
+        let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
+            .custom_headers(headers);
+        if let Some(token) = &server.bearer {
+            config = config.auth_header(token.clone());
+        }
+        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        ().serve(transport)
+            .await
+            .map_err(|err| format!("could not connect: {}", describe(&err)))
+    }
+}
+
+/// What a failure says, naming a refused address plainly.
+fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    outbound::refused_in(err).unwrap_or_else(|| {
+        let mut text = err.to_string();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    })
+}
+
+/// Where a server's list is kept: per account and per way of reaching it.
+fn list_key(account: &AccountId, server: &McpServerSetting) -> String {
+    let mut hash = Sha256::new();
+    for part in [account.as_str(), server.url.as_str()] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    for (name, value) in &server.headers {
+        hash.update(name.as_bytes());
+        hash.update([0]);
+        hash.update(value.as_bytes());
+        hash.update([0]);
+    }
+    hash.update(server.bearer.as_deref().unwrap_or_default().as_bytes());
+    hex::encode(hash.finalize())
+}
+
+/// One remote tool, as the agent calls it.
+pub struct RemoteTool {
+    pub(super) clients: Arc<McpClients>,
+    pub(super) server: McpServerSetting,
+    pub(super) name: String,
+}
+
+impl ToolImpl for RemoteTool {
+    fn call(&self, invocation: Invocation) -> ToolEvents {
+        let (clients, server, name) =
+            (self.clients.clone(), self.server.clone(), self.name.clone());
+        futures::stream::once(async move {
+            match clients.call(&server, &name, invocation.input).await {
+                Ok(result) => outcome(result),
+                Err(error) => ToolEvent::Failed(format!("the MCP server failed: {error}")),
+            }
+        })
+        .boxed()
+    }
+}
+
+/// A remote result as our outcome: its structured content if any, else its
+/// text (one block) or its blocks; `isError` makes it a failure.
+fn outcome(result: CallToolResult) -> ToolEvent {
+    let texts: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            _ => None,
+        })
+        .collect();
+    if result.is_error == Some(true) {
+        let message = match texts.is_empty() {
+            true => "the remote tool failed".to_owned(),
+            false => texts.join("\n"),
+        };
+        return ToolEvent::Failed(message);
+    }
+    let output = match (&result.structured_content, texts.as_slice()) {
+        (Some(structured), _) => structured.clone(),
+        (None, [text]) => Value::String(text.clone()),
+        (None, _) => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+    };
+    ToolEvent::Output(output)
+}
