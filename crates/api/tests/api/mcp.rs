@@ -494,3 +494,43 @@ async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(po
         "{refused}"
     );
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
+    app.upload(ACCOUNT_B, "other", ECHO, text_schema()).await;
+    app.model.script(
+        "approve",
+        vec![
+            Reply::tool_call("c1", "peer__echo", json!({"text": "hi"})),
+            Reply::text("waiting"),
+        ],
+    );
+    let (status, created) = agent_on_peer(
+        &app,
+        "approve",
+        json!({
+            "url": format!("{}/mcp", app.base),
+            "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
+            "needsApproval": ["echo"],
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+    let turn = app.say(ACCOUNT_A, &agent, "conv-ap", "echo hi").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert_eq!(
+        turn.of_type("tool-approval-request").len(),
+        1,
+        "{}",
+        turn.body
+    );
+    assert!(
+        turn.of_type("tool-output-available").is_empty(),
+        "{}",
+        turn.body
+    );
+    assert_eq!(turn.of_type("finish")[0]["finishReason"], "tool-calls");
+}
