@@ -37,14 +37,20 @@ async fn mcp(setup: &Setup, server: &Server, command: &[&str]) -> Value {
 async fn a_task_is_polled_to_completion_across_a_restart_of_the_server_polled(pool: PgPool) {
     let polled = Setup::new(&pool);
     let runs = Setup::new(&pool);
-    // Runner pings may go unanswered for as long as the restart takes.
+    // Runner pings may go unanswered for as long as the restart takes; two
+    // servers share the test database's connections with other tests.
     let patient = ("TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS", "15000");
-    let mut polled_server = polled.start_with(50, &[patient]).await;
+    let pool_size = ("TOOLSERVER_DB_MAX_CONNECTIONS", "4");
+    let mut polled_server = polled.start_with(50, &[patient, pool_size]).await;
     // The runner's callbacks go to the polled process, the one restarted.
     let running_server = runs
         .start_with(
             50,
-            &[("TOOLSERVER_PUBLIC_URL", &polled_server.base), patient],
+            &[
+                ("TOOLSERVER_PUBLIC_URL", &polled_server.base),
+                patient,
+                pool_size,
+            ],
         )
         .await;
     runs.upload_tool(&running_server, "slow", SLOW).await;
@@ -58,7 +64,7 @@ async fn a_task_is_polled_to_completion_across_a_restart_of_the_server_polled(po
     polled_server.child.kill().unwrap();
     polled_server.child.wait().unwrap();
     drop(polled_server);
-    let polled_server = polled.start_with(50, &[patient]).await;
+    let polled_server = polled.start_with(50, &[patient, pool_size]).await;
 
     let waited = mcp(&polled, &polled_server, &["wait", &id]).await;
     assert_eq!(waited["task"]["status"], "completed", "{waited}");
