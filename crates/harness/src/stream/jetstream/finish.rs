@@ -47,7 +47,7 @@ pub(super) async fn publish_orphan_end(
     subject: &str,
     last: &Entry,
 ) -> Result<Published, LogError> {
-    let piece = pieces(&orphan_end(), chunks.max_payload)?.concat();
+    let piece = pieces(&orphan_end(), chunks.max_payload())?.concat();
     let message = Outgoing::chunks(
         last.stream,
         Kind::End,

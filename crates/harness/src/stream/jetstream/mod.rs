@@ -16,6 +16,7 @@ mod reader;
 mod subject;
 mod turn_log;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull::{Ordered, OrderedConfig};
@@ -97,9 +98,11 @@ pub(crate) enum Published {
 }
 
 /// The chunk store in JetStream: a connected handle on the deployment's
-/// stream.
+/// stream, cheap to clone.
 #[derive(Clone)]
-pub struct JetStreamChunks {
+pub struct JetStreamChunks(Arc<Connected>);
+
+struct Connected {
     context: Context,
     stream: Stream<()>,
     settings: JetStreamSettings,
@@ -110,8 +113,8 @@ pub struct JetStreamChunks {
 impl std::fmt::Debug for JetStreamChunks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JetStreamChunks")
-            .field("settings", &self.settings)
-            .field("max_payload", &self.max_payload)
+            .field("settings", &self.0.settings)
+            .field("max_payload", &self.0.max_payload)
             .finish()
     }
 }
@@ -142,36 +145,32 @@ impl JetStreamChunks {
             .get_stream_no_info(&settings.stream)
             .await
             .map_err(unavailable)?;
-        Ok(Self {
+        Ok(Self(Arc::new(Connected {
             context,
             stream,
             settings,
             max_payload,
-        })
+        })))
     }
 
     /// Where its messages are kept.
     pub fn settings(&self) -> &JetStreamSettings {
-        &self.settings
+        &self.0.settings
+    }
+
+    /// The most payload one message may carry.
+    fn max_payload(&self) -> usize {
+        self.0.max_payload
     }
 
     /// The subject of `account`'s conversation `conversation_id`.
     pub fn subject(&self, account: &AccountId, conversation_id: &str) -> String {
-        subject::conversation_subject(&self.settings.subject_prefix, account, conversation_id)
-    }
-
-    /// Deletes the stream and every message in it.
-    pub async fn delete(&self) -> Result<(), LogError> {
-        self.context
-            .delete_stream(&self.settings.stream)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        subject::conversation_subject(&self.0.settings.subject_prefix, account, conversation_id)
     }
 
     /// The last message on `subject`, if any.
     async fn last(&self, subject: &str) -> Result<Option<Entry>, LogError> {
-        match self.stream.get_last_raw_message_by_subject(subject).await {
+        match self.0.stream.get_last_raw_message_by_subject(subject).await {
             Ok(message) => Entry::parse(Some(&message.headers), message.sequence)
                 .map(Some)
                 .ok_or_else(|| {
@@ -196,6 +195,7 @@ impl JetStreamChunks {
             .message_id(message.message_id())
             .expected_last_subject_sequence(expected);
         let ack = self
+            .0
             .context
             .send_publish(subject.to_owned(), publish)
             .await
@@ -210,6 +210,7 @@ impl JetStreamChunks {
     /// The messages on `subject` from sequence `from` on, in order.
     async fn messages(&self, subject: &str, from: u64) -> Result<Ordered, LogError> {
         let consumer = self
+            .0
             .stream
             .create_consumer(OrderedConfig {
                 filter_subject: subject.to_owned(),

@@ -91,7 +91,7 @@ impl TurnLog {
     ) -> Result<Appended, LogError> {
         let done = usize::try_from(self.recorded.saturating_sub(from)).unwrap_or(0);
         let rest = batch.get(done..).unwrap_or_default();
-        let mut pieces = pieces(rest, self.chunks.max_payload)?;
+        let mut pieces = pieces(rest, self.chunks.max_payload())?;
         if pieces.is_empty() {
             if !finish {
                 return Ok(Appended::Recorded {
