@@ -11,6 +11,7 @@ use toolserver_bundles::BundleError;
 use toolserver_domain::validation::abbreviate;
 use toolserver_domain::ValidationError;
 use toolserver_harness::lifecycle::{LeaseError, LifecycleError};
+use toolserver_harness::stream::StreamError;
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
 
@@ -239,7 +240,17 @@ impl From<LifecycleError> for ApiError {
         match err {
             LifecycleError::Store(store) => store.into(),
             LifecycleError::Lease(lease) => lease.into(),
+            LifecycleError::Stream(stream) => stream.into(),
             other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<StreamError> for ApiError {
+    fn from(err: StreamError) -> Self {
+        match err {
+            StreamError::Store(store) => store.into(),
+            StreamError::Log(log) => Self::Unavailable(log.to_string()),
         }
     }
 }

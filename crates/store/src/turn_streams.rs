@@ -8,6 +8,11 @@
 //! stream through their account ([`latest`]), so another account's stream
 //! is never reached, and count themselves as its followers
 //! ([`add_follower`]) so appends are announced only while someone reads.
+//!
+//! A stream whose chunks are kept in NATS JetStream instead has its row
+//! here all the same (liveness, stop requests, which stream is the
+//! conversation's latest) with `log_start` set and no chunk rows; its
+//! recorder marks it finished ([`mark_finished`]) once the log holds its end.
 
 use std::time::Duration;
 
@@ -52,6 +57,10 @@ pub struct StreamState {
     pub live: bool,
     /// Whether a stop was asked for.
     pub stop_requested: bool,
+    /// For a stream whose chunks are in JetStream, the sequence of its
+    /// open message on the conversation's subject; `None`: chunks in
+    /// Postgres.
+    pub log_start: Option<i64>,
 }
 
 /// How an append went.
@@ -68,7 +77,7 @@ pub enum Appended {
 }
 
 const STATE: &str = "SELECT s.id, s.status = 'finished' AS finished, s.chunk_count, \
-         (s.status = 'active' AND s.alive_until > now()) AS live, s.stop_requested \
+         (s.status = 'active' AND s.alive_until > now()) AS live, s.stop_requested, s.log_start \
      FROM turn_streams s";
 
 /// A stream to open: recording starts once it is.
@@ -80,6 +89,8 @@ pub struct Opening {
     pub account: AccountId,
     /// The conversation (whose lease the opener holds).
     pub conversation_id: String,
+    /// Where its chunks start in JetStream (`None`: chunks in Postgres).
+    pub log_start: Option<i64>,
 }
 
 /// Chunks to record on one stream.
@@ -111,14 +122,15 @@ pub async fn open_many(
         .iter()
         .map(|s| conversation_key(&s.account, &s.conversation_id))
         .collect();
+    let log_starts: Vec<Option<i64>> = streams.iter().map(|s| s.log_start).collect();
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(
         "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
          input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) \
-                 AS i(id, account_id, conversation_id, conversation_key)), \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[]) \
+                 AS i(id, account_id, conversation_id, conversation_key, log_start)), \
          opened AS ( \
-             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until) \
-             SELECT id, account_id, conversation_id, now() + make_interval(secs => $5) \
+             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, log_start) \
+             SELECT id, account_id, conversation_id, now() + make_interval(secs => $5), log_start \
              FROM input RETURNING id) \
          SELECT i.id, EXISTS (SELECT 1 FROM turn_streams d \
                  WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
@@ -133,6 +145,7 @@ pub async fn open_many(
     .bind(&keys)
     .bind(alive.as_secs_f64())
     .bind(OPENED_CHANNEL)
+    .bind(&log_starts)
     .fetch_all(pool)
     .await?;
     Ok(ids
@@ -142,7 +155,8 @@ pub async fn open_many(
 }
 
 /// Finishes with `end` every active stream of `account`'s conversation
-/// `conversation_id` whose recorder died.
+/// `conversation_id` whose recorder died; one whose chunks are kept
+/// elsewhere (ended there by the caller) is only marked finished.
 pub async fn finish_dead(
     pool: &PgPool,
     account: &AccountId,
@@ -150,8 +164,8 @@ pub async fn finish_dead(
     end: &[String],
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
-    let dead: Vec<(Uuid, i32)> = sqlx::query_as(
-        "SELECT id, chunk_count FROM turn_streams \
+    let dead: Vec<(Uuid, i32, bool)> = sqlx::query_as(
+        "SELECT id, chunk_count, log_start IS NOT NULL FROM turn_streams \
          WHERE account_id = $1 AND conversation_id = $2 AND status = 'active' \
            AND alive_until <= now() FOR UPDATE",
     )
@@ -159,11 +173,30 @@ pub async fn finish_dead(
     .bind(conversation_id)
     .fetch_all(&mut *tx)
     .await?;
-    for (stream, count) in dead {
-        finish_with(&mut *tx, stream, count, end).await?;
+    for (stream, count, elsewhere) in dead {
+        match elsewhere {
+            true => mark_finished(&mut *tx, stream).await.map(drop)?,
+            false => finish_with(&mut *tx, stream, count, end).await.map(drop)?,
+        }
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Marks `stream`, whose chunks are kept elsewhere, finished (its last
+/// chunk is recorded there); answers whether it was still active.
+pub async fn mark_finished(
+    executor: impl sqlx::PgExecutor<'_>,
+    stream: Uuid,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE turn_streams SET status = 'finished', finished_at = now() \
+         WHERE id = $1 AND status = 'active'",
+    )
+    .bind(stream)
+    .execute(executor)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }
 
 /// Records `appends` (at most one per stream) in one statement, keeping

@@ -6,14 +6,19 @@
 //!     model passes);
 //!   - the same streaming requests made straight to the scripted model, the
 //!     floor the server adds to;
-//!   - the same turns on a second server with stream recording off
-//!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording;
+//!   - the same turns on a server recording chunks in NATS JetStream
+//!     (`TOOLSERVER_TURN_CHUNKS=nats`, the server at 127.0.0.1:4222, a
+//!     stream of this run's own) and on one with recording off
+//!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording in
+//!     each store; the three arms take turns over several rounds and the
+//!     median turns/s of each is compared;
 //!   - resume latency: a request for a running turn's stream to its first
-//!     replayed chunk (p50/p99);
+//!     replayed chunk (p50/p99), from Postgres and from JetStream;
 //!   - the server's resident memory with 1,000 turns open at once (the model
 //!     holds each pass open), read from /proc.
 //!
-//! Needs `DATABASE_URL` (a server where it may create a scratch database).
+//! Needs `DATABASE_URL` (a server where it may create a scratch database)
+//! and NATS with JetStream at 127.0.0.1:4222.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::Stdio;
@@ -31,6 +36,9 @@ const CLIENTS: usize = 50;
 const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
 const RESUMES: usize = 100;
+/// Rounds of the recording arms, whose medians are compared.
+const ROUNDS: usize = 5;
+const NATS_URL: &str = "127.0.0.1:4222";
 const SECRET: &str = "bench-secret";
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
 
@@ -54,7 +62,8 @@ impl Server {
             .env("TOOLSERVER_JWT_SECRET", SECRET)
             .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))
             .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
-            .env("TOOLSERVER_DB_MAX_CONNECTIONS", "40")
+            // Three servers share one Postgres (100 connections by default).
+            .env("TOOLSERVER_DB_MAX_CONNECTIONS", "20")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .kill_on_drop(true)
@@ -213,6 +222,12 @@ async fn model_direct(client: &reqwest::Client, base: &str) -> (Duration, Durati
     (first.unwrap(), started.elapsed())
 }
 
+/// The median of `values`.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 async fn concurrent<F, Fut>(
     label: &str,
     clients: usize,
@@ -266,6 +281,27 @@ async fn main() {
         )
         .await,
     );
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let jetstream_name = format!("BENCH_{run_id}");
+    let (chunk_prefix, request_subject) = (
+        format!("bench-chunks.{run_id}"),
+        format!("bench-turns.{run_id}"),
+    );
+    let jetstream_data = tempfile::tempdir().unwrap();
+    let jetstream = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            jetstream_data.path(),
+            &[
+                ("TOOLSERVER_NATS_URL", NATS_URL),
+                ("TOOLSERVER_TURN_CHUNKS", "nats"),
+                ("TOOLSERVER_NATS_STREAM", &jetstream_name),
+                ("TOOLSERVER_NATS_CHUNK_PREFIX", &chunk_prefix),
+                ("TOOLSERVER_NATS_SUBJECT", &request_subject),
+            ],
+        )
+        .await,
+    );
 
     let tool = server
         .post(
@@ -308,8 +344,10 @@ async fn main() {
         .unwrap()
         .to_owned();
 
-    for _ in 0..20 {
-        turn(&server, &tool_agent).await;
+    for target in [&server, &jetstream, &unrecorded] {
+        for _ in 0..20 {
+            turn(target, &tool_agent).await;
+        }
     }
     let direct_client = reqwest::Client::new();
     for (clients, per_client) in [(1, SEQUENTIAL_TURNS), (CLIENTS, TURNS_PER_CLIENT)] {
@@ -324,41 +362,67 @@ async fn main() {
                 async move { model_direct(&client, &base).await }
             })
             .await;
-        let (s, a) = (server.clone(), tool_agent.clone());
-        let (rate, ttfb) = concurrent("server turn", clients, per_client, move || {
-            let (s, a) = (s.clone(), a.clone());
-            async move { turn(&s, &a).await }
-        })
-        .await;
+        let arms = [
+            ("server turn, recorded in Postgres", server.clone()),
+            ("server turn, recorded in JetStream", jetstream.clone()),
+            ("server turn, recording off", unrecorded.clone()),
+        ];
+        let mut rates = vec![Vec::new(); arms.len()];
+        let mut ttfbs = vec![Vec::new(); arms.len()];
+        for _ in 0..ROUNDS {
+            for (arm, (label, target)) in arms.iter().enumerate() {
+                let (s, a) = (target.clone(), tool_agent.clone());
+                let (rate, ttfb) = concurrent(label, clients, per_client, move || {
+                    let (s, a) = (s.clone(), a.clone());
+                    async move { turn(&s, &a).await }
+                })
+                .await;
+                rates[arm].push(rate);
+                ttfbs[arm].push(ms(ttfb));
+            }
+        }
+        let rate: Vec<f64> = rates.into_iter().map(median).collect();
+        let ttfb: Vec<f64> = ttfbs.into_iter().map(median).collect();
+        println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
+        for (arm, (label, _)) in arms.iter().enumerate() {
+            println!(
+                "{label:<40} {:.1} turns/s, time to first byte p50 {:.3} ms",
+                rate[arm], ttfb[arm]
+            );
+        }
         println!(
             "server vs floor: {:.3}x the turns/s, time to first byte p50 +{:.3} ms",
-            rate / floor_rate,
-            ms(ttfb.saturating_sub(floor_ttfb))
+            rate[0] / floor_rate,
+            ttfb[0] - ms(floor_ttfb)
         );
-        let (s, a) = (unrecorded.clone(), tool_agent.clone());
-        let (plain_rate, plain_ttfb) = concurrent(
-            "server turn, recording off",
-            clients,
-            per_client,
-            move || {
-                let (s, a) = (s.clone(), a.clone());
-                async move { turn(&s, &a).await }
-            },
-        )
-        .await;
         println!(
-            "recording on vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
-            rate / plain_rate,
-            ms(ttfb) - ms(plain_ttfb)
+            "recorded in Postgres vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            rate[0] / rate[2],
+            ttfb[0] - ttfb[2]
+        );
+        println!(
+            "recorded in JetStream vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            rate[1] / rate[2],
+            ttfb[1] - ttfb[2]
+        );
+        println!(
+            "JetStream vs Postgres: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            rate[1] / rate[0],
+            ttfb[1] - ttfb[0]
         );
     }
 
     println!("== resume: request to first replayed chunk ==");
-    let mut latencies = Vec::new();
-    for _ in 0..RESUMES {
-        latencies.push(resume_latency(&server, &hold_agent).await);
+    for (label, target) in [
+        ("resume to first chunk, Postgres", &server),
+        ("resume to first chunk, JetStream", &jetstream),
+    ] {
+        let mut latencies = Vec::new();
+        for _ in 0..RESUMES {
+            latencies.push(resume_latency(target, &hold_agent).await);
+        }
+        summary(label, latencies);
     }
-    summary("resume to first chunk", latencies);
 
     let (idle_rss, _) = server.memory();
     println!("== {OPEN_TURNS} turns open at once ==");
@@ -395,6 +459,12 @@ async fn main() {
     );
     drop(streams);
     drop(server);
+    drop(jetstream);
     tokio::time::sleep(Duration::from_millis(200)).await;
     database.drop_now().await;
+    let nats = async_nats::connect(NATS_URL).await.unwrap();
+    async_nats::jetstream::new(nats)
+        .delete_stream(&jetstream_name)
+        .await
+        .unwrap();
 }

@@ -325,6 +325,16 @@ pub enum RunnerIsolation {
     None,
 }
 
+/// Where turn streams keep their chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TurnChunks {
+    /// Rows in Postgres, written in batches.
+    Postgres,
+    /// Messages in NATS JetStream: a stream per deployment, a subject per
+    /// conversation.
+    Nats,
+}
+
 /// Which runner backend runs uploaded tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
@@ -700,6 +710,28 @@ pub struct AgentsConfig {
         default_value = "toolserver.turns"
     )]
     pub nats_subject: String,
+    /// Where turn streams keep their chunks: `postgres`, or `nats` (NATS
+    /// JetStream on the server of `TOOLSERVER_NATS_URL`, which must have
+    /// JetStream on) (`TOOLSERVER_TURN_CHUNKS`; default: `nats` when
+    /// `TOOLSERVER_NATS_URL` is set, else `postgres`).
+    #[arg(long, env = "TOOLSERVER_TURN_CHUNKS", value_enum)]
+    pub turn_chunks: Option<TurnChunks>,
+    /// The JetStream stream of turn chunks, one per deployment; created or
+    /// updated at start (`TOOLSERVER_NATS_STREAM`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_NATS_STREAM",
+        default_value = "TOOLSERVER_TURN_CHUNKS"
+    )]
+    pub nats_stream: String,
+    /// Prefix of the conversations' subjects in the JetStream stream, which
+    /// takes `<prefix>.>` (`TOOLSERVER_NATS_CHUNK_PREFIX`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_NATS_CHUNK_PREFIX",
+        default_value = "toolserver.turn-chunks"
+    )]
+    pub nats_chunk_prefix: String,
     /// Milliseconds between reaper passes, which expire detached calls past
     /// their deadline, fail calls whose runner went silent, seal groups left
     /// open and fail turns that cannot go on (`TOOLSERVER_ASYNC_REAPER_MS`).

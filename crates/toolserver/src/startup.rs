@@ -18,7 +18,7 @@ use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
-use toolserver_harness::stream::StreamSettings;
+use toolserver_harness::stream::{ChunkStore, JetStreamChunks, JetStreamSettings, StreamSettings};
 use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_kubernetes::{
@@ -35,7 +35,7 @@ use url::Url;
 use crate::config::{
     AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, ChannelKind,
     CorsConfig, DatabaseConfig, EgressConfig, EgressProxyConfig, ExecutorKind, JwtAlgorithm,
-    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig,
+    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig, TurnChunks,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::keys;
@@ -120,15 +120,15 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         mcp: mcp_settings(config),
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
+    let nats = connect_nats(&config.agents).await?;
+    let chunks = chunk_store(&config.agents, nats.as_ref()).await?;
     let harness = harness(
         config,
         &public_url,
         &api,
-        db.pool.clone(),
-        bundles.clone(),
-        executor.clone(),
+        (db.pool.clone(), bundles.clone(), executor.clone()),
+        chunks,
     )?;
-    let nats = connect_nats(&config.agents).await?;
     let state = AppState::new(
         db.pool.clone(),
         bundles,
@@ -244,13 +244,51 @@ async fn connect_nats(config: &AgentsConfig) -> anyhow::Result<Option<async_nats
     Ok(Some(client))
 }
 
+/// Where turn streams keep their chunks (`TOOLSERVER_TURN_CHUNKS`): in
+/// JetStream on the NATS server (the default when there is one), whose
+/// stream is created or updated here, else in Postgres.
+async fn chunk_store(
+    agents: &AgentsConfig,
+    nats: Option<&async_nats::Client>,
+) -> anyhow::Result<ChunkStore> {
+    let kind = agents.turn_chunks.unwrap_or(match nats {
+        Some(_) => TurnChunks::Nats,
+        None => TurnChunks::Postgres,
+    });
+    let client = match (kind, nats) {
+        (TurnChunks::Postgres, _) => return Ok(ChunkStore::Postgres),
+        (TurnChunks::Nats, None) => bail!("TOOLSERVER_TURN_CHUNKS=nats needs TOOLSERVER_NATS_URL"),
+        (TurnChunks::Nats, Some(client)) => client.clone(),
+    };
+    let settings = JetStreamSettings {
+        stream: agents.nats_stream.clone(),
+        subject_prefix: agents.nats_chunk_prefix.clone(),
+    };
+    let retention = Duration::from_secs(agents.stream_retention_secs.max(1));
+    let chunks = JetStreamChunks::connect(client, settings, retention)
+        .await
+        .context(
+            "setting up the JetStream stream of turn chunks (TOOLSERVER_TURN_CHUNKS=nats, the \
+             default with TOOLSERVER_NATS_URL, needs JetStream on the NATS server; \
+             TOOLSERVER_TURN_CHUNKS=postgres keeps them in Postgres)",
+        )?;
+    tracing::info!(
+        stream = %agents.nats_stream,
+        subject_prefix = %agents.nats_chunk_prefix,
+        "turn chunks kept in NATS JetStream"
+    );
+    Ok(ChunkStore::JetStream(chunks))
+}
+
+/// The database, bundle store and runner backend tools reach.
+type Sources = (PgPool, Arc<dyn BundleStore>, Arc<dyn Executor>);
+
 fn harness(
     config: &ServeConfig,
     public_url: &Url,
     api: &ApiSettings,
-    pool: PgPool,
-    bundles: Arc<dyn BundleStore>,
-    executor: Arc<dyn Executor>,
+    (pool, bundles, executor): Sources,
+    chunks: ChunkStore,
 ) -> anyhow::Result<Harness> {
     let agents = &config.agents;
     let key_hex = match &agents.secrets_key {
@@ -318,7 +356,7 @@ fn harness(
         public_url: public_url.clone(),
         async_result_ttl: Duration::from_secs(agents.async_result_ttl_secs),
         lifecycle: lifecycle_settings(agents),
-        streams: stream_settings(agents, api.request_timeout),
+        streams: stream_settings(agents, api.request_timeout, chunks),
         outbound_resolve_timeout: Duration::from_millis(agents.outbound_connect_timeout_ms),
     };
     Ok(Harness::new(sources, SecretBox::new(&key), settings))
@@ -343,7 +381,11 @@ fn cors_settings(config: &CorsConfig) -> anyhow::Result<Option<CorsSettings>> {
     Ok(settings)
 }
 
-fn stream_settings(agents: &AgentsConfig, request_timeout: Duration) -> StreamSettings {
+fn stream_settings(
+    agents: &AgentsConfig,
+    request_timeout: Duration,
+    chunks: ChunkStore,
+) -> StreamSettings {
     let poll = Duration::from_millis(agents.stream_poll_ms.max(10));
     let hold_ceiling = request_timeout.saturating_sub(Duration::from_secs(1));
     StreamSettings {
@@ -355,6 +397,7 @@ fn stream_settings(agents: &AgentsConfig, request_timeout: Duration) -> StreamSe
         max_group: agents.stream_max_group.clamp(1, 10_000),
         record: agents.stream_recording,
         resume_hold: Duration::from_millis(agents.stream_resume_hold_ms).min(hold_ceiling),
+        chunks,
     }
 }
 

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::Reply;
 
+use crate::chunk_stores::{on_each_chunk_store, Chunks};
 use crate::live::{user_turn, LiveApp};
 use crate::support::*;
 
@@ -68,9 +69,8 @@ pub async fn wait_for_status_within(
     panic!("the detached turn never became {wanted}: {last}");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_detached_turn_continues_once_with_both_results(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+async fn a_detached_turn_continues_once_with_both_results(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool.clone(), chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -162,9 +162,8 @@ async fn a_detached_turn_continues_once_with_both_results(pool: PgPool) {
     assert_eq!(status, 404);
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_detached_turn_denies_approvals_visibly(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -201,9 +200,8 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool) {
 
 const LONG: &str = "export default { async execute(ctx) { ctx.log('started the long job'); await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool.clone(), chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "long", LONG, json!({"type": "object"}))
         .await;
@@ -285,13 +283,12 @@ async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool) {
     assert!(text.contains("\"status\":\"cancelled\""), "{done}");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool) {
+async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool, chunks: Chunks) {
     let nats = async_nats::connect("127.0.0.1:4222")
         .await
         .expect("NATS on 127.0.0.1:4222 (make test-deps)");
     let subject = format!("toolserver-test.{}.turns", uuid::Uuid::new_v4().simple());
-    let app = LiveApp::start_with_nats(pool, nats.clone(), &subject).await;
+    let app = LiveApp::start_with_nats(pool, nats.clone(), &subject, chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -341,9 +338,8 @@ async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool) {
     assert_eq!(refused["error"]["code"], "unauthorized", "{refused}");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool.clone(), chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -423,3 +419,11 @@ async fn the_detached_routes_answer_only_on_their_own_paths(pool: PgPool) {
         "GET /agents/{{id}}/async reads nothing: {body}"
     );
 }
+
+on_each_chunk_store!(
+    a_detached_turn_continues_once_with_both_results,
+    a_detached_turn_denies_approvals_visibly,
+    async_status_reads_logs_and_stops_a_detached_call,
+    a_turn_requested_over_nats_answers_on_its_reply_subject,
+    two_hundred_detached_siblings_continue_the_model_once,
+);

@@ -14,6 +14,7 @@ use toolserver_store::jobs;
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
+use crate::chunk_stores::Chunks;
 use crate::completion::turn_fixture;
 use crate::detached::{next_reply, start_async, wait_for_status, wait_for_status_within};
 use crate::live::{user_turn, LiveApp};
@@ -426,7 +427,7 @@ async fn defect10_a_nats_requester_hears_when_the_agent_is_deleted(pool: PgPool)
         .await
         .expect("NATS on 127.0.0.1:4222 (make test-deps)");
     let subject = format!("toolserver-test.{}.turns", Uuid::new_v4().simple());
-    let app = LiveApp::start_with_nats(pool.clone(), nats.clone(), &subject).await;
+    let app = LiveApp::start_with_nats(pool.clone(), nats.clone(), &subject, Chunks::Nats).await;
     let (_, agent) = async_agent(
         &app,
         ("job", DELAYED),

@@ -13,10 +13,12 @@ use toolserver_sandbox::{Executor, LocalExecutor, ReservationKey, WorkerClient};
 use toolserver_testsupport::http::request_json;
 use toolserver_testsupport::ScriptedModel;
 
+use crate::chunk_stores::{Chunks, TestStore};
 use crate::support::*;
 
 pub struct LiveApp {
     _nats: Option<AbortOnDrop>,
+    _chunks: Option<TestStore>,
     pub state: toolserver_api::AppState,
     pub base: String,
     pub client: reqwest::Client,
@@ -85,6 +87,25 @@ impl LiveApp {
         Self::start_with(pool, None, fast_lifecycle()).await
     }
 
+    /// The app keeping turn chunks in `chunks`.
+    pub async fn start_on(pool: PgPool, chunks: Chunks) -> Self {
+        Self::start_on_settings(pool, chunks, ApiSettings::default(), fast_lifecycle()).await
+    }
+
+    /// The app keeping turn chunks in `chunks`, with settings of its own.
+    pub async fn start_on_settings(
+        pool: PgPool,
+        chunks: Chunks,
+        api: ApiSettings,
+        mut settings: HarnessSettings,
+    ) -> Self {
+        let store = chunks.store().await;
+        settings.streams.chunks = store.0.clone();
+        let mut app = Self::start_full(pool, None, settings, None, api).await;
+        app._chunks = Some(store);
+        app
+    }
+
     /// The app with its job loop and reaper idle, for tests that drive the
     /// lifecycle's storage by hand.
     pub async fn start_quiet(pool: PgPool) -> Self {
@@ -113,16 +134,26 @@ impl LiveApp {
         Self::start_full(pool, None, settings, None, api).await
     }
 
-    /// The app with turns also taken over NATS, on `subject`.
-    pub async fn start_with_nats(pool: PgPool, nats: async_nats::Client, subject: &str) -> Self {
+    /// The app with turns also taken over NATS, on `subject`, keeping
+    /// turn chunks in `chunks`.
+    pub async fn start_with_nats(
+        pool: PgPool,
+        nats: async_nats::Client,
+        subject: &str,
+        chunks: Chunks,
+    ) -> Self {
+        let store = chunks.store().await;
+        let mut settings = fast_lifecycle();
+        settings.streams.chunks = store.0.clone();
         let mut app = Self::start_full(
             pool,
             None,
-            fast_lifecycle(),
+            settings,
             Some(nats.clone()),
             ApiSettings::default(),
         )
         .await;
+        app._chunks = Some(store);
         let turns = toolserver_api::nats::spawn_turns(app.state.clone(), nats, subject.to_owned())
             .await
             .unwrap();
@@ -173,6 +204,7 @@ impl LiveApp {
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             _nats: None,
+            _chunks: None,
             state,
             base,
             client: reqwest::Client::new(),

@@ -8,6 +8,8 @@ mod auth;
 mod browser;
 mod bundles;
 mod chat;
+mod chunk_log;
+mod chunk_stores;
 mod cli;
 mod completion;
 mod contract;

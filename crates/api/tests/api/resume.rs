@@ -12,6 +12,7 @@ use toolserver_api::cors::CorsSettings;
 use toolserver_api::ApiSettings;
 use toolserver_testsupport::Reply;
 
+use crate::chunk_stores::{on_each_chunk_store, Chunks};
 use crate::live::{fast_lifecycle, parse_frames, user_turn, LiveApp};
 use crate::support::*;
 
@@ -143,9 +144,11 @@ async fn stop(app: &LiveApp, account: &str, agent: &str, conversation: &str) -> 
     .await
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_resume_replays_the_running_turn_from_its_start_and_follows_it(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_resume_replays_the_running_turn_from_its_start_and_follows_it(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -188,11 +191,14 @@ async fn a_resume_replays_the_running_turn_from_its_start_and_follows_it(pool: P
     // (useChat on a new chat) is the same.
     assert_eq!(resume(&app, &agent, "conv-r", "").await.status(), 204);
     assert_eq!(resume(&app, &agent, "conv-new", "").await.status(), 204);
+    chunks.assert_recorded_here(&app.pool).await;
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -241,9 +247,11 @@ async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(pool: PgP
     assert_eq!(body["error"]["field"], "conversationId", "{body}");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -290,9 +298,11 @@ async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(pool: Pg
     assert_eq!(next.status, 200, "{}", next.body);
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(&app, "left", (&tool, "slow"), json!({"ms": 600}), json!({})).await;
     let mut first = Frames::new(
@@ -323,9 +333,11 @@ async fn a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it
     );
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -355,9 +367,8 @@ async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(pool: Pg
     assert_eq!(app.inflight(ACCOUNT_A, &tool).await, 0);
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -411,9 +422,8 @@ async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool) 
     assert_eq!(status["status"], "completed", "{status}");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn resume_and_stop_are_scoped_by_account_and_agent(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn resume_and_stop_are_scoped_by_account_and_agent(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool, chunks).await;
     app.model.script("plain", vec![Reply::text("hi")]);
     let agent = app.agent(ACCOUNT_A, "plain", json!({})).await;
     let other = app.agent(ACCOUNT_A, "plain", json!({})).await;
@@ -556,3 +566,13 @@ async fn with_recording_off_turns_stream_straight_and_nothing_is_resumable(pool:
         .unwrap();
     assert_eq!(recorded, 0);
 }
+
+on_each_chunk_store!(
+    a_resume_replays_the_running_turn_from_its_start_and_follows_it,
+    start_index_resumes_from_a_chunk_and_counts_back_from_the_end,
+    stop_from_another_connection_ends_the_turn_and_its_runner_call,
+    a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it,
+    under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn,
+    a_detached_turn_is_followed_live_from_another_connection,
+    resume_and_stop_are_scoped_by_account_and_agent,
+);

@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use toolserver_testsupport::Reply;
 
+use crate::chunk_stores::{on_each_chunk_store, Chunks};
 use crate::detached::{start_async, wait_for_status};
 use crate::live::LiveApp;
 use crate::support::*;
@@ -157,9 +158,11 @@ fn text_of(chunks: &[Value]) -> String {
         .collect()
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_turn_sent_on_one_socket_is_resumed_on_another_with_the_same_sequences(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_turn_sent_on_one_socket_is_resumed_on_another_with_the_same_sequences(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app
         .upload(
             ACCOUNT_A,
@@ -212,13 +215,16 @@ async fn a_turn_sent_on_one_socket_is_resumed_on_another_with_the_same_sequences
     assert_eq!(answer(&mut watcher, "w2").await.last, "no-active");
     send(&mut watcher, resume_frame("w3", "conv-never")).await;
     assert_eq!(answer(&mut watcher, "w3").await.last, "no-active");
+    chunks.assert_recorded_here(&app.pool).await;
 }
 
 const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 1500)); return { finished: input.job }; } };";
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_held_resume_receives_a_detached_turns_continuation_without_polling(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn a_held_resume_receives_a_detached_turns_continuation_without_polling(
+    pool: PgPool,
+    chunks: Chunks,
+) {
+    let app = LiveApp::start_on(pool, chunks).await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -253,9 +259,8 @@ async fn a_held_resume_receives_a_detached_turns_continuation_without_polling(po
     assert_eq!(answer(&mut socket, "h2").await.last, "no-active");
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn an_aborted_request_stops_answering_and_the_turn_goes_on(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+async fn an_aborted_request_stops_answering_and_the_turn_goes_on(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool, chunks).await;
     app.model.script(
         "abort",
         vec![Reply::text("one two three four five six seven eight")
@@ -386,3 +391,9 @@ async fn handshakes_and_requests_are_checked(pool: PgPool) {
         other => panic!("expected a close frame, got {other:?}"),
     }
 }
+
+on_each_chunk_store!(
+    a_turn_sent_on_one_socket_is_resumed_on_another_with_the_same_sequences,
+    a_held_resume_receives_a_detached_turns_continuation_without_polling,
+    an_aborted_request_stops_answering_and_the_turn_goes_on,
+);

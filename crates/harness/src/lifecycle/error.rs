@@ -3,6 +3,7 @@
 use toolserver_store::StoreError;
 
 use super::lease::LeaseError;
+use crate::stream::StreamError;
 
 /// Why a run of a detached turn did not commit.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,10 @@ pub enum LifecycleError {
     /// The conversation could not be held or read.
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    /// The turn's stream could not be opened; retried unless retrying
+    /// cannot help.
+    #[error("the turn stream could not be opened: {0}")]
+    Stream(#[from] StreamError),
     /// Another process holds the job now (this one stalled past its claim).
     #[error("the job's claim was lost to another process")]
     LostClaim,
@@ -36,6 +41,7 @@ impl LifecycleError {
         match self {
             Self::AgentDeleted | Self::ConfigInvalid(_) | Self::Unstorable(_) => true,
             Self::Lease(lease) => lease.is_permanent(),
+            Self::Stream(stream) => !stream.is_transient(),
             Self::Store(_) | Self::LostClaim | Self::LostConversation => false,
         }
     }

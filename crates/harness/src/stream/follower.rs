@@ -1,6 +1,8 @@
 //! Reads a conversation's active turn stream from a chunk index and follows
-//! it live until it finishes, from any process. A stream whose turn lost
-//! its conversation (its server died) is finished here, with an error.
+//! it live until it finishes, from any process, from wherever it was
+//! recorded (Postgres rows here; JetStream in [`super::jetstream`]). A
+//! stream whose turn lost its conversation (its server died) is finished
+//! here, with an error.
 
 use std::sync::Arc;
 
@@ -10,7 +12,8 @@ use toolserver_store::turn_streams::{self, StreamState};
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
-use super::{orphan_end, Notice, StreamHub};
+use super::jetstream::{self, LogError, Reading};
+use super::{orphan_end, ChunkStore, Notice, StreamError, StreamHub};
 
 /// Chunks read in one query.
 const PAGE: i64 = 256;
@@ -38,7 +41,7 @@ pub async fn follow(
     account: &AccountId,
     conversation_id: &str,
     start_index: Option<i64>,
-) -> Result<Option<Followed>, StoreError> {
+) -> Result<Option<Followed>, StreamError> {
     let notices = hub.subscribe();
     let Some(state) = turn_streams::latest(hub.pool(), account, conversation_id).await? else {
         return Ok(None);
@@ -46,12 +49,16 @@ pub async fn follow(
     if state.finished {
         return Ok(None);
     }
+    if let Some(log_start) = state.log_start {
+        let from = Logged {
+            stream: state.id,
+            log_start,
+            start_index,
+        };
+        return follow_log(hub, account, conversation_id, from).await;
+    }
     let count = i64::from(state.chunk_count);
-    let start = match start_index {
-        None => 0,
-        Some(index) if index < 0 => (count + index).max(0),
-        Some(index) => index,
-    };
+    let start = start_from(start_index, count);
     let (sender, chunks) = mpsc::channel(BUFFER);
     let stream_id = state.id;
     tokio::spawn(read_followed(hub.clone(), state, start, sender, notices));
@@ -61,6 +68,57 @@ pub async fn follow(
         start_index: start,
         chunks,
     }))
+}
+
+/// A stream recorded in JetStream, to follow from `start_index`.
+struct Logged {
+    stream: Uuid,
+    log_start: i64,
+    start_index: Option<i64>,
+}
+
+/// Follows a stream recorded in JetStream; `None` once its log has ended.
+async fn follow_log(
+    hub: &Arc<StreamHub>,
+    account: &AccountId,
+    conversation_id: &str,
+    from: Logged,
+) -> Result<Option<Followed>, StreamError> {
+    let ChunkStore::JetStream(log) = &hub.settings().chunks else {
+        return Err(LogError::Unavailable(
+            "the turn stream was recorded in NATS JetStream, which this server is not configured with".into(),
+        )
+        .into());
+    };
+    let subject = log.subject(account, conversation_id);
+    let Some(tail) = jetstream::tail(log, &subject, from.stream).await? else {
+        return Ok(None);
+    };
+    let start = start_from(from.start_index, tail + 1);
+    let (sender, chunks) = mpsc::channel(BUFFER);
+    let reading = Reading {
+        subject,
+        stream: from.stream,
+        log_start: u64::try_from(from.log_start).unwrap_or(1),
+        start,
+    };
+    tokio::spawn(jetstream::read(hub.clone(), log.clone(), reading, sender));
+    Ok(Some(Followed {
+        stream_id: from.stream,
+        tail_index: tail,
+        start_index: start,
+        chunks,
+    }))
+}
+
+/// The index a read starts from: `start_index` (negative: counted back
+/// from `count` chunks; `None`: the start).
+fn start_from(start_index: Option<i64>, count: i64) -> i64 {
+    match start_index {
+        None => 0,
+        Some(index) if index < 0 => (count + index).max(0),
+        Some(index) => index,
+    }
 }
 
 /// Counts this reader as the stream's follower (so its appends are

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use toolserver_domain::AccountId;
-use toolserver_store::{async_turns, turn_streams, StoreError};
+use toolserver_store::{async_turns, turn_streams};
 
-use super::{follow, Followed, Notice, StreamHub};
+use super::{follow, Followed, Notice, StreamError, StreamHub};
 
 /// Follows the conversation's active stream like [`follow`]; when none is
 /// active but a detached turn on the conversation has not settled, waits
@@ -22,7 +22,7 @@ pub async fn follow_held(
     conversation_id: &str,
     start_index: Option<i64>,
     deadline: Option<Instant>,
-) -> Result<Option<Followed>, StoreError> {
+) -> Result<Option<Followed>, StreamError> {
     let key = turn_streams::conversation_key(account, conversation_id);
     let mut notices = hub.subscribe();
     loop {

@@ -1,24 +1,44 @@
-//! Durable turn streams: every turn's UI message chunks are recorded in
-//! Postgres, in order and with an index, before anyone is shown them
-//! ([`record`]); any server process can replay a turn's chunks and follow it
+//! Durable turn streams: every turn's UI message chunks are recorded, in
+//! order and with an index, before anyone is shown them ([`record`]): in
+//! Postgres by default, or in NATS JetStream ([`ChunkStore`]); any server process can replay a turn's chunks and follow it
 //! live ([`follow`]), or wait for a detached turn's next run
 //! ([`follow_held`]); a stop asked for in any process reaches the process
 //! that runs the turn. A few writers per process record every turn's
 //! chunks, many turns per statement. Postgres `LISTEN/NOTIFY` carries the news between
 //! processes ([`StreamHub`]); a periodic check covers a missed notice.
+//! Whatever the chunk store, each stream's row in Postgres keeps its
+//! liveness, stop requests, and which stream is a conversation's latest.
 
+mod error;
 mod follower;
 mod held;
 mod hub;
+pub mod jetstream;
 mod recorder;
+mod sink;
 mod writer;
 
 use std::time::Duration;
 
+pub use error::StreamError;
 pub use follower::{follow, Followed};
 pub use held::follow_held;
 pub use hub::{Notice, StreamHub};
+pub use jetstream::{JetStreamChunks, JetStreamSettings};
 pub use recorder::{record, Recording};
+
+/// Where new turn streams keep their chunks (a stream is read from where
+/// it was recorded, whatever this says).
+#[derive(Debug, Clone, Default)]
+pub enum ChunkStore {
+    /// Rows of `turn_stream_chunks`, written in batches by the process's
+    /// stream writers; purged once finished longer than the retention.
+    #[default]
+    Postgres,
+    /// Messages on the conversation's subject of a JetStream stream,
+    /// expired by the stream's `max_age` (the retention).
+    JetStream(JetStreamChunks),
+}
 
 /// Knobs of turn streams; each one is a server setting.
 #[derive(Debug, Clone)]
@@ -47,6 +67,8 @@ pub struct StreamSettings {
     /// that is between runs before answering 204 (a WebSocket resume waits
     /// as long as the turn is unsettled).
     pub resume_hold: Duration,
+    /// Where new turn streams keep their chunks.
+    pub chunks: ChunkStore,
 }
 
 impl Default for StreamSettings {
@@ -60,6 +82,7 @@ impl Default for StreamSettings {
             max_group: 128,
             record: true,
             resume_hold: Duration::from_secs(25),
+            chunks: ChunkStore::Postgres,
         }
     }
 }

@@ -1,8 +1,7 @@
 //! Records a turn's chunks before they are shown: the turn writes to
 //! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
-//! through the process's stream writers, as fast as the database takes
-//! them) and only then forwards each chunk to the client of this process,
-//! if any. It watches for a stop asked for in
+//! as fast as the chunk store takes them: see [`Sink`]) and only then
+//! forwards each chunk to the client of this process, if any. It watches for a stop asked for in
 //! any process, and for the client leaving, and cancels [`Recording::stop`]
 //! for the turn to end on.
 
@@ -13,11 +12,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolserver_domain::{AccountId, OnDisconnect};
-use toolserver_store::turn_streams::{self, Append, Appended, Opening};
-use toolserver_store::StoreError;
+use toolserver_store::turn_streams::{self, Appended};
 use uuid::Uuid;
 
-use super::{orphan_end, Notice, StreamHub};
+use super::sink::Sink;
+use super::{Notice, StreamError, StreamHub};
 use crate::ui::UiChunk;
 
 /// Appends that fail this many times in a row end the recording.
@@ -50,17 +49,16 @@ pub async fn record(
     conversation_id: &str,
     forward: Option<mpsc::Sender<String>>,
     on_disconnect: OnDisconnect,
-) -> Result<Recording, StoreError> {
+) -> Result<Recording, StreamError> {
     let notices = hub.subscribe();
-    let stream_id = match hub.settings().record {
-        true => Some(open(hub, account, conversation_id).await?),
-        false => None,
-    };
+    let sink = Sink::open(hub, account, conversation_id).await?;
+    let stream_id = sink.stream_id();
     let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
     let stop = CancellationToken::new();
     let recorder = Recorder {
         hub: hub.clone(),
         stream_id,
+        sink,
         count: 0,
         forward,
         on_disconnect,
@@ -75,28 +73,10 @@ pub async fn record(
     })
 }
 
-/// Opens a stream on the conversation, finishing any older one whose
-/// recorder died; returns its id.
-async fn open(
-    hub: &StreamHub,
-    account: &AccountId,
-    conversation_id: &str,
-) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
-    let opening = Opening {
-        id,
-        account: account.clone(),
-        conversation_id: conversation_id.to_owned(),
-    };
-    if hub.writer().open(opening).await? {
-        turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await?;
-    }
-    Ok(id)
-}
-
 struct Recorder {
     hub: Arc<StreamHub>,
     stream_id: Option<Uuid>,
+    sink: Sink,
     /// Chunks recorded so far.
     count: i32,
     forward: Option<mpsc::Sender<String>>,
@@ -156,27 +136,17 @@ impl Recorder {
         batch
     }
 
-    /// Records `batch` (retrying a failing database), then forwards it.
-    /// False when it could not be recorded.
+    /// Records `batch` (retrying a failing store), then forwards it. False
+    /// when it could not be recorded.
     async fn append(&mut self, batch: &[String], finish: bool) -> bool {
-        let Some(stream_id) = self.stream_id else {
-            self.forward(batch).await;
-            return true;
-        };
         let added = i32::try_from(batch.len()).unwrap_or(i32::MAX);
-        let append = Append {
-            stream: stream_id,
-            from: self.count,
-            chunks: batch.to_vec(),
-            finish,
-        };
         let mut backoff = APPEND_BACKOFF;
         let mut failed_before = false;
         for attempt in 1..=APPEND_ATTEMPTS {
-            let outcome = match self.hub.writer().append(append.clone()).await {
-                Ok(Appended::Refused) if failed_before => self.recorded_meanwhile(added).await,
-                outcome => outcome,
-            };
+            let outcome = self
+                .sink
+                .append(&self.hub, self.count, batch, finish, failed_before)
+                .await;
             match outcome {
                 Ok(Appended::Recorded { stop_requested }) => {
                     self.count += added;
@@ -187,10 +157,10 @@ impl Recorder {
                     return true;
                 }
                 Ok(Appended::Refused) => {
-                    tracing::warn!(stream.id = ?self.stream_id, "the turn stream was taken for dead (its recorder could not renew it in time); stopping the turn");
+                    tracing::warn!(stream.id = ?self.stream_id, "the turn stream was ended elsewhere (taken for dead as its recorder could not renew it in time, or ended by a newer turn on the conversation); stopping the turn");
                     return false;
                 }
-                Err(err) if attempt < APPEND_ATTEMPTS => {
+                Err(err) if attempt < APPEND_ATTEMPTS && err.is_transient() => {
                     tracing::debug!(stream.id = ?self.stream_id, error = %err, attempt, "recording chunks failed; trying again");
                     failed_before = true;
                     tokio::time::sleep(backoff).await;
@@ -198,27 +168,11 @@ impl Recorder {
                 }
                 Err(err) => {
                     tracing::error!(stream.id = ?self.stream_id, error = %err, "could not record the turn's chunks; stopping the turn");
+                    return false;
                 }
             }
         }
         false
-    }
-
-    /// After an append whose answer was lost was refused on a retry: whether
-    /// the lost one was recorded after all (the stream's count moved by
-    /// exactly `added` and nothing else writes it).
-    async fn recorded_meanwhile(&self, added: i32) -> Result<Appended, StoreError> {
-        let Some(stream_id) = self.stream_id else {
-            return Ok(Appended::Refused);
-        };
-        let state = turn_streams::state(self.hub.pool(), stream_id).await?;
-        let moved_by_it = state.chunk_count == self.count + added;
-        if moved_by_it && (state.live || state.finished) {
-            return Ok(Appended::Recorded {
-                stop_requested: state.stop_requested,
-            });
-        }
-        Ok(Appended::Refused)
     }
 
     async fn forward(&mut self, batch: &[String]) {

@@ -1,7 +1,9 @@
 //! A turn's stream outlives the server process that runs it: two real
 //! servers on one database, the one streaming a turn is SIGKILLed
 //! mid-stream, and a resume on the other replays every chunk recorded
-//! before the kill exactly once, in order, then ends cleanly.
+//! before the kill exactly once, in order, then ends cleanly — with chunks
+//! in Postgres, and in NATS JetStream (the real server at 127.0.0.1:4222,
+//! a stream and subjects of the test's own).
 
 use std::time::Duration;
 
@@ -16,6 +18,72 @@ const FAST_STREAMS: &[(&str, &str)] = &[
     ("TOOLSERVER_STREAM_POLL_MS", "100"),
     ("TOOLSERVER_STREAM_ALIVE_MS", "1000"),
 ];
+
+const NATS_URL: &str = "127.0.0.1:4222";
+
+/// Where both servers keep turn chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunks {
+    Postgres,
+    Nats,
+}
+
+/// The settings of both servers for `chunks` (with NATS: a JetStream
+/// stream, chunk subjects and a turn-request subject no other test uses).
+struct Store {
+    settings: Vec<(&'static str, String)>,
+    stream: Option<String>,
+}
+
+impl Store {
+    fn new(chunks: Chunks) -> Self {
+        let mut settings: Vec<(&'static str, String)> = FAST_STREAMS
+            .iter()
+            .map(|(name, value)| (*name, (*value).to_owned()))
+            .collect();
+        if chunks == Chunks::Postgres {
+            return Self {
+                settings,
+                stream: None,
+            };
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let stream = format!("TEST_FAILOVER_{id}");
+        settings.extend([
+            ("TOOLSERVER_NATS_URL", NATS_URL.to_owned()),
+            ("TOOLSERVER_TURN_CHUNKS", "nats".to_owned()),
+            ("TOOLSERVER_NATS_STREAM", stream.clone()),
+            ("TOOLSERVER_NATS_CHUNK_PREFIX", format!("test-chunks.{id}")),
+            ("TOOLSERVER_NATS_SUBJECT", format!("test-turns.{id}")),
+        ]);
+        Self {
+            settings,
+            stream: Some(stream),
+        }
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.settings
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect()
+    }
+
+    /// How many messages the JetStream stream holds (`None`: Postgres).
+    async fn messages(&self) -> Option<u64> {
+        let name = self.stream.as_ref()?;
+        let context = async_nats::jetstream::new(async_nats::connect(NATS_URL).await.unwrap());
+        let mut stream = context.get_stream(name).await.unwrap();
+        Some(stream.info().await.unwrap().state.messages)
+    }
+
+    async fn delete(&self) {
+        if let Some(name) = &self.stream {
+            let context = async_nats::jetstream::new(async_nats::connect(NATS_URL).await.unwrap());
+            context.delete_stream(name).await.unwrap();
+        }
+    }
+}
 
 /// The JSON chunks of an SSE body read so far, and whether `[DONE]` came.
 #[derive(Default)]
@@ -74,9 +142,21 @@ async fn resume(setup: &Setup, server: &Server, agent: &str) -> reqwest::Respons
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_resume_on_another_process_gets_every_chunk_before_a_kill_once(pool: PgPool) {
+    failover(pool, Chunks::Postgres).await;
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_resume_on_another_process_gets_every_chunk_before_a_kill_once_from_jetstream(
+    pool: PgPool,
+) {
+    failover(pool, Chunks::Nats).await;
+}
+
+async fn failover(pool: PgPool, chunks: Chunks) {
+    let store = Store::new(chunks);
     let (one, two) = (Setup::new(&pool), Setup::new(&pool));
-    let mut doomed = one.start_with(100, FAST_STREAMS).await;
-    let survivor = two.start_with(100, FAST_STREAMS).await;
+    let mut doomed = one.start_with(100, &store.env()).await;
+    let survivor = two.start_with(100, &store.env()).await;
     let model = ScriptedModel::start().await;
     let words: Vec<String> = (0..200).map(|n| format!("word{n} ")).collect();
     model.script(
@@ -155,4 +235,21 @@ async fn a_resume_on_another_process_gets_every_chunk_before_a_kill_once(pool: P
     // Resuming again: the stream has ended, so there is nothing to resume.
     let again = resume(&two, &survivor, &agent).await;
     assert_eq!(again.status(), 204);
+
+    // The chunks were where the servers were told to keep them.
+    let (in_log, chunk_rows): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM turn_streams WHERE log_start IS NOT NULL), \
+                (SELECT count(*) FROM turn_stream_chunks)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    match store.messages().await {
+        None => assert_eq!((in_log, chunk_rows > 0), (0, true)),
+        Some(messages) => {
+            assert_eq!((in_log, chunk_rows), (1, 0));
+            assert!(messages >= 3, "open, chunks and the orphan end: {messages}");
+        }
+    }
+    store.delete().await;
 }

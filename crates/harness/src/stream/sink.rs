@@ -1,0 +1,127 @@
+//! Where one turn's recorder puts its chunks: nowhere (recording off), the
+//! Postgres rows of its stream (through the process's stream writers), or
+//! its conversation's JetStream subject. Either way the stream has its row
+//! in Postgres, opened here.
+
+use toolserver_domain::AccountId;
+use toolserver_store::turn_streams::{self, Append, Appended, Opening};
+use toolserver_store::StoreError;
+use uuid::Uuid;
+
+use super::jetstream::TurnLog;
+use super::{orphan_end, ChunkStore, StreamError, StreamHub};
+
+/// Where one turn's chunks go.
+pub(super) enum Sink {
+    /// Straight to the client: recording is off.
+    Unrecorded,
+    /// Rows of the stream in Postgres.
+    Postgres(Uuid),
+    /// Messages of the stream on its conversation's JetStream subject.
+    JetStream(Uuid, Box<TurnLog>),
+}
+
+impl Sink {
+    /// Opens a stream on `account`'s conversation `conversation_id` in the
+    /// hub's chunk store, finishing any older one whose recorder died.
+    pub(super) async fn open(
+        hub: &StreamHub,
+        account: &AccountId,
+        conversation_id: &str,
+    ) -> Result<Self, StreamError> {
+        if !hub.settings().record {
+            return Ok(Self::Unrecorded);
+        }
+        let id = Uuid::now_v7();
+        let (log, sink) = match &hub.settings().chunks {
+            ChunkStore::Postgres => (None, Self::Postgres(id)),
+            ChunkStore::JetStream(chunks) => {
+                let log = TurnLog::open(chunks, account, conversation_id, id).await?;
+                let start = i64::try_from(log.start()).ok();
+                (start, Self::JetStream(id, Box::new(log)))
+            }
+        };
+        let opening = Opening {
+            id,
+            account: account.clone(),
+            conversation_id: conversation_id.to_owned(),
+            log_start: log,
+        };
+        if hub.writer().open(opening).await? {
+            turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await?;
+        }
+        Ok(sink)
+    }
+
+    /// The stream's id (`None` when recording is off).
+    pub(super) fn stream_id(&self) -> Option<Uuid> {
+        match self {
+            Self::Unrecorded => None,
+            Self::Postgres(id) | Self::JetStream(id, _) => Some(*id),
+        }
+    }
+
+    /// Records `batch`, whose first chunk has index `from` (with `finish`,
+    /// the stream's last); `retry` says an earlier try of the same append
+    /// failed without an answer.
+    pub(super) async fn append(
+        &mut self,
+        hub: &StreamHub,
+        from: i32,
+        batch: &[String],
+        finish: bool,
+        retry: bool,
+    ) -> Result<Appended, StreamError> {
+        match self {
+            Self::Unrecorded => Ok(Appended::Recorded {
+                stop_requested: false,
+            }),
+            Self::Postgres(stream) => {
+                let append = Append {
+                    stream: *stream,
+                    from,
+                    chunks: batch.to_vec(),
+                    finish,
+                };
+                match hub.writer().append(append).await? {
+                    Appended::Refused if retry => {
+                        let added = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+                        Ok(recorded_meanwhile(hub, *stream, from, added).await?)
+                    }
+                    appended => Ok(appended),
+                }
+            }
+            Self::JetStream(stream, log) => {
+                let appended = log.append(from, batch, finish).await?;
+                // The log has ended the stream: its recorder's, or another
+                // writer's end.
+                let ended = finish || appended == Appended::Refused;
+                if ended {
+                    if let Err(err) = turn_streams::mark_finished(hub.pool(), *stream).await {
+                        tracing::warn!(stream.id = %stream, error = %err, "could not mark a turn stream finished; readers find its end in the log");
+                    }
+                }
+                Ok(appended)
+            }
+        }
+    }
+}
+
+/// After a Postgres append whose answer was lost was refused on a retry:
+/// whether the lost one was recorded after all (the stream's count moved by
+/// exactly `added` from `from` and nothing else writes it).
+async fn recorded_meanwhile(
+    hub: &StreamHub,
+    stream: Uuid,
+    from: i32,
+    added: i32,
+) -> Result<Appended, StoreError> {
+    let state = turn_streams::state(hub.pool(), stream).await?;
+    let moved_by_it = state.chunk_count == from + added;
+    if moved_by_it && (state.live || state.finished) {
+        return Ok(Appended::Recorded {
+            stop_requested: state.stop_requested,
+        });
+    }
+    Ok(Appended::Refused)
+}
