@@ -1,8 +1,10 @@
 //! Load generator for tool invocation (`make bench`). For a tool that returns
 //! immediately it measures, in one process against the same runner:
 //!   - warm invoke latency through the HTTP API (real loopback HTTP, keep-alive),
+//!   - the same call as an MCP `tools/call` on `POST /mcp` (2025-11-25,
+//!     stateless, JSON answer),
 //!   - the same call made straight to the worker's unix socket (the floor),
-//!   - their ratio and difference,
+//!   - their ratios and differences,
 //!   - the cold-start time of a new runner (spawn → ready → healthy).
 //!
 //! Needs `DATABASE_URL` (a server where it may create a scratch database).
@@ -154,6 +156,32 @@ async fn main() {
         assert_eq!(reply["output"], json!({"n": 1}), "{reply}");
         started.elapsed()
     };
+    let mcp_url = format!("{base}/mcp");
+    let mcp_call = |i: usize| {
+        let (client, token, mcp_url) = (&client, &token, &mcp_url);
+        async move {
+            let started = Instant::now();
+            let reply: Value = client
+                .post(mcp_url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                    "params": {"name": "bench", "arguments": {"n": 1}}}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(
+                reply["result"]["structuredContent"],
+                json!({"n": 1}),
+                "{reply}"
+            );
+            started.elapsed()
+        }
+    };
     let key = ReservationKey::new(
         AccountId::parse("bench").unwrap(),
         ToolId::parse(&tool_id).unwrap(),
@@ -196,12 +224,18 @@ async fn main() {
 
     for i in 0..WARMUP {
         api_call().await;
+        mcp_call(i).await;
         socket_call(i).await;
     }
-    // Interleave the two so both see the same machine state.
-    let (mut api, mut floor) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
+    // Interleave the three so all see the same machine state.
+    let (mut api, mut mcp, mut floor) = (
+        Vec::with_capacity(SAMPLES),
+        Vec::with_capacity(SAMPLES),
+        Vec::with_capacity(SAMPLES),
+    );
     for i in 0..SAMPLES {
         api.push(api_call().await);
+        mcp.push(mcp_call(WARMUP + i).await);
         floor.push(socket_call(WARMUP + i).await);
     }
 
@@ -220,6 +254,7 @@ async fn main() {
         executor.uses_bwrap()
     );
     let (api_p50, api_p99) = summary("warm invoke via HTTP API", api);
+    let (mcp_p50, mcp_p99) = summary("same call as MCP tools/call", mcp);
     let (floor_p50, floor_p99) = summary("same call on worker socket (floor)", floor);
     summary("cold start of a new runner", cold);
     println!(
@@ -228,6 +263,13 @@ async fn main() {
         ms(api_p50.saturating_sub(floor_p50)),
         api_p99.as_secs_f64() / floor_p99.as_secs_f64(),
         ms(api_p99.saturating_sub(floor_p99)),
+    );
+    println!(
+        "MCP / API: p50 ratio {:.2}x ({:+.3} ms), p99 ratio {:.2}x ({:+.3} ms)",
+        mcp_p50.as_secs_f64() / api_p50.as_secs_f64(),
+        ms(mcp_p50) - ms(api_p50),
+        mcp_p99.as_secs_f64() / api_p99.as_secs_f64(),
+        ms(mcp_p99) - ms(api_p99),
     );
 
     executor.stop(&key).await.unwrap();

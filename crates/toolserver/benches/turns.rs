@@ -12,6 +12,9 @@
 //!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording in
 //!     each store; the three arms take turns over several rounds and the
 //!     median turns/s of each is compared;
+//!   - the same comparison with the model pacing its text as a hosted model
+//!     streams (a chunk every 10 ms), where a turn spends its time waiting
+//!     for the model rather than for the store;
 //!   - resume latency: a request for a running turn's stream to its first
 //!     replayed chunk (p50/p99), from Postgres and from JetStream;
 //!   - the server's resident memory with 1,000 turns open at once (the model
@@ -38,6 +41,10 @@ const OPEN_TURNS: usize = 1000;
 const RESUMES: usize = 100;
 /// Rounds of the recording arms, whose medians are compared.
 const ROUNDS: usize = 5;
+/// Turns per client in the paced comparison.
+const PACED_TURNS_PER_CLIENT: usize = 4;
+/// Time between the paced model's text chunks.
+const PACED_CHUNK_DELAY: Duration = Duration::from_millis(10);
 const NATS_URL: &str = "127.0.0.1:4222";
 const SECRET: &str = "bench-secret";
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
@@ -333,6 +340,20 @@ async fn main() {
         "bench-hold",
         vec![Reply::text("held").delay_first(Duration::from_secs(3600))],
     );
+    let paced_text = "word ".repeat(40);
+    model.script(
+        "bench-paced",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"n": 1})),
+            Reply::text(&paced_text).chunk_delay(PACED_CHUNK_DELAY),
+        ],
+    );
+    let paced_agent = server
+        .post("/agents", agent("bench-paced", json!({ &tool: {} })))
+        .await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let tool_agent = server
         .post("/agents", agent("bench-tool", json!({ &tool: {} })))
         .await["agentId"]
@@ -411,6 +432,38 @@ async fn main() {
             ttfb[1] - ttfb[0]
         );
     }
+
+    println!(
+        "== paced model: {} turns, {CLIENTS} concurrent clients, 40 text chunks {} ms apart ==",
+        CLIENTS * PACED_TURNS_PER_CLIENT,
+        PACED_CHUNK_DELAY.as_millis()
+    );
+    let arms = [
+        ("paced, recorded in Postgres", server.clone()),
+        ("paced, recorded in JetStream", jetstream.clone()),
+        ("paced, recording off", unrecorded.clone()),
+    ];
+    let mut rates = vec![Vec::new(); arms.len()];
+    for _ in 0..ROUNDS {
+        for (arm, (label, target)) in arms.iter().enumerate() {
+            let (s, a) = (target.clone(), paced_agent.clone());
+            let (rate, _) = concurrent(label, CLIENTS, PACED_TURNS_PER_CLIENT, move || {
+                let (s, a) = (s.clone(), a.clone());
+                async move { turn(&s, &a).await }
+            })
+            .await;
+            rates[arm].push(rate);
+        }
+    }
+    let rate: Vec<f64> = rates.into_iter().map(median).collect();
+    for (arm, (label, _)) in arms.iter().enumerate() {
+        println!("{label:<40} {:.1} turns/s (median of {ROUNDS})", rate[arm]);
+    }
+    println!(
+        "paced: recorded in Postgres vs off {:.3}x, in JetStream vs off {:.3}x the turns/s",
+        rate[0] / rate[2],
+        rate[1] / rate[2]
+    );
 
     println!("== resume: request to first replayed chunk ==");
     for (label, target) in [
