@@ -768,6 +768,19 @@ pub struct AgentsConfig {
     /// Most turns' writes one statement combines (`TOOLSERVER_STREAM_MAX_GROUP`).
     #[arg(long, env = "TOOLSERVER_STREAM_MAX_GROUP", default_value_t = 128)]
     pub stream_max_group: usize,
+    /// Microseconds a stream writer waits for more turns' writes after its
+    /// first one while enough streams record; 0: never
+    /// (`TOOLSERVER_STREAM_COMMIT_DELAY_US`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_STREAM_COMMIT_DELAY_US",
+        default_value_t = 1000
+    )]
+    pub stream_commit_delay_us: u64,
+    /// Streams recording at once in this process from which writers wait
+    /// (`TOOLSERVER_STREAM_COMMIT_SIBLINGS`).
+    #[arg(long, env = "TOOLSERVER_STREAM_COMMIT_SIBLINGS", default_value_t = 8)]
+    pub stream_commit_siblings: usize,
     /// Record turn streams; off, chunks go straight to the client and there
     /// is no resume and no stop from another connection (`TOOLSERVER_STREAM_RECORDING`).
     #[arg(

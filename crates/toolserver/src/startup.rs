@@ -395,6 +395,8 @@ fn stream_settings(
         max_batch: agents.stream_max_batch.clamp(1, 10_000),
         writers: agents.stream_writers.clamp(1, 64),
         max_group: agents.stream_max_group.clamp(1, 10_000),
+        commit_delay: Duration::from_micros(agents.stream_commit_delay_us.min(100_000)),
+        commit_siblings: agents.stream_commit_siblings,
         record: agents.stream_recording,
         resume_hold: Duration::from_millis(agents.stream_resume_hold_ms).min(hold_ceiling),
         chunks,

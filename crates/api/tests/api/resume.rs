@@ -576,3 +576,43 @@ on_each_chunk_store!(
     a_detached_turn_is_followed_live_from_another_connection,
     resume_and_stop_are_scoped_by_account_and_agent,
 );
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn under_a_commit_delay_concurrent_turns_are_each_recorded_whole_and_in_order(pool: PgPool) {
+    // Every write waits for others to join it: turns share statements.
+    let mut settings = fast_lifecycle();
+    settings.streams.commit_siblings = 0;
+    settings.streams.commit_delay = Duration::from_millis(5);
+    let app = LiveApp::start_settings(pool, ApiSettings::default(), settings).await;
+    app.model.script(
+        "grouped",
+        vec![Reply::text(&"word ".repeat(30)).chunk_delay(Duration::from_millis(1))],
+    );
+    let agent = app.agent(ACCOUNT_A, "grouped", json!({})).await;
+    let turns = futures::future::join_all((0..8).map(|n| {
+        let (app, agent) = (&app, &agent);
+        async move {
+            let conversation = format!("conv-g{n}");
+            let turn = app
+                .turn(ACCOUNT_A, agent, user_turn(&conversation, "talk"))
+                .await;
+            (conversation, turn)
+        }
+    }))
+    .await;
+    for (conversation, turn) in turns {
+        assert_eq!(turn.status, 200, "{}", turn.body);
+        let recorded: Vec<(Value,)> = sqlx::query_as(
+            "SELECT c.chunk FROM turn_stream_chunks c \
+             JOIN turn_streams s ON s.id = c.stream_id \
+             WHERE s.account_id = $1 AND s.conversation_id = $2 ORDER BY c.idx",
+        )
+        .bind(ACCOUNT_A)
+        .bind(&conversation)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        let recorded: Vec<Value> = recorded.into_iter().map(|(chunk,)| chunk).collect();
+        assert_eq!(recorded, turn.chunks, "{conversation}");
+    }
+}

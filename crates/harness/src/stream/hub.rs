@@ -11,7 +11,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolserver_store::turn_streams::{CHUNKS_CHANNEL, OPENED_CHANNEL, STOP_CHANNEL};
 use uuid::Uuid;
 
-use super::writer::StreamWriter;
+use super::writer::{GroupTerms, StreamWriter};
 use super::StreamSettings;
 
 /// How long the listener waits before connecting again after a failure.
@@ -51,9 +51,13 @@ impl StreamHub {
         tokio::spawn(listen(pool.clone(), notices.clone(), stop.clone()));
         let writer = StreamWriter::start(
             pool.clone(),
-            settings.writers,
-            settings.max_group,
-            settings.alive,
+            GroupTerms {
+                writers: settings.writers,
+                max_group: settings.max_group,
+                commit_delay: settings.commit_delay,
+                commit_siblings: settings.commit_siblings,
+                alive: settings.alive,
+            },
         );
         Arc::new(Self {
             pool,

@@ -60,6 +60,11 @@ pub struct StreamSettings {
     pub writers: usize,
     /// Most turns' writes one statement combines.
     pub max_group: usize,
+    /// How long a writer waits for more turns' writes after its first one,
+    /// while at least `commit_siblings` streams record (zero: never).
+    pub commit_delay: Duration,
+    /// Streams recording at once from which writers wait `commit_delay`.
+    pub commit_siblings: usize,
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.
     pub record: bool,
@@ -80,6 +85,8 @@ impl Default for StreamSettings {
             max_batch: 256,
             writers: 2,
             max_group: 128,
+            commit_delay: Duration::from_millis(1),
+            commit_siblings: 8,
             record: true,
             resume_hold: Duration::from_secs(25),
             chunks: ChunkStore::Postgres,

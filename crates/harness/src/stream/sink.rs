@@ -9,14 +9,20 @@ use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use super::jetstream::TurnLog;
+use super::writer::Recording;
 use super::{orphan_end, ChunkStore, StreamError, StreamHub};
 
 /// Where one turn's chunks go.
 pub(super) enum Sink {
     /// Straight to the client: recording is off.
     Unrecorded,
-    /// Rows of the stream in Postgres.
-    Postgres(Uuid),
+    /// Rows of the stream in Postgres; counted as recording meanwhile.
+    Postgres {
+        /// The stream.
+        id: Uuid,
+        /// Held while the stream records.
+        _recording: Recording,
+    },
     /// Messages of the stream on its conversation's JetStream subject.
     JetStream(Uuid, Box<TurnLog>),
 }
@@ -34,7 +40,13 @@ impl Sink {
         }
         let id = Uuid::now_v7();
         let (log, sink) = match &hub.settings().chunks {
-            ChunkStore::Postgres => (None, Self::Postgres(id)),
+            ChunkStore::Postgres => (
+                None,
+                Self::Postgres {
+                    id,
+                    _recording: hub.writer().recording(),
+                },
+            ),
             ChunkStore::JetStream(chunks) => {
                 let log = TurnLog::open(chunks, account, conversation_id, id).await?;
                 let start = i64::try_from(log.start()).ok();
@@ -57,7 +69,7 @@ impl Sink {
     pub(super) fn stream_id(&self) -> Option<Uuid> {
         match self {
             Self::Unrecorded => None,
-            Self::Postgres(id) | Self::JetStream(id, _) => Some(*id),
+            Self::Postgres { id, .. } | Self::JetStream(id, _) => Some(*id),
         }
     }
 
@@ -76,7 +88,7 @@ impl Sink {
             Self::Unrecorded => Ok(Appended::Recorded {
                 stop_requested: false,
             }),
-            Self::Postgres(stream) => {
+            Self::Postgres { id: stream, .. } => {
                 let append = Append {
                     stream: *stream,
                     from,

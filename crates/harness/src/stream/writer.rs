@@ -3,8 +3,12 @@
 //! has queued up since its last write in one statement. An idle server
 //! writes each batch at once; a busy one writes many turns' chunks per
 //! round trip, so recording costs the database far fewer statements than
-//! turns have bursts.
+//! turns have bursts. While enough turns record at once, a writer waits a
+//! moment after its first request for others to join it (a commit delay),
+//! so paced streams, whose chunks arrive one at a time, share statements
+//! too.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,28 +26,62 @@ enum Request {
     Append(Append, Answer<Appended>),
 }
 
+/// How the writers group requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupTerms {
+    /// Writers, each with one statement in flight.
+    pub(crate) writers: usize,
+    /// Most requests one statement combines.
+    pub(crate) max_group: usize,
+    /// How long a writer waits for more requests after its first one...
+    pub(crate) commit_delay: Duration,
+    /// ...when at least this many streams are recording.
+    pub(crate) commit_siblings: usize,
+    /// How long a write keeps its stream alive.
+    pub(crate) alive: Duration,
+}
+
 /// The queue the writers take from; they stop once it is dropped.
 pub(crate) struct StreamWriter {
     queue: mpsc::Sender<Request>,
+    recording: Arc<AtomicUsize>,
+}
+
+/// Counts one stream as recording until dropped.
+pub(crate) struct Recording(Arc<AtomicUsize>);
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl StreamWriter {
-    /// Starts `writers` writers on `pool`, each combining up to `max_group`
-    /// requests in a statement and keeping streams alive for `alive`.
-    pub(crate) fn start(pool: PgPool, writers: usize, max_group: usize, alive: Duration) -> Self {
-        let max_group = max_group.max(1);
-        let writers = writers.max(1);
-        let (queue, requests) = mpsc::channel(max_group * writers * 4);
+    /// Starts the writers on `pool`.
+    pub(crate) fn start(pool: PgPool, terms: GroupTerms) -> Self {
+        let max = terms.max_group.max(1);
+        let writers = terms.writers.max(1);
+        let (queue, requests) = mpsc::channel(max * writers * 4);
         let requests = Arc::new(Mutex::new(requests));
+        let recording = Arc::new(AtomicUsize::new(0));
         for _ in 0..writers {
             let group = Group {
                 pool: pool.clone(),
-                max: max_group,
-                alive,
+                max,
+                alive: terms.alive,
+                delay: terms.commit_delay,
+                siblings: terms.commit_siblings,
+                recording: recording.clone(),
             };
             tokio::spawn(group.run(requests.clone()));
         }
-        Self { queue }
+        Self { queue, recording }
+    }
+
+    /// Counts a stream as recording while the guard lives.
+    pub(crate) fn recording(&self) -> Recording {
+        self.recording.fetch_add(1, Ordering::Relaxed);
+        Recording(self.recording.clone())
     }
 
     /// Opens a stream; answers whether its conversation has an older
@@ -80,6 +118,9 @@ struct Group {
     pool: PgPool,
     max: usize,
     alive: Duration,
+    delay: Duration,
+    siblings: usize,
+    recording: Arc<AtomicUsize>,
 }
 
 impl Group {
@@ -110,6 +151,10 @@ impl Group {
     async fn take(&self, requests: &Mutex<mpsc::Receiver<Request>>) -> Option<Vec<Request>> {
         let mut requests = requests.lock().await;
         let first = requests.recv().await?;
+        let busy = self.recording.load(Ordering::Relaxed) >= self.siblings;
+        if busy && !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         let mut taken = vec![first];
         while taken.len() < self.max {
             match requests.try_recv() {
