@@ -235,6 +235,35 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// `ROUNDS` rounds of `agent`'s turns on each arm in turn (so all see the
+/// same machine state); the median turns/s and time to first byte (ms) of
+/// each arm.
+async fn rounds(
+    arms: &[(&str, std::sync::Arc<Server>)],
+    agent: &str,
+    clients: usize,
+    per_client: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut rates = vec![Vec::new(); arms.len()];
+    let mut ttfbs = vec![Vec::new(); arms.len()];
+    for _ in 0..ROUNDS {
+        for (arm, (label, target)) in arms.iter().enumerate() {
+            let (s, a) = (target.clone(), agent.to_owned());
+            let (rate, ttfb) = concurrent(label, clients, per_client, move || {
+                let (s, a) = (s.clone(), a.clone());
+                async move { turn(&s, &a).await }
+            })
+            .await;
+            rates[arm].push(rate);
+            ttfbs[arm].push(ms(ttfb));
+        }
+    }
+    (
+        rates.into_iter().map(median).collect(),
+        ttfbs.into_iter().map(median).collect(),
+    )
+}
+
 async fn concurrent<F, Fut>(
     label: &str,
     clients: usize,
@@ -388,22 +417,7 @@ async fn main() {
             ("server turn, recorded in JetStream", jetstream.clone()),
             ("server turn, recording off", unrecorded.clone()),
         ];
-        let mut rates = vec![Vec::new(); arms.len()];
-        let mut ttfbs = vec![Vec::new(); arms.len()];
-        for _ in 0..ROUNDS {
-            for (arm, (label, target)) in arms.iter().enumerate() {
-                let (s, a) = (target.clone(), tool_agent.clone());
-                let (rate, ttfb) = concurrent(label, clients, per_client, move || {
-                    let (s, a) = (s.clone(), a.clone());
-                    async move { turn(&s, &a).await }
-                })
-                .await;
-                rates[arm].push(rate);
-                ttfbs[arm].push(ms(ttfb));
-            }
-        }
-        let rate: Vec<f64> = rates.into_iter().map(median).collect();
-        let ttfb: Vec<f64> = ttfbs.into_iter().map(median).collect();
+        let (rate, ttfb) = rounds(&arms, &tool_agent, clients, per_client).await;
         println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
         for (arm, (label, _)) in arms.iter().enumerate() {
             println!(
@@ -443,19 +457,7 @@ async fn main() {
         ("paced, recorded in JetStream", jetstream.clone()),
         ("paced, recording off", unrecorded.clone()),
     ];
-    let mut rates = vec![Vec::new(); arms.len()];
-    for _ in 0..ROUNDS {
-        for (arm, (label, target)) in arms.iter().enumerate() {
-            let (s, a) = (target.clone(), paced_agent.clone());
-            let (rate, _) = concurrent(label, CLIENTS, PACED_TURNS_PER_CLIENT, move || {
-                let (s, a) = (s.clone(), a.clone());
-                async move { turn(&s, &a).await }
-            })
-            .await;
-            rates[arm].push(rate);
-        }
-    }
-    let rate: Vec<f64> = rates.into_iter().map(median).collect();
+    let (rate, _) = rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
     for (arm, (label, _)) in arms.iter().enumerate() {
         println!("{label:<40} {:.1} turns/s (median of {ROUNDS})", rate[arm]);
     }

@@ -48,7 +48,7 @@ impl AccountServer {
         &self,
         account: &AccountId,
         name: &str,
-    ) -> Result<Option<(RegisteredTool, Option<ToolId>)>, McpError> {
+    ) -> Result<Option<RegisteredTool>, McpError> {
         let sources = self.state.harness().sources();
         let records = match tools::get_by_name(self.state.pool(), account, name).await {
             Ok(record) => vec![record],
@@ -58,10 +58,7 @@ impl AccountServer {
         let builtins = records.is_empty();
         let registry = ToolRegistry::serving(sources, account, records, builtins)
             .map_err(|err| McpError::internal_error(err.to_string(), None))?;
-        Ok(registry
-            .get(name)
-            .cloned()
-            .map(|tool| (tool.clone(), tool.tool_id)))
+        Ok(registry.get(name).cloned())
     }
 
     /// Runs `tool` in this request, sending each snapshot it yields as a
@@ -161,7 +158,7 @@ impl ServerHandler for AccountServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let account = caller(&context)?;
-        let Some((tool, tool_id)) = self.find(&account, &request.name).await? else {
+        let Some(tool) = self.find(&account, &request.name).await? else {
             return Err(McpError::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,
@@ -174,7 +171,7 @@ impl ServerHandler for AccountServer {
         let takes_tasks = context
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
-        match tool_id {
+        match tool.tool_id {
             Some(tool_id) if takes_tasks && tool.detachable() => {
                 let settings = &self.state.settings().mcp;
                 let terms = TaskTerms {

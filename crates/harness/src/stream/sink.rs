@@ -9,7 +9,7 @@ use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use super::jetstream::TurnLog;
-use super::writer::Recording;
+use super::writer::CountedStream;
 use super::{orphan_end, ChunkStore, StreamError, StreamHub};
 
 /// Where one turn's chunks go.
@@ -21,7 +21,7 @@ pub(super) enum Sink {
         /// The stream.
         id: Uuid,
         /// Held while the stream records.
-        _recording: Recording,
+        _counted: CountedStream,
     },
     /// Messages of the stream on its conversation's JetStream subject.
     JetStream(Uuid, Box<TurnLog>),
@@ -44,7 +44,7 @@ impl Sink {
                 None,
                 Self::Postgres {
                     id,
-                    _recording: hub.writer().recording(),
+                    _counted: hub.writer().count_stream(),
                 },
             ),
             ChunkStore::JetStream(chunks) => {

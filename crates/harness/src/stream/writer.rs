@@ -48,9 +48,9 @@ pub(crate) struct StreamWriter {
 }
 
 /// Counts one stream as recording until dropped.
-pub(crate) struct Recording(Arc<AtomicUsize>);
+pub(crate) struct CountedStream(Arc<AtomicUsize>);
 
-impl Drop for Recording {
+impl Drop for CountedStream {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -79,9 +79,9 @@ impl StreamWriter {
     }
 
     /// Counts a stream as recording while the guard lives.
-    pub(crate) fn recording(&self) -> Recording {
+    pub(crate) fn count_stream(&self) -> CountedStream {
         self.recording.fetch_add(1, Ordering::Relaxed);
-        Recording(self.recording.clone())
+        CountedStream(self.recording.clone())
     }
 
     /// Opens a stream; answers whether its conversation has an older

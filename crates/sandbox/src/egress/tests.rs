@@ -52,31 +52,20 @@ async fn connect(socket: &Path, authority: &str) -> (u16, String, UnixStream) {
 }
 
 /// A loopback listener that answers every connection with one HTTP response
-/// naming the request line it got.
+/// naming the request line it got, and closes it.
 async fn http_origin() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let read = stream.read(&mut buf).await.unwrap_or(0);
-                let text = String::from_utf8_lossy(&buf[..read]).into_owned();
-                let line = text.lines().next().unwrap_or_default().to_owned();
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{line}",
-                    line.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    address
+    origin_answering("connection: close\r\n").await
 }
 
-/// [`http_origin`], but answering keep-alive and then dropping the
+/// [`http_origin`], but answering keep-alive before dropping the
 /// connection, as a server killed between requests does.
 async fn dropping_origin() -> SocketAddr {
+    origin_answering("").await
+}
+
+/// A loopback listener that answers one request per connection with
+/// `headers` in its response, naming the request line it got.
+async fn origin_answering(headers: &'static str) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -87,7 +76,7 @@ async fn dropping_origin() -> SocketAddr {
                 let text = String::from_utf8_lossy(&buf[..read]).into_owned();
                 let line = text.lines().next().unwrap_or_default().to_owned();
                 let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{line}",
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n{headers}\r\n{line}",
                     line.len()
                 );
                 let _ = stream.write_all(reply.as_bytes()).await;
