@@ -1,7 +1,8 @@
-//! The `turn_streams` and `turn_stream_chunks` tables: each turn's UI
+//! The `turn_streams` and `turn_stream_batches` tables: each turn's UI
 //! message chunks in order, with an index, recorded before anyone is shown
 //! them, so any process can replay a turn and follow it (see
-//! `migrations/0008_turn_streams.sql`).
+//! `migrations/0008_turn_streams.sql`); each append's chunks are one row of
+//! `turn_stream_batches` (`migrations/0013_turn_stream_batches.sql`).
 //!
 //! Writers name the stream they opened and write many streams' chunks in
 //! one statement ([`open_many`], [`append_many`]); readers first find a
@@ -11,7 +12,7 @@
 //!
 //! A stream whose chunks are kept in NATS JetStream instead has its row
 //! here all the same (liveness, stop requests, which stream is the
-//! conversation's latest) with `log_start` set and no chunk rows; its
+//! conversation's latest) with `log_start` set and no batch rows; its
 //! recorder marks it finished ([`mark_finished`]) once the log holds its end.
 
 use std::time::Duration;
@@ -91,12 +92,14 @@ pub struct Opening {
     pub conversation_id: String,
     /// Where its chunks start in JetStream (`None`: chunks in Postgres).
     pub log_start: Option<i64>,
+    /// How long it stays alive unless its recorder renews it.
+    pub alive: Duration,
 }
 
 /// Chunks to record on one stream.
 #[derive(Debug, Clone)]
 pub struct Append {
-    /// The stream (opened by the same writer).
+    /// The stream (opened by the same writer, or by this append).
     pub stream: Uuid,
     /// The index of the first chunk; must be the stream's count.
     pub from: i32,
@@ -104,17 +107,27 @@ pub struct Append {
     pub chunks: Vec<String>,
     /// Whether the stream ends with them.
     pub finish: bool,
+    /// For a stream's first append: the stream to open with it (its id is
+    /// `stream`; its chunks are in Postgres).
+    pub opening: Option<Opening>,
 }
 
-/// Opens `streams` in one statement, each alive for `alive` unless renewed,
-/// and announces each on [`OPENED_CHANNEL`]. Answers, for each, whether its
-/// conversation has an older active stream whose recorder died (see
-/// [`finish_dead`]).
-pub async fn open_many(
-    pool: &PgPool,
-    streams: &[Opening],
-    alive: Duration,
-) -> Result<Vec<bool>, StoreError> {
+/// What [`append_many`] answers for one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendAnswer {
+    /// How it went.
+    pub appended: Appended,
+    /// For an append that opened its stream: whether the conversation has
+    /// an older active stream whose recorder died (see [`finish_dead`]).
+    pub older_dead: bool,
+}
+
+/// Opens `streams` in one statement and announces on [`OPENED_CHANNEL`]
+/// each whose conversation has an unsettled detached turn (only a resume
+/// held for such a turn's next run waits for a stream to open). Answers,
+/// for each, whether its conversation has an older active stream whose
+/// recorder died (see [`finish_dead`]).
+pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, StoreError> {
     let ids: Vec<Uuid> = streams.iter().map(|s| s.id).collect();
     let accounts: Vec<&str> = streams.iter().map(|s| s.account.as_str()).collect();
     let conversations: Vec<&str> = streams.iter().map(|s| s.conversation_id.as_str()).collect();
@@ -123,27 +136,33 @@ pub async fn open_many(
         .map(|s| conversation_key(&s.account, &s.conversation_id))
         .collect();
     let log_starts: Vec<Option<i64>> = streams.iter().map(|s| s.log_start).collect();
+    let alive: Vec<f64> = streams.iter().map(|s| s.alive.as_secs_f64()).collect();
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(
         "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
          input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[]) \
-                 AS i(id, account_id, conversation_id, conversation_key, log_start)), \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], \
+                                  $5::float8[]) \
+                 AS i(id, account_id, conversation_id, conversation_key, log_start, alive)), \
          opened AS ( \
              INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, log_start) \
-             SELECT id, account_id, conversation_id, now() + make_interval(secs => $5), log_start \
+             SELECT id, account_id, conversation_id, now() + make_interval(secs => alive), log_start \
              FROM input RETURNING id) \
          SELECT i.id, EXISTS (SELECT 1 FROM turn_streams d \
                  WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
                    AND d.status = 'active' AND d.alive_until <= now()) \
          FROM input i JOIN opened o ON o.id = i.id, relaxed \
          WHERE relaxed.setting IS NOT NULL \
-           AND pg_notify($6, i.id::text || ' ' || i.conversation_key) IS NOT NULL",
+           AND CASE WHEN EXISTS (SELECT 1 FROM async_turns a \
+                         WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
+                           AND a.status IN ('running', 'waiting')) \
+                    THEN pg_notify($6, i.id::text || ' ' || i.conversation_key) IS NOT NULL \
+                    ELSE true END",
     )
     .bind(&ids)
     .bind(&accounts)
     .bind(&conversations)
     .bind(&keys)
-    .bind(alive.as_secs_f64())
+    .bind(&alive)
     .bind(OPENED_CHANNEL)
     .bind(&log_starts)
     .fetch_all(pool)
@@ -199,79 +218,120 @@ pub async fn mark_finished(
     Ok(done.rows_affected() > 0)
 }
 
-/// Records `appends` (at most one per stream) in one statement, keeping
-/// each stream alive for `alive`, and announces each on [`CHUNKS_CHANNEL`]
-/// if someone follows it. Answers, in order, how each went: an append
-/// whose stream is no longer active, was taken for dead, or whose count
-/// does not match is refused and records nothing.
+/// Records `appends` (at most one per stream) in one statement, each
+/// append's chunks as one batch row, opening the streams of those that
+/// carry an [`Opening`] (announced like [`open_many`] does), and announces
+/// each append on [`CHUNKS_CHANNEL`] if someone follows its stream.
+/// Answers, in order, how each went: an append whose stream is no longer
+/// active, was taken for dead, or whose count does not match (or whose
+/// stream an earlier try already opened) is refused and records nothing.
+/// An append leaves the stream's life as it was (its recorder renews it,
+/// see [`keep_alive`]), so the update touches no indexed column.
 pub async fn append_many(
     pool: &PgPool,
     appends: &[Append],
-    alive: Duration,
-) -> Result<Vec<Appended>, StoreError> {
+) -> Result<Vec<AppendAnswer>, StoreError> {
     let mut streams = Vec::with_capacity(appends.len());
     let mut froms = Vec::with_capacity(appends.len());
     let mut counts = Vec::with_capacity(appends.len());
     let mut finishes = Vec::with_capacity(appends.len());
-    let (mut chunk_streams, mut chunk_indexes, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+    let mut accounts = Vec::with_capacity(appends.len());
+    let mut conversations = Vec::with_capacity(appends.len());
+    let mut keys = Vec::with_capacity(appends.len());
+    let mut alive = Vec::with_capacity(appends.len());
+    let (mut chunk_streams, mut chunks) = (Vec::new(), Vec::new());
     for append in appends {
         let added = i32::try_from(append.chunks.len()).map_err(|_| too_many_chunks())?;
+        append.from.checked_add(added).ok_or_else(too_many_chunks)?;
         streams.push(append.stream);
         froms.push(append.from);
         counts.push(added);
         finishes.push(append.finish);
-        for (offset, chunk) in (0..added).zip(&append.chunks) {
+        let opening = append.opening.as_ref();
+        accounts.push(opening.map(|o| o.account.as_str()));
+        conversations.push(opening.map(|o| o.conversation_id.as_str()));
+        keys.push(opening.map(|o| conversation_key(&o.account, &o.conversation_id)));
+        alive.push(opening.map(|o| o.alive.as_secs_f64()));
+        for chunk in &append.chunks {
             chunk_streams.push(append.stream);
-            let index = append
-                .from
-                .checked_add(offset)
-                .ok_or_else(too_many_chunks)?;
-            chunk_indexes.push(index);
             chunks.push(chunk.as_str());
         }
     }
-    let recorded: Vec<(Uuid, bool)> = sqlx::query_as(
+    let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(
         "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
+         input AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[], $5::text[], \
+                                  $6::text[], $7::text[], $8::float8[]) \
+                 AS i(id, from_idx, added, finish, account_id, conversation_id, conversation_key, \
+                      alive)), \
+         opened AS ( \
+             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, chunk_count, \
+                                       status, finished_at) \
+             SELECT i.id, i.account_id, i.conversation_id, now() + make_interval(secs => i.alive), \
+                    i.added, CASE WHEN i.finish THEN 'finished' ELSE 'active' END, \
+                    CASE WHEN i.finish THEN now() END \
+             FROM input i WHERE i.account_id IS NOT NULL AND i.from_idx = 0 \
+             ON CONFLICT (id) DO NOTHING \
+             RETURNING id, 0 AS from_idx, stop_requested, followers), \
          live AS ( \
              UPDATE turn_streams s SET chunk_count = s.chunk_count + i.added, \
                  status = CASE WHEN i.finish THEN 'finished' ELSE s.status END, \
-                 finished_at = CASE WHEN i.finish THEN now() ELSE s.finished_at END, \
-                 alive_until = now() + make_interval(secs => $5) \
-             FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[]) AS i(id, from_idx, added, finish) \
-             WHERE s.id = i.id AND s.status = 'active' AND s.chunk_count = i.from_idx \
-               AND s.alive_until > now() \
-             RETURNING s.id, s.stop_requested, s.followers), \
+                 finished_at = CASE WHEN i.finish THEN now() ELSE s.finished_at END \
+             FROM input i \
+             WHERE i.account_id IS NULL AND s.id = i.id AND s.status = 'active' \
+               AND s.chunk_count = i.from_idx AND s.alive_until > now() \
+             RETURNING s.id, i.from_idx, s.stop_requested, s.followers), \
+         recorded AS (SELECT * FROM opened UNION ALL SELECT * FROM live), \
+         batches AS ( \
+             SELECT c.stream_id, array_agg(c.chunk ORDER BY c.n) AS chunks \
+             FROM unnest($9::uuid[], $10::text[]) WITH ORDINALITY AS c(stream_id, chunk, n) \
+             GROUP BY c.stream_id), \
          added AS ( \
-             INSERT INTO turn_stream_chunks (stream_id, idx, chunk) \
-             SELECT c.stream_id, c.idx, c.chunk::json \
-             FROM unnest($6::uuid[], $7::int[], $8::text[]) AS c(stream_id, idx, chunk) \
-             JOIN live ON live.id = c.stream_id \
+             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
+             SELECT r.id, r.from_idx, b.chunks \
+             FROM batches b JOIN recorded r ON r.id = b.stream_id \
              RETURNING 1) \
-         SELECT live.id, live.stop_requested FROM live, relaxed \
+         SELECT r.id, r.stop_requested, \
+                i.account_id IS NOT NULL AND EXISTS (SELECT 1 FROM turn_streams d \
+                    WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
+                      AND d.status = 'active' AND d.alive_until <= now()) \
+         FROM recorded r JOIN input i ON i.id = r.id, relaxed \
          WHERE relaxed.setting IS NOT NULL \
-           AND CASE WHEN live.followers > 0 THEN pg_notify($9, live.id::text) IS NOT NULL \
+           AND CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
+                    ELSE true END \
+           AND CASE WHEN i.account_id IS NOT NULL AND EXISTS (SELECT 1 FROM async_turns a \
+                         WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
+                           AND a.status IN ('running', 'waiting')) \
+                    THEN pg_notify($12, r.id::text || ' ' || i.conversation_key) IS NOT NULL \
                     ELSE true END",
     )
     .bind(&streams)
     .bind(&froms)
     .bind(&counts)
     .bind(&finishes)
-    .bind(alive.as_secs_f64())
+    .bind(&accounts)
+    .bind(&conversations)
+    .bind(&keys)
+    .bind(&alive)
     .bind(&chunk_streams)
-    .bind(&chunk_indexes)
     .bind(&chunks)
     .bind(CHUNKS_CHANNEL)
+    .bind(OPENED_CHANNEL)
     .fetch_all(pool)
     .await?;
     Ok(streams
         .iter()
         .map(|stream| {
-            recorded
-                .iter()
-                .find(|(id, _)| id == stream)
-                .map_or(Appended::Refused, |&(_, stop_requested)| {
-                    Appended::Recorded { stop_requested }
-                })
+            recorded.iter().find(|(id, _, _)| id == stream).map_or(
+                AppendAnswer {
+                    appended: Appended::Refused,
+                    older_dead: false,
+                },
+                |&(_, stop_requested, older_dead)| AppendAnswer {
+                    appended: Appended::Recorded { stop_requested },
+                    older_dead,
+                },
+            )
         })
         .collect())
 }
@@ -298,9 +358,8 @@ async fn finish_with(
              WHERE id = $1 AND status = 'active' AND chunk_count = $2 \
              RETURNING id, followers), \
          added AS ( \
-             INSERT INTO turn_stream_chunks (stream_id, idx, chunk) \
-             SELECT live.id, $2 + (s.i - 1)::int, s.c::json \
-             FROM live, unnest($4::text[]) WITH ORDINALITY AS s(c, i) \
+             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
+             SELECT live.id, $2, $4::text[] FROM live WHERE cardinality($4::text[]) > 0 \
              RETURNING 1) \
          SELECT live.id FROM live \
          WHERE CASE WHEN live.followers > 0 THEN pg_notify($5, $1::text) IS NOT NULL \
@@ -343,7 +402,8 @@ pub async fn state(pool: &PgPool, stream: Uuid) -> Result<StreamState, StoreErro
     found.ok_or(StoreError::NotFound)
 }
 
-/// Up to `limit` chunks of `stream` from index `from`, as JSON texts.
+/// Up to `limit` chunks of `stream` from index `from`, as JSON texts: the
+/// batch holding `from` and those after it.
 pub async fn chunks(
     pool: &PgPool,
     stream: Uuid,
@@ -351,8 +411,13 @@ pub async fn chunks(
     limit: i64,
 ) -> Result<Vec<String>, StoreError> {
     let rows: Vec<(String,)> = sqlx::query_as(
-        "SELECT chunk::text FROM turn_stream_chunks \
-         WHERE stream_id = $1 AND idx >= $2 ORDER BY idx LIMIT $3",
+        "SELECT c.chunk FROM turn_stream_batches b \
+         CROSS JOIN LATERAL unnest(b.chunks) WITH ORDINALITY AS c(chunk, n) \
+         WHERE b.stream_id = $1 \
+           AND b.first_idx >= coalesce((SELECT max(h.first_idx) FROM turn_stream_batches h \
+                                        WHERE h.stream_id = $1 AND h.first_idx <= $2), 0) \
+           AND b.first_idx + c.n - 1 >= $2 \
+         ORDER BY b.first_idx, c.n LIMIT $3",
     )
     .bind(stream)
     .bind(from)

@@ -6,6 +6,8 @@
 //!     model passes);
 //!   - the same streaming requests made straight to the scripted model, the
 //!     floor the server adds to;
+//!   - the CPU time each turn costs (its server, Postgres, every process
+//!     of the machine), read from /proc around each arm's run;
 //!   - the same turns on a server recording chunks in NATS JetStream
 //!     (`TOOLSERVER_TURN_CHUNKS=nats`, the server at 127.0.0.1:4222, a
 //!     stream of this run's own) and on one with recording off
@@ -57,7 +59,14 @@ struct Server {
 }
 
 impl Server {
-    async fn start(database_url: &str, data_dir: &std::path::Path, env: &[(&str, &str)]) -> Self {
+    /// Starts a server on `data_dir` whose bundles are kept in `bundles`,
+    /// shared by all the servers of a run, so each can run the tool.
+    async fn start(
+        database_url: &str,
+        data_dir: &std::path::Path,
+        bundles: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"))
             .arg("serve")
@@ -66,6 +75,7 @@ impl Server {
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
             .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
             .env("TOOLSERVER_DATA_DIR", data_dir)
+            .env("TOOLSERVER_BUNDLE_DIR", bundles)
             .env("TOOLSERVER_JWT_SECRET", SECRET)
             .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))
             .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
@@ -143,9 +153,14 @@ async fn turn(server: &Server, agent: &str) -> (Duration, Duration) {
         first.get_or_insert_with(|| started.elapsed());
         tail.extend_from_slice(&chunk);
     }
+    let text = String::from_utf8_lossy(&tail);
     assert!(
-        String::from_utf8_lossy(&tail).contains("\"finishReason\":\"stop\""),
+        text.contains("\"finishReason\":\"stop\""),
         "a turn did not finish"
+    );
+    assert!(
+        text.contains("\"type\":\"tool-output-available\""),
+        "a turn's tool call failed: {text}"
     );
     (first.unwrap(), started.elapsed())
 }
@@ -235,33 +250,101 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// CPU time (user and system, in seconds) used so far by one server, by
+/// Postgres (all its processes), and by every process of the machine.
+#[derive(Debug, Clone, Copy)]
+struct CpuUse {
+    server: f64,
+    postgres: f64,
+    all: f64,
+}
+
+impl CpuUse {
+    /// Reads `/proc` (the clock ticks are the kernel's USER_HZ, 100).
+    fn now(server_pid: u32) -> Self {
+        let mut used = Self {
+            server: 0.0,
+            postgres: 0.0,
+            all: 0.0,
+        };
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some((head, tail)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = tail.split_whitespace().collect();
+            let ticks: f64 =
+                fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+            let seconds = ticks / 100.0;
+            used.all += seconds;
+            if pid == server_pid {
+                used.server += seconds;
+            } else if head.contains("(postgres") {
+                used.postgres += seconds;
+            }
+        }
+        used
+    }
+
+    /// Milliseconds per turn of each part used since `before`.
+    fn per_turn(self, before: Self, turns: usize) -> [f64; 3] {
+        let per = |now: f64, then: f64| (now - then) * 1000.0 / turns as f64;
+        [
+            per(self.server, before.server),
+            per(self.postgres, before.postgres),
+            per(self.all, before.all),
+        ]
+    }
+}
+
+/// What a run of arms measured: each arm's median turns/s, time to first
+/// byte (ms), and CPU milliseconds per turn (its server, Postgres, all).
+struct ArmMedians {
+    rate: Vec<f64>,
+    ttfb: Vec<f64>,
+    cpu: Vec<[f64; 3]>,
+}
+
 /// `ROUNDS` rounds of `agent`'s turns on each arm in turn (so all see the
-/// same machine state); the median turns/s and time to first byte (ms) of
-/// each arm.
+/// same machine state); the medians of each arm.
 async fn rounds(
     arms: &[(&str, std::sync::Arc<Server>)],
     agent: &str,
     clients: usize,
     per_client: usize,
-) -> (Vec<f64>, Vec<f64>) {
+) -> ArmMedians {
     let mut rates = vec![Vec::new(); arms.len()];
     let mut ttfbs = vec![Vec::new(); arms.len()];
+    let mut cpus = vec![Vec::new(); arms.len()];
     for _ in 0..ROUNDS {
         for (arm, (label, target)) in arms.iter().enumerate() {
             let (s, a) = (target.clone(), agent.to_owned());
+            let pid = target.child.id().unwrap();
+            let before = CpuUse::now(pid);
             let (rate, ttfb) = concurrent(label, clients, per_client, move || {
                 let (s, a) = (s.clone(), a.clone());
                 async move { turn(&s, &a).await }
             })
             .await;
+            cpus[arm].push(CpuUse::now(pid).per_turn(before, clients * per_client));
             rates[arm].push(rate);
             ttfbs[arm].push(ms(ttfb));
         }
     }
-    (
-        rates.into_iter().map(median).collect(),
-        ttfbs.into_iter().map(median).collect(),
-    )
+    let part = |samples: &Vec<[f64; 3]>, n: usize| median(samples.iter().map(|s| s[n]).collect());
+    ArmMedians {
+        rate: rates.into_iter().map(median).collect(),
+        ttfb: ttfbs.into_iter().map(median).collect(),
+        cpu: cpus
+            .iter()
+            .map(|samples| [part(samples, 0), part(samples, 1), part(samples, 2)])
+            .collect(),
+    }
 }
 
 async fn concurrent<F, Fut>(
@@ -306,13 +389,16 @@ where
 async fn main() {
     let database = ScratchDatabase::create("turns").await;
     let data = tempfile::tempdir().unwrap();
+    let bundles = tempfile::tempdir().unwrap();
     let model = ScriptedModel::start().await;
-    let server = std::sync::Arc::new(Server::start(&database.url, data.path(), &[]).await);
+    let server =
+        std::sync::Arc::new(Server::start(&database.url, data.path(), bundles.path(), &[]).await);
     let unrecorded_data = tempfile::tempdir().unwrap();
     let unrecorded = std::sync::Arc::new(
         Server::start(
             &database.url,
             unrecorded_data.path(),
+            bundles.path(),
             &[("TOOLSERVER_STREAM_RECORDING", "false")],
         )
         .await,
@@ -328,6 +414,7 @@ async fn main() {
         Server::start(
             &database.url,
             jetstream_data.path(),
+            bundles.path(),
             &[
                 ("TOOLSERVER_NATS_URL", NATS_URL),
                 ("TOOLSERVER_TURN_CHUNKS", "nats"),
@@ -417,11 +504,12 @@ async fn main() {
             ("server turn, recorded in JetStream", jetstream.clone()),
             ("server turn, recording off", unrecorded.clone()),
         ];
-        let (rate, ttfb) = rounds(&arms, &tool_agent, clients, per_client).await;
+        let ArmMedians { rate, ttfb, cpu } = rounds(&arms, &tool_agent, clients, per_client).await;
         println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
         for (arm, (label, _)) in arms.iter().enumerate() {
+            let [server_cpu, postgres_cpu, all_cpu] = cpu[arm];
             println!(
-                "{label:<40} {:.1} turns/s, time to first byte p50 {:.3} ms",
+                "{label:<40} {:.1} turns/s, time to first byte p50 {:.3} ms, CPU per turn: server {server_cpu:.3} ms, Postgres {postgres_cpu:.3} ms, all processes {all_cpu:.3} ms",
                 rate[arm], ttfb[arm]
             );
         }
@@ -457,9 +545,13 @@ async fn main() {
         ("paced, recorded in JetStream", jetstream.clone()),
         ("paced, recording off", unrecorded.clone()),
     ];
-    let (rate, _) = rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
+    let ArmMedians { rate, cpu, .. } =
+        rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
     for (arm, (label, _)) in arms.iter().enumerate() {
-        println!("{label:<40} {:.1} turns/s (median of {ROUNDS})", rate[arm]);
+        println!(
+            "{label:<40} {:.1} turns/s, all processes' CPU per turn {:.3} ms (medians of {ROUNDS})",
+            rate[arm], cpu[arm][2]
+        );
     }
     println!(
         "paced: recorded in Postgres vs off {:.3}x, in JetStream vs off {:.3}x the turns/s",

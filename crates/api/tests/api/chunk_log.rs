@@ -59,8 +59,9 @@ async fn open(app: &LiveApp, chunks: &JetStreamChunks, conversation: &str) -> (U
         account,
         conversation_id: conversation.to_owned(),
         log_start: Some(i64::try_from(log.start()).unwrap()),
+        alive: Duration::from_secs(60),
     };
-    turn_streams::open_many(&app.pool, &[opening], Duration::from_secs(60))
+    turn_streams::open_many(&app.pool, &[opening])
         .await
         .unwrap();
     (stream, log)

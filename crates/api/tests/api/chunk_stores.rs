@@ -31,18 +31,18 @@ impl Chunks {
     /// Checks that the turns recorded so far were recorded in this store
     /// (and that there were some).
     pub async fn assert_recorded_here(self, pool: &PgPool) {
-        let (streams, in_log, chunk_rows): (i64, i64, i64) = sqlx::query_as(
+        let (streams, in_log, batch_rows): (i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM turn_streams), \
                     (SELECT count(*) FROM turn_streams WHERE log_start IS NOT NULL), \
-                    (SELECT count(*) FROM turn_stream_chunks)",
+                    (SELECT count(*) FROM turn_stream_batches)",
         )
         .fetch_one(pool)
         .await
         .unwrap();
         assert!(streams > 0, "no turn stream was recorded");
         match self {
-            Self::Postgres => assert_eq!((in_log, chunk_rows > 0), (0, true)),
-            Self::Nats => assert_eq!((in_log, chunk_rows), (streams, 0)),
+            Self::Postgres => assert_eq!((in_log, batch_rows > 0), (0, true)),
+            Self::Nats => assert_eq!((in_log, batch_rows), (streams, 0)),
         }
     }
 }

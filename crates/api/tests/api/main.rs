@@ -9,6 +9,7 @@ mod browser;
 mod bundles;
 mod chat;
 mod chunk_log;
+mod chunk_rows;
 mod chunk_stores;
 mod cli;
 mod completion;

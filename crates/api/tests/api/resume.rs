@@ -603,9 +603,10 @@ async fn under_a_commit_delay_concurrent_turns_are_each_recorded_whole_and_in_or
     for (conversation, turn) in turns {
         assert_eq!(turn.status, 200, "{}", turn.body);
         let recorded: Vec<(Value,)> = sqlx::query_as(
-            "SELECT c.chunk FROM turn_stream_chunks c \
-             JOIN turn_streams s ON s.id = c.stream_id \
-             WHERE s.account_id = $1 AND s.conversation_id = $2 ORDER BY c.idx",
+            "SELECT c.chunk::json FROM turn_stream_batches b \
+             JOIN turn_streams s ON s.id = b.stream_id \
+             CROSS JOIN LATERAL unnest(b.chunks) WITH ORDINALITY AS c(chunk, n) \
+             WHERE s.account_id = $1 AND s.conversation_id = $2 ORDER BY b.first_idx, c.n",
         )
         .bind(ACCOUNT_A)
         .bind(&conversation)

@@ -1,5 +1,7 @@
 //! One Postgres listener per process for the turn-stream channels, fanned
-//! out to the recorders and followers of this process.
+//! out to the followers of this process (appends and opened streams) and,
+//! apart, to its recorders (stop requests, which they alone wait for, so a
+//! busy server's recorders are not woken by every other stream's news).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +22,11 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 /// the database instead.
 const CAPACITY: usize = 1024;
 
-/// News about one stream.
+/// News about one stream, for its followers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// Chunks were recorded, or the stream finished.
     Chunks(Uuid),
-    /// A stop was asked for.
-    Stop(Uuid),
     /// A stream was opened on the conversation whose
     /// [`toolserver_store::turn_streams::conversation_key`] is the second field.
     Opened(Uuid, Arc<str>),
@@ -38,6 +38,7 @@ pub struct StreamHub {
     pool: PgPool,
     settings: StreamSettings,
     notices: broadcast::Sender<Notice>,
+    stops: broadcast::Sender<Uuid>,
     writer: StreamWriter,
     _listening: DropGuard,
 }
@@ -47,8 +48,13 @@ impl StreamHub {
     /// listener connects again after any failure).
     pub fn start(pool: PgPool, settings: StreamSettings) -> Arc<Self> {
         let (notices, _) = broadcast::channel(CAPACITY);
+        let (stops, _) = broadcast::channel(CAPACITY);
         let stop = CancellationToken::new();
-        tokio::spawn(listen(pool.clone(), notices.clone(), stop.clone()));
+        let relayed = Relayed {
+            notices: notices.clone(),
+            stops: stops.clone(),
+        };
+        tokio::spawn(listen(pool.clone(), relayed, stop.clone()));
         let writer = StreamWriter::start(
             pool.clone(),
             GroupTerms {
@@ -56,21 +62,26 @@ impl StreamHub {
                 max_group: settings.max_group,
                 commit_delay: settings.commit_delay,
                 commit_siblings: settings.commit_siblings,
-                alive: settings.alive,
             },
         );
         Arc::new(Self {
             pool,
             settings,
             notices,
+            stops,
             writer,
             _listening: stop.drop_guard(),
         })
     }
 
-    /// News from now on.
+    /// News for followers from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    /// The ids of streams asked to stop, from now on.
+    pub fn subscribe_stops(&self) -> broadcast::Receiver<Uuid> {
+        self.stops.subscribe()
     }
 
     /// The database.
@@ -89,11 +100,17 @@ impl StreamHub {
     }
 }
 
-async fn listen(pool: PgPool, notices: broadcast::Sender<Notice>, stop: CancellationToken) {
+/// Where the listener sends what it hears.
+struct Relayed {
+    notices: broadcast::Sender<Notice>,
+    stops: broadcast::Sender<Uuid>,
+}
+
+async fn listen(pool: PgPool, relayed: Relayed, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            failed = relay(&pool, &notices) => {
+            failed = relay(&pool, &relayed) => {
                 tracing::warn!(error = %failed, "turn-stream listener lost its connection; connecting again");
             }
         }
@@ -107,7 +124,7 @@ async fn listen(pool: PgPool, notices: broadcast::Sender<Notice>, stop: Cancella
 /// Relays notifications until the connection fails for good (a dropped
 /// connection is made again by `recv`; notices missed meanwhile are caught
 /// by the subscribers' periodic checks).
-async fn relay(pool: &PgPool, notices: &broadcast::Sender<Notice>) -> sqlx::Error {
+async fn relay(pool: &PgPool, relayed: &Relayed) -> sqlx::Error {
     let mut listener = match PgListener::connect_with(pool).await {
         Ok(listener) => listener,
         Err(err) => return err,
@@ -123,24 +140,34 @@ async fn relay(pool: &PgPool, notices: &broadcast::Sender<Notice>) -> sqlx::Erro
             Ok(notification) => notification,
             Err(err) => return err,
         };
-        if let Some(notice) = parse(notification.channel(), notification.payload()) {
-            let _ = notices.send(notice);
+        match parse(notification.channel(), notification.payload()) {
+            Some(News::Follow(notice)) => drop(relayed.notices.send(notice)),
+            Some(News::Stop(stream)) => drop(relayed.stops.send(stream)),
+            None => {}
         }
     }
 }
 
-/// The notice a notification carries; `None` for one this process did not
+/// What one notification says.
+enum News {
+    /// For followers.
+    Follow(Notice),
+    /// A stop asked for the stream.
+    Stop(Uuid),
+}
+
+/// The news a notification carries; `None` for one this process did not
 /// expect.
-fn parse(channel: &str, payload: &str) -> Option<Notice> {
+fn parse(channel: &str, payload: &str) -> Option<News> {
     let (id, key) = match payload.split_once(' ') {
         Some((id, key)) => (id, Some(key)),
         None => (payload, None),
     };
     let id = Uuid::parse_str(id).ok()?;
     match (channel, key) {
-        (CHUNKS_CHANNEL, None) => Some(Notice::Chunks(id)),
-        (STOP_CHANNEL, None) => Some(Notice::Stop(id)),
-        (OPENED_CHANNEL, Some(key)) => Some(Notice::Opened(id, key.into())),
+        (CHUNKS_CHANNEL, None) => Some(News::Follow(Notice::Chunks(id))),
+        (STOP_CHANNEL, None) => Some(News::Stop(id)),
+        (OPENED_CHANNEL, Some(key)) => Some(News::Follow(Notice::Opened(id, key.into()))),
         _ => None,
     }
 }

@@ -31,7 +31,7 @@ pub use recorder::{record, Recording};
 /// it was recorded, whatever this says).
 #[derive(Debug, Clone, Default)]
 pub enum ChunkStore {
-    /// Rows of `turn_stream_chunks`, written in batches by the process's
+    /// Rows of `turn_stream_batches`, written by the process's
     /// stream writers; purged once finished longer than the retention.
     #[default]
     Postgres,

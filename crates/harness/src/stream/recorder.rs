@@ -1,7 +1,9 @@
 //! Records a turn's chunks before they are shown: the turn writes to
 //! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
 //! as fast as the chunk store takes them: see [`Sink`]) and only then
-//! forwards each chunk to the client of this process, if any. It watches for a stop asked for in
+//! forwards each chunk to the client of this process, if any. The turn's
+//! last chunk (`finish` or `abort`) is recorded with the stream's end, once
+//! the turn is done. It watches for a stop asked for in
 //! any process, and for the client leaving, and cancels [`Recording::stop`]
 //! for the turn to end on.
 
@@ -16,7 +18,7 @@ use toolserver_store::turn_streams::{self, Appended};
 use uuid::Uuid;
 
 use super::sink::Sink;
-use super::{Notice, StreamError, StreamHub};
+use super::{StreamError, StreamHub};
 use crate::ui::UiChunk;
 
 /// Appends that fail this many times in a row end the recording.
@@ -50,7 +52,7 @@ pub async fn record(
     forward: Option<mpsc::Sender<String>>,
     on_disconnect: OnDisconnect,
 ) -> Result<Recording, StreamError> {
-    let notices = hub.subscribe();
+    let stops = hub.subscribe_stops();
     let sink = Sink::open(hub, account, conversation_id).await?;
     let stream_id = sink.stream_id();
     let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
@@ -64,7 +66,7 @@ pub async fn record(
         on_disconnect,
         stop: stop.clone(),
     };
-    let done = tokio::spawn(recorder.run(receiver, notices));
+    let done = tokio::spawn(recorder.run(receiver, stops));
     Ok(Recording {
         stream_id,
         chunks,
@@ -88,23 +90,29 @@ impl Recorder {
     async fn run(
         mut self,
         mut receiver: mpsc::Receiver<UiChunk>,
-        mut notices: broadcast::Receiver<Notice>,
+        mut stops: broadcast::Receiver<Uuid>,
     ) {
-        let mut check = tokio::time::interval(self.hub.settings().poll);
+        let poll = self.hub.settings().poll;
+        let mut check = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = Vec::new();
         loop {
             tokio::select! {
                 first = receiver.recv() => {
                     let Some(first) = first else { break };
-                    let batch = self.batch(first, &mut receiver);
+                    let mut batch = std::mem::take(&mut last);
+                    if self.batch(first, &mut receiver, &mut batch) {
+                        last = batch;
+                        continue;
+                    }
                     if !self.append(&batch, false).await {
                         self.stop.cancel();
                         while receiver.recv().await.is_some() {}
                         return;
                     }
                 }
-                notice = notices.recv() => match notice {
-                    Ok(Notice::Stop(id)) if Some(id) == self.stream_id => self.end_turn("a stop request"),
+                stopped = stops.recv() => match stopped {
+                    Ok(id) if Some(id) == self.stream_id => self.end_turn("a stop request"),
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         check.reset_immediately();
                     }
@@ -118,22 +126,34 @@ impl Recorder {
                 () = client_gone(self.forward.as_ref()) => self.client_left(),
             }
         }
-        if !self.append(&[], true).await {
+        if !self.append(&last, true).await {
             tracing::warn!(stream.id = ?self.stream_id, "could not record the end of a turn stream");
         }
     }
 
-    /// `first` and whatever else has arrived, up to the batch size.
-    fn batch(&self, first: UiChunk, receiver: &mut mpsc::Receiver<UiChunk>) -> Vec<String> {
-        let max = self.hub.settings().max_batch.max(1);
-        let mut batch = vec![chunk_text(&first)];
+    /// Adds `first` and whatever else has arrived to `batch`, up to the
+    /// batch size. True when the batch ends with the turn's last chunk: it
+    /// is then kept until the turn is done (its conversation stored), to be
+    /// recorded in one write with the stream's end.
+    fn batch(
+        &self,
+        first: UiChunk,
+        receiver: &mut mpsc::Receiver<UiChunk>,
+        batch: &mut Vec<String>,
+    ) -> bool {
+        let max = self.hub.settings().max_batch.max(batch.len() + 1);
+        let mut ends = ends_turn(&first);
+        batch.push(chunk_text(&first));
         while batch.len() < max {
             match receiver.try_recv() {
-                Ok(chunk) => batch.push(chunk_text(&chunk)),
+                Ok(chunk) => {
+                    ends = ends_turn(&chunk);
+                    batch.push(chunk_text(&chunk));
+                }
                 Err(_) => break,
             }
         }
-        batch
+        ends
     }
 
     /// Records `batch` (retrying a failing store), then forwards it. False
@@ -230,6 +250,11 @@ async fn client_gone(client: Option<&mpsc::Sender<String>>) {
         Some(client) => client.closed().await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether `chunk` is the last a turn sends.
+fn ends_turn(chunk: &UiChunk) -> bool {
+    matches!(chunk, UiChunk::Finish { .. } | UiChunk::Abort)
 }
 
 fn chunk_text(chunk: &UiChunk) -> String {

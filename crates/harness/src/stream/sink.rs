@@ -1,7 +1,8 @@
 //! Where one turn's recorder puts its chunks: nowhere (recording off), the
 //! Postgres rows of its stream (through the process's stream writers), or
 //! its conversation's JetStream subject. Either way the stream has its row
-//! in Postgres, opened here.
+//! in Postgres: opened here for JetStream, and by the first append (in the
+//! same statement) for Postgres.
 
 use toolserver_domain::AccountId;
 use toolserver_store::turn_streams::{self, Append, Appended, Opening};
@@ -20,6 +21,9 @@ pub(super) enum Sink {
     Postgres {
         /// The stream.
         id: Uuid,
+        /// The stream's row, until an append has opened it (the first
+        /// append opens the stream in the same statement).
+        opening: Option<Opening>,
         /// Held while the stream records.
         _counted: CountedStream,
     },
@@ -29,7 +33,9 @@ pub(super) enum Sink {
 
 impl Sink {
     /// Opens a stream on `account`'s conversation `conversation_id` in the
-    /// hub's chunk store, finishing any older one whose recorder died.
+    /// hub's chunk store. A stream in JetStream is opened at once (its log
+    /// first), finishing any older one whose recorder died; one in Postgres
+    /// with its first append.
     pub(super) async fn open(
         hub: &StreamHub,
         account: &AccountId,
@@ -39,30 +45,28 @@ impl Sink {
             return Ok(Self::Unrecorded);
         }
         let id = Uuid::now_v7();
-        let (log, sink) = match &hub.settings().chunks {
-            ChunkStore::Postgres => (
-                None,
-                Self::Postgres {
-                    id,
-                    _counted: hub.writer().count_stream(),
-                },
-            ),
-            ChunkStore::JetStream(chunks) => {
-                let log = TurnLog::open(chunks, account, conversation_id, id).await?;
-                let start = i64::try_from(log.start()).ok();
-                (start, Self::JetStream(id, Box::new(log)))
-            }
-        };
-        let opening = Opening {
+        let opening = |log_start| Opening {
             id,
             account: account.clone(),
             conversation_id: conversation_id.to_owned(),
-            log_start: log,
+            log_start,
+            alive: hub.settings().alive,
         };
-        if hub.writer().open(opening).await? {
-            turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await?;
+        match &hub.settings().chunks {
+            ChunkStore::Postgres => Ok(Self::Postgres {
+                id,
+                opening: Some(opening(None)),
+                _counted: hub.writer().count_stream(),
+            }),
+            ChunkStore::JetStream(chunks) => {
+                let log = TurnLog::open(chunks, account, conversation_id, id).await?;
+                let start = i64::try_from(log.start()).ok();
+                if hub.writer().open(opening(start)).await? {
+                    finish_dead(hub, account, conversation_id).await?;
+                }
+                Ok(Self::JetStream(id, Box::new(log)))
+            }
         }
-        Ok(sink)
     }
 
     /// The stream's id (`None` when recording is off).
@@ -88,20 +92,34 @@ impl Sink {
             Self::Unrecorded => Ok(Appended::Recorded {
                 stop_requested: false,
             }),
-            Self::Postgres { id: stream, .. } => {
+            Self::Postgres {
+                id: stream,
+                opening,
+                ..
+            } => {
                 let append = Append {
                     stream: *stream,
                     from,
                     chunks: batch.to_vec(),
                     finish,
+                    opening: opening.clone(),
                 };
-                match hub.writer().append(append).await? {
+                let answer = hub.writer().append(append).await?;
+                let appended = match answer.appended {
                     Appended::Refused if retry => {
                         let added = i32::try_from(batch.len()).unwrap_or(i32::MAX);
-                        Ok(recorded_meanwhile(hub, *stream, from, added).await?)
+                        recorded_meanwhile(hub, *stream, from, added).await?
                     }
-                    appended => Ok(appended),
+                    appended => appended,
+                };
+                if appended != Appended::Refused {
+                    if let Some(opened) = opening.take() {
+                        if answer.older_dead {
+                            finish_dead(hub, &opened.account, &opened.conversation_id).await?;
+                        }
+                    }
                 }
+                Ok(appended)
             }
             Self::JetStream(stream, log) => {
                 let appended = log.append(from, batch, finish).await?;
@@ -117,6 +135,16 @@ impl Sink {
             }
         }
     }
+}
+
+/// Finishes the streams of `account`'s conversation `conversation_id` whose
+/// recorders died, older than the one just opened.
+async fn finish_dead(
+    hub: &StreamHub,
+    account: &AccountId,
+    conversation_id: &str,
+) -> Result<(), StoreError> {
+    turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await
 }
 
 /// After a Postgres append whose answer was lost was refused on a retry:

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
-use toolserver_store::turn_streams::{self, Append, Appended, Opening};
+use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
 use toolserver_store::StoreError;
 
 /// Where the answer to one request goes.
@@ -23,7 +23,7 @@ type Answer<T> = oneshot::Sender<Result<T, StoreError>>;
 /// One recorder's request, with where its answer goes.
 enum Request {
     Open(Opening, Answer<bool>),
-    Append(Append, Answer<Appended>),
+    Append(Append, Answer<AppendAnswer>),
 }
 
 /// How the writers group requests.
@@ -37,8 +37,6 @@ pub(crate) struct GroupTerms {
     pub(crate) commit_delay: Duration,
     /// ...when at least this many streams are recording.
     pub(crate) commit_siblings: usize,
-    /// How long a write keeps its stream alive.
-    pub(crate) alive: Duration,
 }
 
 /// The queue the writers take from; they stop once it is dropped.
@@ -68,7 +66,6 @@ impl StreamWriter {
             let group = Group {
                 pool: pool.clone(),
                 max,
-                alive: terms.alive,
                 delay: terms.commit_delay,
                 siblings: terms.commit_siblings,
                 recording: recording.clone(),
@@ -91,8 +88,9 @@ impl StreamWriter {
         self.ask(Request::Open(opening, answer), answered).await
     }
 
-    /// Records chunks on a stream opened with [`Self::open`].
-    pub(crate) async fn append(&self, append: Append) -> Result<Appended, StoreError> {
+    /// Records chunks on a stream opened with [`Self::open`], or opened by
+    /// this append.
+    pub(crate) async fn append(&self, append: Append) -> Result<AppendAnswer, StoreError> {
         let (answer, answered) = oneshot::channel();
         self.ask(Request::Append(append, answer), answered).await
     }
@@ -117,7 +115,6 @@ fn stopped() -> StoreError {
 struct Group {
     pool: PgPool,
     max: usize,
-    alive: Duration,
     delay: Duration,
     siblings: usize,
     recording: Arc<AtomicUsize>,
@@ -169,7 +166,7 @@ impl Group {
     /// several, writes each alone, so one bad request fails only itself.
     async fn write<I: Grouped>(&self, items: Vec<(I, Answer<I::Outcome>)>) {
         let (inputs, answers): (Vec<I>, Vec<_>) = items.into_iter().unzip();
-        let failed = match I::write_all(&self.pool, &inputs, self.alive).await {
+        let failed = match I::write_all(&self.pool, &inputs).await {
             Ok(outcomes) => {
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(Ok(outcome));
@@ -186,7 +183,7 @@ impl Group {
         }
         tracing::debug!(error = %failed, requests = answers.len(), "a grouped turn-stream write failed; writing each alone");
         for (input, answer) in inputs.into_iter().zip(answers) {
-            let outcome = I::write_all(&self.pool, std::slice::from_ref(&input), self.alive)
+            let outcome = I::write_all(&self.pool, std::slice::from_ref(&input))
                 .await
                 .and_then(|mut outcomes| outcomes.pop().ok_or_else(stopped));
             let _ = answer.send(outcome);
@@ -200,33 +197,21 @@ trait Grouped: Sized {
     type Outcome;
 
     /// Writes `items` in one statement; one outcome per item, in order.
-    async fn write_all(
-        pool: &PgPool,
-        items: &[Self],
-        alive: Duration,
-    ) -> Result<Vec<Self::Outcome>, StoreError>;
+    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<Self::Outcome>, StoreError>;
 }
 
 impl Grouped for Opening {
     type Outcome = bool;
 
-    async fn write_all(
-        pool: &PgPool,
-        items: &[Self],
-        alive: Duration,
-    ) -> Result<Vec<bool>, StoreError> {
-        turn_streams::open_many(pool, items, alive).await
+    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<bool>, StoreError> {
+        turn_streams::open_many(pool, items).await
     }
 }
 
 impl Grouped for Append {
-    type Outcome = Appended;
+    type Outcome = AppendAnswer;
 
-    async fn write_all(
-        pool: &PgPool,
-        items: &[Self],
-        alive: Duration,
-    ) -> Result<Vec<Appended>, StoreError> {
-        turn_streams::append_many(pool, items, alive).await
+    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<AppendAnswer>, StoreError> {
+        turn_streams::append_many(pool, items).await
     }
 }

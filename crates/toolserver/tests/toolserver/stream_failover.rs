@@ -237,17 +237,17 @@ async fn failover(pool: PgPool, chunks: Chunks) {
     assert_eq!(again.status(), 204);
 
     // The chunks were where the servers were told to keep them.
-    let (in_log, chunk_rows): (i64, i64) = sqlx::query_as(
+    let (in_log, batch_rows): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM turn_streams WHERE log_start IS NOT NULL), \
-                (SELECT count(*) FROM turn_stream_chunks)",
+                (SELECT count(*) FROM turn_stream_batches)",
     )
     .fetch_one(&pool)
     .await
     .unwrap();
     match store.messages().await {
-        None => assert_eq!((in_log, chunk_rows > 0), (0, true)),
+        None => assert_eq!((in_log, batch_rows > 0), (0, true)),
         Some(messages) => {
-            assert_eq!((in_log, chunk_rows), (1, 0));
+            assert_eq!((in_log, batch_rows), (1, 0));
             assert!(messages >= 3, "open, chunks and the orphan end: {messages}");
         }
     }

@@ -1,0 +1,185 @@
+//! The Postgres chunk store's rows: a stream opened by its first append,
+//! a retried first append recognised, reads from any index across batches,
+//! and a stream's batches gone with the stream (purged, or deleted with its
+//! conversation) though they carry no foreign key.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::PgPool;
+use toolserver_domain::AccountId;
+use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
+use toolserver_testsupport::Reply;
+use uuid::Uuid;
+
+use crate::chunk_stores::Chunks;
+use crate::live::LiveApp;
+use crate::support::ACCOUNT_A;
+
+const RECORDED: AppendAnswer = AppendAnswer {
+    appended: Appended::Recorded {
+        stop_requested: false,
+    },
+    older_dead: false,
+};
+
+const REFUSED: AppendAnswer = AppendAnswer {
+    appended: Appended::Refused,
+    older_dead: false,
+};
+
+fn delta(n: usize) -> String {
+    json!({"type": "text-delta", "id": "t", "delta": format!("d{n}")}).to_string()
+}
+
+/// A server keeping chunks in Postgres, with a conversation to write on.
+async fn app_with_conversation(pool: PgPool, conversation: &str) -> LiveApp {
+    let app = LiveApp::start_on(pool, Chunks::Postgres).await;
+    app.model.script("rows", vec![Reply::text("hi")]);
+    let agent = app.agent(ACCOUNT_A, "rows", json!({})).await;
+    assert_eq!(
+        app.say(ACCOUNT_A, &agent, conversation, "hello")
+            .await
+            .status,
+        200
+    );
+    app
+}
+
+fn append(stream: Uuid, from: usize, to: usize, finish: bool, opening: Option<Opening>) -> Append {
+    Append {
+        stream,
+        from: i32::try_from(from).unwrap(),
+        chunks: (from..to).map(delta).collect(),
+        finish,
+        opening,
+    }
+}
+
+fn opening(stream: Uuid, conversation: &str) -> Opening {
+    Opening {
+        id: stream,
+        account: AccountId::parse(ACCOUNT_A).unwrap(),
+        conversation_id: conversation.to_owned(),
+        log_start: None,
+        alive: Duration::from_secs(60),
+    }
+}
+
+async fn batch_rows(pool: &PgPool, stream: Uuid) -> i64 {
+    let (rows,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM turn_stream_batches WHERE stream_id = $1")
+            .bind(stream)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    rows
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_first_append_opens_its_stream_and_a_retry_of_it_records_nothing_twice(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-rows").await;
+    let stream = Uuid::now_v7();
+    let first = append(stream, 0, 3, false, Some(opening(stream, "conv-rows")));
+    let answers = turn_streams::append_many(&app.pool, std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![RECORDED]);
+    let account = AccountId::parse(ACCOUNT_A).unwrap();
+    let latest = turn_streams::latest(&app.pool, &account, "conv-rows")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (latest.id, latest.chunk_count, latest.live, latest.finished),
+        (stream, 3, true, false),
+        "the first append opened the conversation's newest stream"
+    );
+
+    // The same append again, as after a lost answer: refused, nothing added.
+    let again = turn_streams::append_many(&app.pool, &[first])
+        .await
+        .unwrap();
+    assert_eq!(again, vec![REFUSED]);
+    assert_eq!(batch_rows(&app.pool, stream).await, 1);
+
+    // The next appends go on from the count, grouped with another stream's
+    // first one in one statement.
+    let other = Uuid::now_v7();
+    let grouped = [
+        append(stream, 3, 8, false, None),
+        append(other, 0, 2, false, Some(opening(other, "conv-rows"))),
+    ];
+    let answers = turn_streams::append_many(&app.pool, &grouped)
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![RECORDED, RECORDED]);
+    let stale = turn_streams::append_many(&app.pool, &[append(stream, 3, 4, false, None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        stale,
+        vec![REFUSED],
+        "an append at a stale count is refused"
+    );
+    let end = turn_streams::append_many(&app.pool, &[append(stream, 8, 10, true, None)])
+        .await
+        .unwrap();
+    assert_eq!(end, vec![RECORDED]);
+
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (10, true));
+    assert_eq!(batch_rows(&app.pool, stream).await, 3);
+    for from in [0, 2, 3, 5, 9, 10] {
+        let read = turn_streams::chunks(&app.pool, stream, from, 100)
+            .await
+            .unwrap();
+        let expected: Vec<String> = (usize::try_from(from).unwrap()..10).map(delta).collect();
+        assert_eq!(read, expected, "reading from index {from}");
+    }
+    let page = turn_streams::chunks(&app.pool, stream, 2, 4).await.unwrap();
+    assert_eq!(
+        page,
+        (2..6).map(delta).collect::<Vec<_>>(),
+        "a page spans batches"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_streams_batches_go_with_it_when_purged_or_deleted_with_its_conversation(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-kept").await;
+    let (kept, purged) = (Uuid::now_v7(), Uuid::now_v7());
+    let openings = [
+        append(kept, 0, 2, false, Some(opening(kept, "conv-kept"))),
+        append(purged, 0, 2, true, Some(opening(purged, "conv-kept"))),
+    ];
+    let answers = turn_streams::append_many(&app.pool, &openings)
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![RECORDED, RECORDED]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let removed = turn_streams::purge_finished(&app.pool, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert!(removed >= 1, "the finished stream was purged");
+    assert_eq!(batch_rows(&app.pool, purged).await, 0);
+    assert_eq!(
+        batch_rows(&app.pool, kept).await,
+        1,
+        "the running one is kept"
+    );
+
+    sqlx::query("DELETE FROM conversations WHERE account_id = $1 AND id = $2")
+        .bind(ACCOUNT_A)
+        .bind("conv-kept")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(batch_rows(&app.pool, kept).await, 0);
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM turn_stream_batches")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "no batch outlives its stream");
+}
