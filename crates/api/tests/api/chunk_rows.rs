@@ -1,13 +1,17 @@
-//! The Postgres chunk store's rows: a stream opened by its first append,
-//! a retried first append recognised, reads from any index across batches,
-//! and a stream's batches gone with the stream (purged, or deleted with its
-//! conversation) though they carry no foreign key.
+//! The Postgres chunk store's rows: a stream opened by its first append
+//! (a chat turn's) or before its turn starts (a detached run's), a retried
+//! first append recognised, reads from any index across batches, a reader
+//! ending a dead recorder's stream, and a stream's batches gone with the
+//! stream (purged, or deleted with its conversation) though they carry no
+//! foreign key.
 
 use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
-use toolserver_domain::AccountId;
+use toolserver_domain::{AccountId, OnDisconnect};
+use toolserver_harness::stream::{record, Opens, Recording};
+use toolserver_harness::ui::UiChunk;
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
@@ -182,4 +186,131 @@ async fn a_streams_batches_go_with_it_when_purged_or_deleted_with_its_conversati
         .await
         .unwrap();
     assert_eq!(left, 0, "no batch outlives its stream");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_recorder_taken_for_dead_is_refused_once_a_reader_has_ended_its_stream(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-dead").await;
+    let stream = Uuid::now_v7();
+    let first = append(stream, 0, 2, false, Some(opening(stream, "conv-dead")));
+    let answers = turn_streams::append_many(&app.pool, &[first])
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![RECORDED]);
+    sqlx::query("UPDATE turn_streams SET alive_until = now() - interval '1 second' WHERE id = $1")
+        .bind(stream)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let late = turn_streams::append_many(&app.pool, &[append(stream, 2, 3, false, None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        vec![REFUSED],
+        "a stream taken for dead takes nothing more"
+    );
+
+    let end = vec![
+        json!({"type": "error", "errorText": "gone"}).to_string(),
+        json!({"type": "finish", "finishReason": "error"}).to_string(),
+    ];
+    assert!(turn_streams::finish_orphan(&app.pool, stream, &end)
+        .await
+        .unwrap());
+    assert!(
+        !turn_streams::finish_orphan(&app.pool, stream, &end)
+            .await
+            .unwrap(),
+        "a stream is ended once"
+    );
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!(
+        (state.chunk_count, state.finished, state.live),
+        (4, true, false)
+    );
+    let read = turn_streams::chunks(&app.pool, stream, 0, 100)
+        .await
+        .unwrap();
+    let mut expected: Vec<String> = (0..2).map(delta).collect();
+    expected.extend(end);
+    assert_eq!(read, expected, "the recorded chunks, then the orphan end");
+    let after = turn_streams::append_many(&app.pool, &[append(stream, 4, 5, true, None)])
+        .await
+        .unwrap();
+    assert_eq!(after, vec![REFUSED], "an ended stream takes nothing more");
+}
+
+/// The id of the newest stream of `conversation`.
+async fn latest_stream(app: &LiveApp, conversation: &str) -> Uuid {
+    let account = AccountId::parse(ACCOUNT_A).unwrap();
+    turn_streams::latest(&app.pool, &account, conversation)
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_detached_runs_stream_is_found_before_its_first_chunk_and_a_chat_turns_with_it(
+    pool: PgPool,
+) {
+    let app = app_with_conversation(pool, "conv-open").await;
+    let hub = app.state.lifecycle().streams();
+    let account = AccountId::parse(ACCOUNT_A).unwrap();
+    let earlier = latest_stream(&app, "conv-open").await;
+
+    // A detached run's: readers waiting for the run find it at once, even
+    // if the run settles before its first chunk is recorded.
+    let now = record(
+        hub,
+        &account,
+        "conv-open",
+        None,
+        OnDisconnect::Continue,
+        Opens::Now,
+    )
+    .await
+    .unwrap();
+    assert_ne!(now.stream_id, Some(earlier));
+    assert_eq!(Some(latest_stream(&app, "conv-open").await), now.stream_id);
+    let Recording { chunks, done, .. } = now;
+    drop(chunks);
+    done.await.unwrap();
+
+    // A chat turn's: written with its first chunks.
+    let lazy = record(
+        hub,
+        &account,
+        "conv-open",
+        None,
+        OnDisconnect::Continue,
+        Opens::WithFirstChunks,
+    )
+    .await
+    .unwrap();
+    let unopened = latest_stream(&app, "conv-open").await;
+    assert_ne!(Some(unopened), lazy.stream_id, "not opened before a chunk");
+    lazy.chunks
+        .send(UiChunk::Start {
+            message_id: "m1".into(),
+        })
+        .await
+        .unwrap();
+    let mut opened = None;
+    for _ in 0..100 {
+        let latest = latest_stream(&app, "conv-open").await;
+        if Some(latest) == lazy.stream_id {
+            opened = Some(latest);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(opened, lazy.stream_id, "opened with its first chunk");
+    let stream = opened.unwrap();
+    let Recording { chunks, done, .. } = lazy;
+    drop(chunks);
+    done.await.unwrap();
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (1, true));
 }

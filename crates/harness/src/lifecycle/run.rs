@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
-use crate::stream::{self, Recording};
+use crate::stream::{self, Opens, Recording};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
 use crate::{metrics, CheckedAgent};
@@ -217,6 +217,7 @@ impl Lifecycle {
             &turn.conversation_id,
             None,
             OnDisconnect::Continue,
+            Opens::Now,
         )
         .await?;
         plan.stop = recording.stop.clone();

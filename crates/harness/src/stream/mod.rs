@@ -25,7 +25,7 @@ pub use follower::{follow, Followed};
 pub use held::follow_held;
 pub use hub::{Notice, StreamHub};
 pub use jetstream::{JetStreamChunks, JetStreamSettings};
-pub use recorder::{record, Recording};
+pub use recorder::{record, Opens, Recording};
 
 /// Where new turn streams keep their chunks (a stream is read from where
 /// it was recorded, whatever this says).

@@ -41,19 +41,33 @@ pub struct Recording {
     pub done: JoinHandle<()>,
 }
 
+/// When a turn's stream is opened (written where readers find it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opens {
+    /// Before the turn starts. For a detached turn's run, which readers
+    /// wait for (see [`super::follow_held`]): its stream must be found
+    /// for as long as the detached turn is unsettled.
+    Now,
+    /// With its first chunks, in the same write (the Postgres store; a
+    /// JetStream stream opens at once). For a turn whose client is the one
+    /// that started it: a resume comes after that client saw chunks.
+    WithFirstChunks,
+}
+
 /// Opens a stream on `account`'s conversation `conversation_id` (whose
-/// lease the caller holds) and starts recording it; recorded chunks go on
-/// to `forward` (the client of this process) until it closes. With
-/// recording off, chunks go straight on.
+/// lease the caller holds), when `opens` says, and starts recording it;
+/// recorded chunks go on to `forward` (the client of this process) until
+/// it closes. With recording off, chunks go straight on.
 pub async fn record(
     hub: &Arc<StreamHub>,
     account: &AccountId,
     conversation_id: &str,
     forward: Option<mpsc::Sender<String>>,
     on_disconnect: OnDisconnect,
+    opens: Opens,
 ) -> Result<Recording, StreamError> {
     let stops = hub.subscribe_stops();
-    let sink = Sink::open(hub, account, conversation_id).await?;
+    let sink = Sink::open(hub, account, conversation_id, opens).await?;
     let stream_id = sink.stream_id();
     let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
     let stop = CancellationToken::new();

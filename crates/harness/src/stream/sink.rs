@@ -1,8 +1,8 @@
 //! Where one turn's recorder puts its chunks: nowhere (recording off), the
 //! Postgres rows of its stream (through the process's stream writers), or
 //! its conversation's JetStream subject. Either way the stream has its row
-//! in Postgres: opened here for JetStream, and by the first append (in the
-//! same statement) for Postgres.
+//! in Postgres: opened here, or for Postgres by the first append (in the
+//! same statement) when the turn's own client is its only early reader.
 
 use toolserver_domain::AccountId;
 use toolserver_store::turn_streams::{self, Append, Appended, Opening};
@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::jetstream::TurnLog;
 use super::writer::CountedStream;
-use super::{orphan_end, ChunkStore, StreamError, StreamHub};
+use super::{orphan_end, ChunkStore, Opens, StreamError, StreamHub};
 
 /// Where one turn's chunks go.
 pub(super) enum Sink {
@@ -33,13 +33,14 @@ pub(super) enum Sink {
 
 impl Sink {
     /// Opens a stream on `account`'s conversation `conversation_id` in the
-    /// hub's chunk store. A stream in JetStream is opened at once (its log
-    /// first), finishing any older one whose recorder died; one in Postgres
-    /// with its first append.
+    /// hub's chunk store, finishing any older one whose recorder died: a
+    /// stream in JetStream at once (its log first), one in Postgres as
+    /// `opens` says.
     pub(super) async fn open(
         hub: &StreamHub,
         account: &AccountId,
         conversation_id: &str,
+        opens: Opens,
     ) -> Result<Self, StreamError> {
         if !hub.settings().record {
             return Ok(Self::Unrecorded);
@@ -53,11 +54,21 @@ impl Sink {
             alive: hub.settings().alive,
         };
         match &hub.settings().chunks {
-            ChunkStore::Postgres => Ok(Self::Postgres {
+            ChunkStore::Postgres if opens == Opens::WithFirstChunks => Ok(Self::Postgres {
                 id,
                 opening: Some(opening(None)),
                 _counted: hub.writer().count_stream(),
             }),
+            ChunkStore::Postgres => {
+                if hub.writer().open(opening(None)).await? {
+                    finish_dead(hub, account, conversation_id).await?;
+                }
+                Ok(Self::Postgres {
+                    id,
+                    opening: None,
+                    _counted: hub.writer().count_stream(),
+                })
+            }
             ChunkStore::JetStream(chunks) => {
                 let log = TurnLog::open(chunks, account, conversation_id, id).await?;
                 let start = i64::try_from(log.start()).ok();

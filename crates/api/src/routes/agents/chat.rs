@@ -17,7 +17,7 @@ use axum::response::Response;
 use tokio::sync::mpsc;
 use toolserver_domain::AccountId;
 use toolserver_harness::lifecycle::AccountStatus;
-use toolserver_harness::stream::{self, Recording};
+use toolserver_harness::stream::{self, Opens, Recording};
 use toolserver_harness::turn::run_turn;
 use tracing::Instrument;
 
@@ -86,6 +86,7 @@ pub(crate) async fn launch_turn(
         lease.conversation_id(),
         Some(forward.clone()),
         on_disconnect,
+        Opens::WithFirstChunks,
     )
     .await
     {
