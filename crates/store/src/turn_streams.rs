@@ -122,6 +122,33 @@ pub struct AppendAnswer {
     pub older_dead: bool,
 }
 
+/// SQL: whether the conversation of the opening `i` (with `account_id`
+/// and `conversation_id`) has an active stream whose recorder died.
+macro_rules! older_dead_of_i {
+    () => {
+        "EXISTS (SELECT 1 FROM turn_streams d \
+             WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
+               AND d.status = 'active' AND d.alive_until <= now())"
+    };
+}
+
+/// SQL, true: announces the stream the opening `i` opens on
+/// [`OPENED_CHANNEL`] (bound to the parameter named), when its conversation
+/// has an unsettled detached turn (only a resume held for such a turn's next
+/// run waits for a stream to open).
+macro_rules! announce_opening_of_i {
+    ($channel:literal) => {
+        concat!(
+            "CASE WHEN EXISTS (SELECT 1 FROM async_turns a \
+                 WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
+                   AND a.status IN ('running', 'waiting')) \
+             THEN pg_notify(",
+            $channel,
+            ", i.id::text || ' ' || i.conversation_key) IS NOT NULL ELSE true END"
+        )
+    };
+}
+
 /// Opens `streams` in one statement and announces on [`OPENED_CHANNEL`]
 /// each whose conversation has an unsettled detached turn (only a resume
 /// held for such a turn's next run waits for a stream to open). Answers,
@@ -137,7 +164,7 @@ pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, 
         .collect();
     let log_starts: Vec<Option<i64>> = streams.iter().map(|s| s.log_start).collect();
     let alive: Vec<f64> = streams.iter().map(|s| s.alive.as_secs_f64()).collect();
-    let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(concat!(
         "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
          input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], \
@@ -147,17 +174,12 @@ pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, 
              INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, log_start) \
              SELECT id, account_id, conversation_id, now() + make_interval(secs => alive), log_start \
              FROM input RETURNING id) \
-         SELECT i.id, EXISTS (SELECT 1 FROM turn_streams d \
-                 WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
-                   AND d.status = 'active' AND d.alive_until <= now()) \
-         FROM input i JOIN opened o ON o.id = i.id, relaxed \
-         WHERE relaxed.setting IS NOT NULL \
-           AND CASE WHEN EXISTS (SELECT 1 FROM async_turns a \
-                         WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
-                           AND a.status IN ('running', 'waiting')) \
-                    THEN pg_notify($6, i.id::text || ' ' || i.conversation_key) IS NOT NULL \
-                    ELSE true END",
-    )
+         SELECT i.id, ",
+        older_dead_of_i!(),
+        " FROM input i JOIN opened o ON o.id = i.id, relaxed \
+         WHERE relaxed.setting IS NOT NULL AND ",
+        announce_opening_of_i!("$6"),
+    ))
     .bind(&ids)
     .bind(&accounts)
     .bind(&conversations)
@@ -257,7 +279,7 @@ pub async fn append_many(
             chunks.push(chunk.as_str());
         }
     }
-    let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(
+    let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(concat!(
         "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
          input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[], $5::text[], \
@@ -291,20 +313,16 @@ pub async fn append_many(
              SELECT r.id, r.from_idx, b.chunks \
              FROM batches b JOIN recorded r ON r.id = b.stream_id \
              RETURNING 1) \
-         SELECT r.id, r.stop_requested, \
-                i.account_id IS NOT NULL AND EXISTS (SELECT 1 FROM turn_streams d \
-                    WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
-                      AND d.status = 'active' AND d.alive_until <= now()) \
-         FROM recorded r JOIN input i ON i.id = r.id, relaxed \
+         SELECT r.id, r.stop_requested, i.account_id IS NOT NULL AND ",
+        older_dead_of_i!(),
+        " FROM recorded r JOIN input i ON i.id = r.id, relaxed \
          WHERE relaxed.setting IS NOT NULL \
            AND CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
                     ELSE true END \
-           AND CASE WHEN i.account_id IS NOT NULL AND EXISTS (SELECT 1 FROM async_turns a \
-                         WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
-                           AND a.status IN ('running', 'waiting')) \
-                    THEN pg_notify($12, r.id::text || ' ' || i.conversation_key) IS NOT NULL \
-                    ELSE true END",
-    )
+           AND (i.account_id IS NULL OR ",
+        announce_opening_of_i!("$12"),
+        ")",
+    ))
     .bind(&streams)
     .bind(&froms)
     .bind(&counts)

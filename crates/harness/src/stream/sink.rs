@@ -54,27 +54,24 @@ impl Sink {
             alive: hub.settings().alive,
         };
         match &hub.settings().chunks {
-            ChunkStore::Postgres if opens == Opens::WithFirstChunks => Ok(Self::Postgres {
-                id,
-                opening: Some(opening(None)),
-                _counted: hub.writer().count_stream(),
-            }),
             ChunkStore::Postgres => {
-                if hub.writer().open(opening(None)).await? {
-                    finish_dead(hub, account, conversation_id).await?;
-                }
+                let opening = match opens {
+                    Opens::WithFirstChunks => Some(opening(None)),
+                    Opens::Now => {
+                        open_now(hub, opening(None)).await?;
+                        None
+                    }
+                };
                 Ok(Self::Postgres {
                     id,
-                    opening: None,
+                    opening,
                     _counted: hub.writer().count_stream(),
                 })
             }
             ChunkStore::JetStream(chunks) => {
                 let log = TurnLog::open(chunks, account, conversation_id, id).await?;
                 let start = i64::try_from(log.start()).ok();
-                if hub.writer().open(opening(start)).await? {
-                    finish_dead(hub, account, conversation_id).await?;
-                }
+                open_now(hub, opening(start)).await?;
                 Ok(Self::JetStream(id, Box::new(log)))
             }
         }
@@ -126,7 +123,7 @@ impl Sink {
                 if appended != Appended::Refused {
                     if let Some(opened) = opening.take() {
                         if answer.older_dead {
-                            finish_dead(hub, &opened.account, &opened.conversation_id).await?;
+                            finish_dead(hub, &opened).await?;
                         }
                     }
                 }
@@ -148,14 +145,20 @@ impl Sink {
     }
 }
 
-/// Finishes the streams of `account`'s conversation `conversation_id` whose
-/// recorders died, older than the one just opened.
-async fn finish_dead(
-    hub: &StreamHub,
-    account: &AccountId,
-    conversation_id: &str,
-) -> Result<(), StoreError> {
-    turn_streams::finish_dead(hub.pool(), account, conversation_id, &orphan_end()).await
+/// Opens a stream's row through the process's writers, then finishes its
+/// conversation's older streams whose recorders died, if any.
+async fn open_now(hub: &StreamHub, opening: Opening) -> Result<(), StoreError> {
+    if hub.writer().open(opening.clone()).await? {
+        finish_dead(hub, &opening).await?;
+    }
+    Ok(())
+}
+
+/// Finishes the streams of the conversation of `opened` whose recorders
+/// died, older than the one it opened.
+async fn finish_dead(hub: &StreamHub, opened: &Opening) -> Result<(), StoreError> {
+    let (account, conversation) = (&opened.account, &opened.conversation_id);
+    turn_streams::finish_dead(hub.pool(), account, conversation, &orphan_end()).await
 }
 
 /// After a Postgres append whose answer was lost was refused on a retry:
