@@ -397,6 +397,7 @@ fn stream_settings(
         max_group: agents.stream_max_group.clamp(1, 10_000),
         commit_delay: Duration::from_micros(agents.stream_commit_delay_us.min(100_000)),
         commit_siblings: agents.stream_commit_siblings,
+        linger: Duration::from_micros(agents.stream_linger_us.min(100_000)),
         record: agents.stream_recording,
         resume_hold: Duration::from_millis(agents.stream_resume_hold_ms).min(hold_ceiling),
         chunks,

@@ -602,18 +602,76 @@ async fn under_a_commit_delay_concurrent_turns_are_each_recorded_whole_and_in_or
     .await;
     for (conversation, turn) in turns {
         assert_eq!(turn.status, 200, "{}", turn.body);
-        let recorded: Vec<(Value,)> = sqlx::query_as(
-            "SELECT c.chunk::json FROM turn_stream_batches b \
-             JOIN turn_streams s ON s.id = b.stream_id \
-             CROSS JOIN LATERAL unnest(b.chunks) WITH ORDINALITY AS c(chunk, n) \
-             WHERE s.account_id = $1 AND s.conversation_id = $2 ORDER BY b.first_idx, c.n",
-        )
-        .bind(ACCOUNT_A)
-        .bind(&conversation)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap();
-        let recorded: Vec<Value> = recorded.into_iter().map(|(chunk,)| chunk).collect();
+        let recorded = recorded_chunks(&app.pool, ACCOUNT_A, &conversation).await;
         assert_eq!(recorded, turn.chunks, "{conversation}");
+    }
+}
+
+/// The chunks recorded for `account`'s conversation, in order, and in how
+/// many batch rows.
+async fn recorded_chunks_and_rows(
+    pool: &PgPool,
+    account: &str,
+    conversation: &str,
+) -> (Vec<Value>, usize) {
+    let batches: Vec<(Vec<String>,)> = sqlx::query_as(
+        "SELECT b.chunks FROM turn_stream_batches b JOIN turn_streams s ON s.id = b.stream_id \
+         WHERE s.account_id = $1 AND s.conversation_id = $2 ORDER BY b.first_idx",
+    )
+    .bind(account)
+    .bind(conversation)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let chunks = batches
+        .iter()
+        .flat_map(|(chunks,)| {
+            chunks
+                .iter()
+                .map(|chunk| serde_json::from_str(chunk).unwrap())
+        })
+        .collect();
+    (chunks, batches.len())
+}
+
+/// The chunks recorded for `account`'s conversation, in order.
+async fn recorded_chunks(pool: &PgPool, account: &str, conversation: &str) -> Vec<Value> {
+    recorded_chunks_and_rows(pool, account, conversation)
+        .await
+        .0
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn on_a_busy_server_a_recorder_lingers_for_the_rest_of_a_burst(pool: PgPool) {
+    // Every stream counts as a busy server's; the text comes a chunk per ms.
+    let mut settings = fast_lifecycle();
+    settings.streams.commit_siblings = 0;
+    settings.streams.commit_delay = Duration::ZERO;
+    for (linger, conversation) in [
+        (Duration::ZERO, "conv-eager"),
+        (Duration::from_secs(5), "conv-linger"),
+    ] {
+        settings.streams.linger = linger;
+        let app =
+            LiveApp::start_settings(pool.clone(), ApiSettings::default(), settings.clone()).await;
+        app.model.script(
+            "bursty",
+            vec![Reply::text(&"word ".repeat(20)).chunk_delay(Duration::from_millis(1))],
+        );
+        let agent = app.agent(ACCOUNT_A, "bursty", json!({})).await;
+        let turn = app
+            .turn(ACCOUNT_A, &agent, user_turn(conversation, "talk"))
+            .await;
+        assert_eq!(turn.status, 200, "{}", turn.body);
+        let (recorded, rows) = recorded_chunks_and_rows(&app.pool, ACCOUNT_A, conversation).await;
+        assert_eq!(recorded, turn.chunks, "{conversation}");
+        if linger.is_zero() {
+            assert!(
+                rows > 2,
+                "without a linger the chunks take many appends: {rows} rows"
+            );
+        } else {
+            assert_eq!(rows, 1, "the whole turn lingers into its end's write");
+        }
     }
 }

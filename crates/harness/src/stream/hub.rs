@@ -56,7 +56,7 @@ impl StreamHub {
         };
         tokio::spawn(listen(pool.clone(), relayed, stop.clone()));
         let writer = StreamWriter::start(
-            pool.clone(),
+            &pool,
             GroupTerms {
                 writers: settings.writers,
                 max_group: settings.max_group,

@@ -63,8 +63,13 @@ pub struct StreamSettings {
     /// How long a writer waits for more turns' writes after its first one,
     /// while at least `commit_siblings` streams record (zero: never).
     pub commit_delay: Duration,
-    /// Streams recording at once from which writers wait `commit_delay`.
+    /// Streams recording at once from which writers wait `commit_delay`
+    /// and recorders `linger`.
     pub commit_siblings: usize,
+    /// How long a recorder waits after a batch's first chunk for more of
+    /// its turn's chunks, while at least `commit_siblings` streams record
+    /// in Postgres (zero: never).
+    pub linger: Duration,
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.
     pub record: bool,
@@ -87,6 +92,7 @@ impl Default for StreamSettings {
             max_group: 128,
             commit_delay: Duration::from_millis(1),
             commit_siblings: 8,
+            linger: Duration::from_millis(1),
             record: true,
             resume_hold: Duration::from_secs(25),
             chunks: ChunkStore::Postgres,

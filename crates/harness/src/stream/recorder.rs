@@ -1,6 +1,7 @@
 //! Records a turn's chunks before they are shown: the turn writes to
 //! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
-//! as fast as the chunk store takes them: see [`Sink`]) and only then
+//! as fast as the chunk store takes them, lingering a moment for more while
+//! the server is busy: see [`Sink`]) and only then
 //! forwards each chunk to the client of this process, if any. The turn's
 //! last chunk (`finish` or `abort`) is recorded with the stream's end, once
 //! the turn is done. It watches for a stop asked for in
@@ -115,7 +116,7 @@ impl Recorder {
                 first = receiver.recv() => {
                     let Some(first) = first else { break };
                     let mut batch = std::mem::take(&mut last);
-                    if self.batch(first, &mut receiver, &mut batch) {
+                    if self.gather(first, &mut receiver, &mut batch).await {
                         last = batch;
                         continue;
                     }
@@ -143,6 +144,32 @@ impl Recorder {
         if !self.append(&last, true).await {
             tracing::warn!(stream.id = ?self.stream_id, "could not record the end of a turn stream");
         }
+    }
+
+    /// Adds `first` and whatever else has arrived to `batch` (see
+    /// [`Self::batch`]); while the process's writers are busy, also what
+    /// arrives within the linger after it, so a turn whose chunks come in
+    /// quick bursts records them in fewer, larger appends. True when the
+    /// batch ends with the turn's last chunk.
+    async fn gather(
+        &self,
+        first: UiChunk,
+        receiver: &mut mpsc::Receiver<UiChunk>,
+        batch: &mut Vec<String>,
+    ) -> bool {
+        let mut ends = self.batch(first, receiver, batch);
+        let settings = self.hub.settings();
+        if ends || settings.linger.is_zero() || !self.sink.lingers(&self.hub) {
+            return ends;
+        }
+        let deadline = tokio::time::Instant::now() + settings.linger;
+        while !ends && batch.len() < settings.max_batch {
+            match tokio::time::timeout_at(deadline, receiver.recv()).await {
+                Ok(Some(next)) => ends = self.batch(next, receiver, batch),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        ends
     }
 
     /// Adds `first` and whatever else has arrived to `batch`, up to the

@@ -85,6 +85,13 @@ impl Sink {
         }
     }
 
+    /// Whether a batch should linger for more chunks before it is
+    /// recorded: a Postgres stream's, while enough streams record in this
+    /// process for its writers to be busy.
+    pub(super) fn lingers(&self, hub: &StreamHub) -> bool {
+        matches!(self, Self::Postgres { .. }) && hub.writer().busy()
+    }
+
     /// Records `batch`, whose first chunk has index `from` (with `finish`,
     /// the stream's last); `retry` says an earlier try of the same append
     /// failed without an answer.

@@ -7,11 +7,17 @@
 //! moment after its first request for others to join it (a commit delay),
 //! so paced streams, whose chunks arrive one at a time, share statements
 //! too.
+//!
+//! The writers have connections of their own, on which Postgres plans
+//! each statement once (`plan_cache_mode = force_generic_plan`): a group's
+//! statement is large and its arrays vary in length, so Postgres would
+//! otherwise keep planning it afresh, at a cost close to running it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
@@ -43,6 +49,7 @@ pub(crate) struct GroupTerms {
 pub(crate) struct StreamWriter {
     queue: mpsc::Sender<Request>,
     recording: Arc<AtomicUsize>,
+    siblings: usize,
 }
 
 /// Counts one stream as recording until dropped.
@@ -55,10 +62,11 @@ impl Drop for CountedStream {
 }
 
 impl StreamWriter {
-    /// Starts the writers on `pool`.
-    pub(crate) fn start(pool: PgPool, terms: GroupTerms) -> Self {
+    /// Starts the writers on connections of their own to `pool`'s database.
+    pub(crate) fn start(pool: &PgPool, terms: GroupTerms) -> Self {
         let max = terms.max_group.max(1);
         let writers = terms.writers.max(1);
+        let pool = writers_pool(pool, writers);
         let (queue, requests) = mpsc::channel(max * writers * 4);
         let requests = Arc::new(Mutex::new(requests));
         let recording = Arc::new(AtomicUsize::new(0));
@@ -72,13 +80,23 @@ impl StreamWriter {
             };
             tokio::spawn(group.run(requests.clone()));
         }
-        Self { queue, recording }
+        Self {
+            queue,
+            recording,
+            siblings: terms.commit_siblings,
+        }
     }
 
     /// Counts a stream as recording while the guard lives.
     pub(crate) fn count_stream(&self) -> CountedStream {
         self.recording.fetch_add(1, Ordering::Relaxed);
         CountedStream(self.recording.clone())
+    }
+
+    /// Whether enough streams record for the writers to wait for more
+    /// requests after their first one.
+    pub(crate) fn busy(&self) -> bool {
+        self.recording.load(Ordering::Relaxed) >= self.siblings
     }
 
     /// Opens a stream; answers whether its conversation has an older
@@ -105,6 +123,17 @@ impl StreamWriter {
         }
         answered.await.unwrap_or_else(|_| Err(stopped()))
     }
+}
+
+/// A pool of one connection per writer to `pool`'s database, whose
+/// statements are planned once per connection.
+fn writers_pool(pool: &PgPool, writers: usize) -> PgPool {
+    let options = PgConnectOptions::clone(&pool.connect_options())
+        .options([("plan_cache_mode", "force_generic_plan")]);
+    PgPoolOptions::new()
+        .max_connections(u32::try_from(writers).unwrap_or(u32::MAX))
+        .acquire_timeout(pool.options().get_acquire_timeout())
+        .connect_lazy_with(options)
 }
 
 fn stopped() -> StoreError {
