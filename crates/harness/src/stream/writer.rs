@@ -23,6 +23,11 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
 use toolserver_store::StoreError;
 
+/// How long a writer's connection, and so its statements' plans, is kept:
+/// a plan made while few streams were active would look them up through
+/// the index of active streams when many are.
+const PLAN_LIFETIME: Duration = Duration::from_secs(300);
+
 /// Where the answer to one request goes.
 type Answer<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -126,13 +131,15 @@ impl StreamWriter {
 }
 
 /// A pool of one connection per writer to `pool`'s database, whose
-/// statements are planned once per connection.
+/// statements are planned once per connection; each connection is replaced
+/// after [`PLAN_LIFETIME`], so its plans follow the tables' statistics.
 fn writers_pool(pool: &PgPool, writers: usize) -> PgPool {
     let options = PgConnectOptions::clone(&pool.connect_options())
         .options([("plan_cache_mode", "force_generic_plan")]);
     PgPoolOptions::new()
         .max_connections(u32::try_from(writers).unwrap_or(u32::MAX))
         .acquire_timeout(pool.options().get_acquire_timeout())
+        .max_lifetime(PLAN_LIFETIME)
         .connect_lazy_with(options)
 }
 
