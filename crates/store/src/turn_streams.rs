@@ -2,7 +2,9 @@
 //! message chunks in order, with an index, recorded before anyone is shown
 //! them, so any process can replay a turn and follow it (see
 //! `migrations/0008_turn_streams.sql`); each append's chunks are one row of
-//! `turn_stream_batches` (`migrations/0013_turn_stream_batches.sql`).
+//! `turn_stream_batches` (`migrations/0013_turn_stream_batches.sql`), and
+//! every update of a stream's row is heap-only
+//! (`migrations/0014_turn_streams_heap_only.sql`).
 //!
 //! Writers name the stream they opened and write many streams' chunks in
 //! one statement ([`open_many`], [`append_many`]); readers first find a
@@ -539,12 +541,13 @@ pub async fn keep_alive(
 
 /// Removes streams finished, or whose recorder died, longer than
 /// `retention` ago (their turns' messages are in the conversation);
-/// returns how many.
+/// returns how many. Such a stream opened longer ago still, which is how
+/// they are found.
 pub async fn purge_finished(pool: &PgPool, retention: Duration) -> Result<u64, StoreError> {
     let done = sqlx::query(
-        "DELETE FROM turn_streams WHERE \
-           (status = 'finished' AND finished_at < now() - make_interval(secs => $1)) \
-           OR (status = 'active' AND alive_until < now() - make_interval(secs => $1))",
+        "DELETE FROM turn_streams WHERE created_at < now() - make_interval(secs => $1) \
+           AND ((status = 'finished' AND finished_at < now() - make_interval(secs => $1)) \
+                OR (status = 'active' AND alive_until < now() - make_interval(secs => $1)))",
     )
     .bind(retention.as_secs_f64())
     .execute(pool)

@@ -24,8 +24,8 @@ use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
 use toolserver_store::StoreError;
 
 /// How long a writer's connection, and so its statements' plans, is kept:
-/// a plan made while few streams were active would look them up through
-/// the index of active streams when many are.
+/// a plan is made from the tables' statistics of its time (one made while
+/// the tables were nearly empty would scan them), and they grow.
 const PLAN_LIFETIME: Duration = Duration::from_secs(300);
 
 /// Where the answer to one request goes.
