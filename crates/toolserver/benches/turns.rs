@@ -12,8 +12,9 @@
 //!     (`TOOLSERVER_TURN_CHUNKS=nats`, the server at 127.0.0.1:4222, a
 //!     stream of this run's own) and on one with recording off
 //!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording in
-//!     each store; the three arms take turns over several rounds and the
-//!     median turns/s of each is compared;
+//!     each store; the three arms take turns over several rounds, and both the
+//!     ratio of their median turns/s and the median of each round's ratio
+//!     are reported;
 //!   - the same comparison with the model pacing its text as a hosted model
 //!     streams (a chunk every 10 ms), where a turn spends its time waiting
 //!     for the model rather than for the store;
@@ -42,7 +43,7 @@ const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
 const RESUMES: usize = 100;
 /// Rounds of the recording arms, whose medians are compared.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 /// Turns per client in the paced comparison.
 const PACED_TURNS_PER_CLIENT: usize = 4;
 /// Time between the paced model's text chunks.
@@ -303,11 +304,27 @@ impl CpuUse {
 }
 
 /// What a run of arms measured: each arm's median turns/s, time to first
-/// byte (ms), and CPU milliseconds per turn (its server, Postgres, all).
+/// byte (ms), and CPU milliseconds per turn (its server, Postgres, all),
+/// and its turns/s in each round.
 struct ArmMedians {
     rate: Vec<f64>,
     ttfb: Vec<f64>,
     cpu: Vec<[f64; 3]>,
+    round_rates: Vec<Vec<f64>>,
+}
+
+impl ArmMedians {
+    /// The median over rounds of arm `arm`'s turns/s over arm `base`'s in
+    /// the same round: steadier than the ratio of the medians when the
+    /// machine's speed drifts between rounds.
+    fn paired_ratio(&self, arm: usize, base: usize) -> f64 {
+        let ratios = self.round_rates[arm]
+            .iter()
+            .zip(&self.round_rates[base])
+            .map(|(rate, base_rate)| rate / base_rate)
+            .collect();
+        median(ratios)
+    }
 }
 
 /// `ROUNDS` rounds of `agent`'s turns on each arm in turn (so all see the
@@ -338,6 +355,7 @@ async fn rounds(
     }
     let part = |samples: &Vec<[f64; 3]>, n: usize| median(samples.iter().map(|s| s[n]).collect());
     ArmMedians {
+        round_rates: rates.clone(),
         rate: rates.into_iter().map(median).collect(),
         ttfb: ttfbs.into_iter().map(median).collect(),
         cpu: cpus
@@ -504,7 +522,10 @@ async fn main() {
             ("server turn, recorded in JetStream", jetstream.clone()),
             ("server turn, recording off", unrecorded.clone()),
         ];
-        let ArmMedians { rate, ttfb, cpu } = rounds(&arms, &tool_agent, clients, per_client).await;
+        let medians = rounds(&arms, &tool_agent, clients, per_client).await;
+        let ArmMedians {
+            rate, ttfb, cpu, ..
+        } = &medians;
         println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
         for (arm, (label, _)) in arms.iter().enumerate() {
             let [server_cpu, postgres_cpu, all_cpu] = cpu[arm];
@@ -519,13 +540,15 @@ async fn main() {
             ttfb[0] - ms(floor_ttfb)
         );
         println!(
-            "recorded in Postgres vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            "recorded in Postgres vs off: {:.3}x the turns/s (median of rounds' ratios {:.3}x), time to first byte p50 {:+.3} ms",
             rate[0] / rate[2],
+            medians.paired_ratio(0, 2),
             ttfb[0] - ttfb[2]
         );
         println!(
-            "recorded in JetStream vs off: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            "recorded in JetStream vs off: {:.3}x the turns/s (median of rounds' ratios {:.3}x), time to first byte p50 {:+.3} ms",
             rate[1] / rate[2],
+            medians.paired_ratio(1, 2),
             ttfb[1] - ttfb[2]
         );
         println!(
@@ -545,8 +568,8 @@ async fn main() {
         ("paced, recorded in JetStream", jetstream.clone()),
         ("paced, recording off", unrecorded.clone()),
     ];
-    let ArmMedians { rate, cpu, .. } =
-        rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
+    let paced = rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
+    let ArmMedians { rate, cpu, .. } = &paced;
     for (arm, (label, _)) in arms.iter().enumerate() {
         println!(
             "{label:<40} {:.1} turns/s, all processes' CPU per turn {:.3} ms (medians of {ROUNDS})",
@@ -554,9 +577,11 @@ async fn main() {
         );
     }
     println!(
-        "paced: recorded in Postgres vs off {:.3}x, in JetStream vs off {:.3}x the turns/s",
+        "paced: recorded in Postgres vs off {:.3}x (median of rounds' ratios {:.3}x), in JetStream vs off {:.3}x ({:.3}x) the turns/s",
         rate[0] / rate[2],
-        rate[1] / rate[2]
+        paced.paired_ratio(0, 2),
+        rate[1] / rate[2],
+        paced.paired_ratio(1, 2)
     );
 
     println!("== resume: request to first replayed chunk ==");
