@@ -181,21 +181,18 @@ async fn a_streams_batches_go_with_it_when_purged_or_deleted_with_its_conversati
         .await
         .unwrap();
     assert_eq!(batch_rows(&app.pool, kept).await, 0);
-    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM turn_stream_batches")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let left = table_rows(&app.pool, "turn_stream_batches").await;
     assert_eq!(left, 0, "no batch outlives its stream");
     assert_eq!(
-        stream_rows(&app.pool).await,
+        table_rows(&app.pool, "turn_streams").await,
         0,
         "no stream outlives its conversation"
     );
 }
 
-/// How many stream rows there are.
-async fn stream_rows(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM turn_streams")
+/// How many rows `table` has.
+async fn table_rows(pool: &PgPool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
         .fetch_one(pool)
         .await
         .unwrap()
@@ -207,18 +204,19 @@ async fn an_accounts_streams_and_their_batches_go_with_the_account(pool: PgPool)
     let agent = app.agent(ACCOUNT_A, "rows", json!({})).await;
     let turn = app.say(ACCOUNT_A, &agent, "conv-two", "hello again").await;
     assert_eq!(turn.status, 200);
-    assert_eq!(stream_rows(&app.pool).await, 2, "a stream per turn");
+    assert_eq!(
+        table_rows(&app.pool, "turn_streams").await,
+        2,
+        "a stream per turn"
+    );
 
     sqlx::query("DELETE FROM accounts WHERE id = $1")
         .bind(ACCOUNT_A)
         .execute(&app.pool)
         .await
         .unwrap();
-    assert_eq!(stream_rows(&app.pool).await, 0);
-    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM turn_stream_batches")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    assert_eq!(table_rows(&app.pool, "turn_streams").await, 0);
+    let left = table_rows(&app.pool, "turn_stream_batches").await;
     assert_eq!(left, 0, "no batch outlives its account");
 }
 

@@ -602,7 +602,7 @@ async fn under_a_commit_delay_concurrent_turns_are_each_recorded_whole_and_in_or
     .await;
     for (conversation, turn) in turns {
         assert_eq!(turn.status, 200, "{}", turn.body);
-        let recorded = recorded_chunks(&app.pool, ACCOUNT_A, &conversation).await;
+        let (recorded, _) = recorded_chunks_and_rows(&app.pool, ACCOUNT_A, &conversation).await;
         assert_eq!(recorded, turn.chunks, "{conversation}");
     }
 }
@@ -632,13 +632,6 @@ async fn recorded_chunks_and_rows(
         })
         .collect();
     (chunks, batches.len())
-}
-
-/// The chunks recorded for `account`'s conversation, in order.
-async fn recorded_chunks(pool: &PgPool, account: &str, conversation: &str) -> Vec<Value> {
-    recorded_chunks_and_rows(pool, account, conversation)
-        .await
-        .0
 }
 
 #[sqlx::test(migrations = "../../migrations")]

@@ -53,16 +53,30 @@ pub(crate) struct GroupTerms {
 /// The queue the writers take from; they stop once it is dropped.
 pub(crate) struct StreamWriter {
     queue: mpsc::Sender<Request>,
-    recording: Arc<AtomicUsize>,
+    load: Arc<Load>,
+}
+
+/// How many streams record in this process, and from how many on the
+/// writers count as busy.
+struct Load {
+    recording: AtomicUsize,
     siblings: usize,
 }
 
+impl Load {
+    /// Whether enough streams record for the writers to wait for more
+    /// requests after their first one.
+    fn busy(&self) -> bool {
+        self.recording.load(Ordering::Relaxed) >= self.siblings
+    }
+}
+
 /// Counts one stream as recording until dropped.
-pub(crate) struct CountedStream(Arc<AtomicUsize>);
+pub(crate) struct CountedStream(Arc<Load>);
 
 impl Drop for CountedStream {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.recording.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -74,34 +88,32 @@ impl StreamWriter {
         let pool = writers_pool(pool, writers);
         let (queue, requests) = mpsc::channel(max * writers * 4);
         let requests = Arc::new(Mutex::new(requests));
-        let recording = Arc::new(AtomicUsize::new(0));
+        let load = Arc::new(Load {
+            recording: AtomicUsize::new(0),
+            siblings: terms.commit_siblings,
+        });
         for _ in 0..writers {
             let group = Group {
                 pool: pool.clone(),
                 max,
                 delay: terms.commit_delay,
-                siblings: terms.commit_siblings,
-                recording: recording.clone(),
+                load: load.clone(),
             };
             tokio::spawn(group.run(requests.clone()));
         }
-        Self {
-            queue,
-            recording,
-            siblings: terms.commit_siblings,
-        }
+        Self { queue, load }
     }
 
     /// Counts a stream as recording while the guard lives.
     pub(crate) fn count_stream(&self) -> CountedStream {
-        self.recording.fetch_add(1, Ordering::Relaxed);
-        CountedStream(self.recording.clone())
+        self.load.recording.fetch_add(1, Ordering::Relaxed);
+        CountedStream(self.load.clone())
     }
 
     /// Whether enough streams record for the writers to wait for more
     /// requests after their first one.
     pub(crate) fn busy(&self) -> bool {
-        self.recording.load(Ordering::Relaxed) >= self.siblings
+        self.load.busy()
     }
 
     /// Opens a stream; answers whether its conversation has an older
@@ -152,8 +164,7 @@ struct Group {
     pool: PgPool,
     max: usize,
     delay: Duration,
-    siblings: usize,
-    recording: Arc<AtomicUsize>,
+    load: Arc<Load>,
 }
 
 impl Group {
@@ -184,8 +195,7 @@ impl Group {
     async fn take(&self, requests: &Mutex<mpsc::Receiver<Request>>) -> Option<Vec<Request>> {
         let mut requests = requests.lock().await;
         let first = requests.recv().await?;
-        let busy = self.recording.load(Ordering::Relaxed) >= self.siblings;
-        if busy && !self.delay.is_zero() {
+        if self.load.busy() && !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
         let mut taken = vec![first];
