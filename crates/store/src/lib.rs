@@ -14,6 +14,7 @@ pub mod pool;
 pub mod stats;
 pub mod text;
 pub mod tools;
+pub mod turn_end;
 pub mod turn_streams;
 
 pub use agents::{AgentRecord, AgentWrite};

@@ -1,18 +1,20 @@
 //! The Postgres chunk store's rows: a stream opened by its first append
 //! (a chat turn's) or before its turn starts (a detached run's), a retried
 //! first append recognised, reads from any index across batches, a reader
-//! ending a dead recorder's stream, and a stream's batches gone with the
+//! ending a dead recorder's stream, a stream's batches gone with the
 //! stream (purged, or deleted with its conversation) though they carry no
-//! foreign key.
+//! foreign key, and a chat turn's stream ended by the write that stores its
+//! conversation.
 
 use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
-use toolserver_domain::{AccountId, OnDisconnect};
-use toolserver_harness::stream::{record, Opens, Recording};
+use toolserver_domain::{AccountId, AgentId, OnDisconnect};
+use toolserver_harness::stream::{record, Opens};
 use toolserver_harness::ui::UiChunk;
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
+use toolserver_store::{conversations, turn_end};
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
@@ -306,9 +308,7 @@ async fn a_detached_runs_stream_is_found_before_its_first_chunk_and_a_chat_turns
     .unwrap();
     assert_ne!(now.stream_id, Some(earlier));
     assert_eq!(Some(latest_stream(&app, "conv-open").await), now.stream_id);
-    let Recording { chunks, done, .. } = now;
-    drop(chunks);
-    done.await.unwrap();
+    now.finish().await;
 
     // A chat turn's: written with its first chunks.
     let lazy = record(
@@ -340,9 +340,161 @@ async fn a_detached_runs_stream_is_found_before_its_first_chunk_and_a_chat_turns
     }
     assert_eq!(opened, lazy.stream_id, "opened with its first chunk");
     let stream = opened.unwrap();
-    let Recording { chunks, done, .. } = lazy;
-    drop(chunks);
-    done.await.unwrap();
+    lazy.finish().await;
     let state = turn_streams::state(&app.pool, stream).await.unwrap();
     assert_eq!((state.chunk_count, state.finished), (1, true));
+}
+
+/// The last batch row of `stream` and the conversation `conversation`
+/// were written by the same transaction.
+async fn written_together(pool: &PgPool, stream: Uuid, conversation: &str) -> bool {
+    let (together,): (bool,) = sqlx::query_as(
+        "SELECT (SELECT xmin::text FROM turn_stream_batches WHERE stream_id = $1 \
+                 ORDER BY first_idx DESC LIMIT 1) \
+              = (SELECT xmin::text FROM conversations WHERE id = $2)",
+    )
+    .bind(stream)
+    .bind(conversation)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    together
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_chat_turns_stream_ends_in_the_write_that_stores_and_releases_its_conversation(
+    pool: PgPool,
+) {
+    let app = app_with_conversation(pool, "conv-end").await;
+    let stream = latest_stream(&app, "conv-end").await;
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert!(state.finished);
+    assert!(written_together(&app.pool, stream, "conv-end").await);
+    let (released, messages): (bool, i32) = sqlx::query_as(
+        "SELECT active_turn IS NULL AND lease_expires_at IS NULL, json_array_length(messages) \
+         FROM conversations WHERE id = 'conv-end'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((released, messages), (true, 2));
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-fence").await;
+    let account = AccountId::parse(ACCOUNT_A).unwrap();
+    let (agent,): (Uuid,) =
+        sqlx::query_as("SELECT agent_id FROM conversations WHERE id = 'conv-fence'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let holder = Uuid::now_v7();
+    conversations::begin_turn(
+        &app.pool,
+        &account,
+        "conv-fence",
+        AgentId::from_uuid(agent),
+        Duration::from_secs(60),
+        holder,
+    )
+    .await
+    .unwrap();
+    let stream = Uuid::now_v7();
+    let opened = append(stream, 0, 2, false, Some(opening(stream, "conv-fence")));
+    assert_eq!(
+        turn_streams::append_many(&app.pool, &[opened])
+            .await
+            .unwrap(),
+        vec![RECORDED]
+    );
+    let messages = [json!({"id": "u", "role": "user", "parts": []})];
+    let end = |from| append(stream, from, 3, true, None);
+    let store = |end: Append| {
+        let (pool, account, messages) = (app.pool.clone(), account.clone(), messages.clone());
+        async move {
+            turn_end::store_and_release(
+                &pool,
+                &account,
+                "conv-fence",
+                holder,
+                &messages,
+                Some(&end),
+            )
+            .await
+            .unwrap()
+        }
+    };
+
+    // A count that does not match records no end, and the turn is stored.
+    let miscounted = store(end(1)).await;
+    assert_eq!(miscounted.stream_end, Some(Appended::Refused));
+    assert!(miscounted.stored);
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (2, false));
+
+    // A turn that no longer holds the conversation still ends its stream.
+    let late = store(end(2)).await;
+    assert!(!late.stored);
+    assert_eq!(
+        late.stream_end,
+        Some(Appended::Recorded {
+            stop_requested: false
+        })
+    );
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (3, true));
+    assert_eq!(batch_rows(&app.pool, stream).await, 2);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_once(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-lost").await;
+    let account = AccountId::parse(ACCOUNT_A).unwrap();
+    let (forward, mut client) = tokio::sync::mpsc::channel(16);
+    let recording = record(
+        app.state.lifecycle().streams(),
+        &account,
+        "conv-lost",
+        Some(forward),
+        OnDisconnect::Continue,
+        Opens::WithFirstChunks,
+    )
+    .await
+    .unwrap();
+    let stream = recording.stream_id.unwrap();
+    let start = UiChunk::Start {
+        message_id: "m1".into(),
+    };
+    recording.chunks.send(start).await.unwrap();
+    let mut shown = vec![shown_type(&client.recv().await.unwrap())];
+    let finish = UiChunk::Finish {
+        finish_reason: "stop".into(),
+    };
+    recording.chunks.send(finish).await.unwrap();
+    let pool = app.pool.clone();
+    let mut offered = None;
+    recording
+        .finish_with(|end| {
+            offered = end.clone();
+            async move {
+                // Recorded, but its answer lost.
+                turn_streams::append_many(&pool, &[end?]).await.unwrap();
+                None
+            }
+        })
+        .await;
+    let offered = offered.expect("a stream open in Postgres offers its end");
+    assert_eq!((offered.from, offered.chunks.len()), (1, 1));
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (2, true));
+    while let Some(chunk) = client.recv().await {
+        shown.push(shown_type(&chunk));
+    }
+    assert_eq!(shown, ["start", "finish"]);
+}
+
+fn shown_type(chunk: &str) -> String {
+    let chunk: serde_json::Value = serde_json::from_str(chunk).unwrap();
+    chunk["type"].as_str().unwrap().to_owned()
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentId};
+use toolserver_store::turn_end::{self, TurnEnded};
+use toolserver_store::turn_streams::Append;
 use toolserver_store::{conversations, StoreError};
 use uuid::Uuid;
 
@@ -116,10 +118,7 @@ impl ConversationLease {
 
     /// Stores `messages` as the conversation.
     pub async fn save(&self, messages: &[UiMessage]) -> Result<(), StoreError> {
-        let values: Vec<Value> = messages
-            .iter()
-            .filter_map(|m| serde_json::to_value(m).ok())
-            .collect();
+        let values = message_values(messages);
         conversations::save(&self.pool, &self.account, &self.id, self.holder, &values).await
     }
 
@@ -146,6 +145,28 @@ impl ConversationLease {
         })
     }
 
+    /// Stores `messages` and lets the next turn in, in one write that also
+    /// records `stream_end`, the turn's stream's last append (see
+    /// [`turn_end::store_and_release`]). On an error the lease is still held.
+    pub async fn store_and_release(
+        &mut self,
+        messages: &[UiMessage],
+        stream_end: Option<&Append>,
+    ) -> Result<TurnEnded, StoreError> {
+        let values = message_values(messages);
+        let ended = turn_end::store_and_release(
+            &self.pool,
+            &self.account,
+            &self.id,
+            self.holder,
+            &values,
+            stream_end,
+        )
+        .await?;
+        self.released = true;
+        Ok(ended)
+    }
+
     /// Lets the next turn in.
     pub async fn release(mut self) {
         self.released = true;
@@ -161,6 +182,14 @@ impl ConversationLease {
     pub fn hand_over(mut self) {
         self.released = true;
     }
+}
+
+/// `messages` as stored.
+fn message_values(messages: &[UiMessage]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter_map(|m| serde_json::to_value(m).ok())
+        .collect()
 }
 
 impl Drop for ConversationLease {

@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
-use crate::stream::{self, Opens, Recording};
+use crate::stream::{self, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
 use crate::{metrics, CheckedAgent};
@@ -233,9 +233,7 @@ impl Lifecycle {
         // The stream finishes once the conversation holds the turn, so a
         // reader that sees its end finds the turn stored.
         let committed = self.commit(job, &account, &turn, lease, end).await;
-        let Recording { chunks, done, .. } = recording;
-        drop(chunks);
-        let _ = done.await;
+        recording.finish().await;
         committed
     }
 

@@ -4,18 +4,21 @@
 //! the server is busy: see [`Sink`]) and only then
 //! forwards each chunk to the client of this process, if any. The turn's
 //! last chunk (`finish` or `abort`) is recorded with the stream's end, once
-//! the turn is done. It watches for a stop asked for in
+//! the turn is done: by the turn's own last write when it takes it (see
+//! [`Recording::finish_with`]), by the recorder after it otherwise. It
+//! watches for a stop asked for in
 //! any process, and for the client leaving, and cancels [`Recording::stop`]
 //! for the turn to end on.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolserver_domain::{AccountId, OnDisconnect};
-use toolserver_store::turn_streams::{self, Appended};
+use toolserver_store::turn_streams::{self, Append, Appended};
 use uuid::Uuid;
 
 use super::sink::Sink;
@@ -39,7 +42,57 @@ pub struct Recording {
     /// longer be recorded.
     pub stop: CancellationToken,
     /// The recorder; ends after the stream has finished.
-    pub done: JoinHandle<()>,
+    done: JoinHandle<()>,
+    /// Where the recorder offers the stream's end to the turn.
+    ends: oneshot::Receiver<EndOffer>,
+}
+
+/// The end of a turn's stream, offered to the turn's last write.
+struct EndOffer {
+    /// The stream's last append, when the turn's write may record it (a
+    /// stream open in Postgres).
+    append: Option<Append>,
+    /// How the turn's write recorded it; `None`: it did not (or may not
+    /// have), and the recorder records it.
+    answer: oneshot::Sender<Option<Appended>>,
+}
+
+impl Recording {
+    /// Ends the recording of a turn that is done and stored: the recorder
+    /// records the stream's end and forwards it; resolves once it has.
+    pub async fn finish(self) {
+        let Self {
+            chunks, done, ends, ..
+        } = self;
+        drop((chunks, ends));
+        let _ = done.await;
+    }
+
+    /// Ends the recording with the turn's last write: once every chunk
+    /// before the stream's end is recorded, `last_write` runs, given that
+    /// end when it may record it (a stream open in Postgres), and answers
+    /// how it recorded it (`None`: it did not, and the recorder records it
+    /// after `last_write`). Resolves once the end is forwarded.
+    pub async fn finish_with<W, F>(self, last_write: W)
+    where
+        W: FnOnce(Option<Append>) -> F,
+        F: Future<Output = Option<Appended>>,
+    {
+        let Self {
+            chunks, done, ends, ..
+        } = self;
+        drop(chunks);
+        match ends.await {
+            Ok(offer) => {
+                let recorded = last_write(offer.append).await;
+                let _ = offer.answer.send(recorded);
+            }
+            Err(_) => {
+                last_write(None).await;
+            }
+        }
+        let _ = done.await;
+    }
 }
 
 /// When a turn's stream is opened (written where readers find it).
@@ -71,6 +124,7 @@ pub async fn record(
     let sink = Sink::open(hub, account, conversation_id, opens).await?;
     let stream_id = sink.stream_id();
     let (chunks, receiver) = mpsc::channel(hub.settings().max_batch);
+    let (offer_end, ends) = oneshot::channel();
     let stop = CancellationToken::new();
     let recorder = Recorder {
         hub: hub.clone(),
@@ -80,6 +134,7 @@ pub async fn record(
         forward,
         on_disconnect,
         stop: stop.clone(),
+        offer_end: Some(offer_end),
     };
     let done = tokio::spawn(recorder.run(receiver, stops));
     Ok(Recording {
@@ -87,6 +142,7 @@ pub async fn record(
         chunks,
         stop,
         done,
+        ends,
     })
 }
 
@@ -99,6 +155,8 @@ struct Recorder {
     forward: Option<mpsc::Sender<String>>,
     on_disconnect: OnDisconnect,
     stop: CancellationToken,
+    /// Where the stream's end is offered to the turn, until it is.
+    offer_end: Option<oneshot::Sender<EndOffer>>,
 }
 
 impl Recorder {
@@ -120,7 +178,7 @@ impl Recorder {
                         last = batch;
                         continue;
                     }
-                    if !self.append(&batch, false).await {
+                    if !self.append(&batch, false, false).await {
                         self.stop.cancel();
                         while receiver.recv().await.is_some() {}
                         return;
@@ -141,7 +199,34 @@ impl Recorder {
                 () = client_gone(self.forward.as_ref()) => self.client_left(),
             }
         }
-        if !self.append(&last, true).await {
+        self.end(last).await;
+    }
+
+    /// Records the stream's end `last` after the turn's last write: in
+    /// that write when the turn takes it, by itself otherwise; then
+    /// forwards it.
+    async fn end(&mut self, last: Vec<String>) {
+        let append = self.sink.end_append(self.count, &last);
+        let taken = append.is_some();
+        let mut turn_wrote = None;
+        if let Some(offer_end) = self.offer_end.take() {
+            let (answer, answered) = oneshot::channel();
+            if offer_end.send(EndOffer { append, answer }).is_ok() {
+                turn_wrote = Some(answered.await.ok().flatten());
+            }
+        }
+        let recorded = match turn_wrote {
+            Some(Some(Appended::Recorded { .. })) => {
+                self.count += i32::try_from(last.len()).unwrap_or(i32::MAX);
+                self.forward(&last).await;
+                true
+            }
+            Some(Some(Appended::Refused)) => false,
+            // The turn's write may have recorded the end before failing.
+            Some(None) => self.append(&last, true, taken).await,
+            None => self.append(&last, true, false).await,
+        };
+        if !recorded {
             tracing::warn!(stream.id = ?self.stream_id, "could not record the end of a turn stream");
         }
     }
@@ -198,11 +283,12 @@ impl Recorder {
     }
 
     /// Records `batch` (retrying a failing store), then forwards it. False
-    /// when it could not be recorded.
-    async fn append(&mut self, batch: &[String], finish: bool) -> bool {
+    /// when it could not be recorded. `retry` says an earlier write of the
+    /// same batch failed without an answer.
+    async fn append(&mut self, batch: &[String], finish: bool, retry: bool) -> bool {
         let added = i32::try_from(batch.len()).unwrap_or(i32::MAX);
         let mut backoff = APPEND_BACKOFF;
-        let mut failed_before = false;
+        let mut failed_before = retry;
         for attempt in 1..=APPEND_ATTEMPTS {
             let outcome = self
                 .sink

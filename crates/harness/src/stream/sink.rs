@@ -92,6 +92,26 @@ impl Sink {
         matches!(self, Self::Postgres { .. }) && hub.writer().busy()
     }
 
+    /// The stream's end `batch`, whose first chunk has index `from`, as an
+    /// append another write may record (see [`Recording::finish_with`]):
+    /// for a stream open in Postgres, when the batch has chunks.
+    ///
+    /// [`Recording::finish_with`]: super::Recording::finish_with
+    pub(super) fn end_append(&self, from: i32, batch: &[String]) -> Option<Append> {
+        match self {
+            Self::Postgres {
+                id, opening: None, ..
+            } if !batch.is_empty() => Some(Append {
+                stream: *id,
+                from,
+                chunks: batch.to_vec(),
+                finish: true,
+                opening: None,
+            }),
+            _ => None,
+        }
+    }
+
     /// Records `batch`, whose first chunk has index `from` (with `finish`,
     /// the stream's last); `retry` says an earlier try of the same append
     /// failed without an answer.

@@ -16,9 +16,11 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use tokio::sync::mpsc;
 use toolserver_domain::AccountId;
-use toolserver_harness::lifecycle::AccountStatus;
-use toolserver_harness::stream::{self, Opens, Recording};
+use toolserver_harness::lifecycle::{AccountStatus, ConversationLease};
+use toolserver_harness::stream::{self, Opens};
 use toolserver_harness::turn::run_turn;
+use toolserver_harness::ui::UiMessage;
+use toolserver_store::turn_streams::{Append, Appended};
 use tracing::Instrument;
 
 use super::chat_request::ChatRequest;
@@ -109,17 +111,38 @@ pub(crate) async fn launch_turn(
         renewal.abort();
         let mut messages = history;
         messages.push(outcome.assistant);
-        if let Err(err) = lease.save(&messages).await {
-            tracing::error!(error = %err, "could not store the conversation");
-        }
-        lease.release().await;
-        let Recording { chunks, done, .. } = recording;
-        drop(chunks);
-        let _ = done.await;
+        recording
+            .finish_with(|stream_end| store_and_release(lease, messages, stream_end))
+            .await;
         drop(forward);
     };
     tokio::spawn(turn.instrument(span));
     Ok(client)
+}
+
+/// A turn's last write: its conversation stored and released, with its
+/// stream's end when the recording gives it; how that end went.
+async fn store_and_release(
+    mut lease: ConversationLease,
+    messages: Vec<UiMessage>,
+    stream_end: Option<Append>,
+) -> Option<Appended> {
+    match lease
+        .store_and_release(&messages, stream_end.as_ref())
+        .await
+    {
+        Ok(ended) => {
+            if !ended.stored {
+                tracing::error!("could not store the conversation: the turn no longer holds it");
+            }
+            ended.stream_end
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "could not store the conversation");
+            lease.release().await;
+            None
+        }
+    }
 }
 
 /// Chunks buffered for this request's client.
