@@ -167,8 +167,7 @@ pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, 
     let log_starts: Vec<Option<i64>> = streams.iter().map(|s| s.log_start).collect();
     let alive: Vec<f64> = streams.iter().map(|s| s.alive.as_secs_f64()).collect();
     let rows: Vec<(Uuid, bool)> = sqlx::query_as(concat!(
-        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
-         input AS ( \
+        "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], \
                                   $5::float8[]) \
                  AS i(id, account_id, conversation_id, conversation_key, log_start, alive)), \
@@ -178,8 +177,7 @@ pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, 
              FROM input RETURNING id) \
          SELECT i.id, ",
         older_dead_of_i!(),
-        " FROM input i JOIN opened o ON o.id = i.id, relaxed \
-         WHERE relaxed.setting IS NOT NULL AND ",
+        " FROM input i JOIN opened o ON o.id = i.id WHERE ",
         announce_opening_of_i!("$6"),
     ))
     .bind(&ids)
@@ -282,8 +280,7 @@ pub async fn append_many(
         }
     }
     let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(concat!(
-        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting), \
-         input AS ( \
+        "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[], $5::text[], \
                                   $6::text[], $7::text[], $8::float8[]) \
                  AS i(id, from_idx, added, finish, account_id, conversation_id, conversation_key, \
@@ -317,9 +314,8 @@ pub async fn append_many(
              RETURNING 1) \
          SELECT r.id, r.stop_requested, i.account_id IS NOT NULL AND ",
         older_dead_of_i!(),
-        " FROM recorded r JOIN input i ON i.id = r.id, relaxed \
-         WHERE relaxed.setting IS NOT NULL \
-           AND CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
+        " FROM recorded r JOIN input i ON i.id = r.id \
+         WHERE CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
                     ELSE true END \
            AND (i.account_id IS NULL OR ",
         announce_opening_of_i!("$12"),

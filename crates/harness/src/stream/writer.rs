@@ -11,7 +11,12 @@
 //! The writers have connections of their own, on which Postgres plans
 //! each statement once (`plan_cache_mode = force_generic_plan`): a group's
 //! statement is large and its arrays vary in length, so Postgres would
-//! otherwise keep planning it afresh, at a cost close to running it.
+//! otherwise keep planning it afresh, at a cost close to running it. Their
+//! commits are asynchronous (`synchronous_commit = off`): a write returns
+//! once it is in the WAL's buffers, which Postgres flushes within a
+//! fraction of a second, so a crash of Postgres itself (not of a server)
+//! can lose the last moment of a live stream; its turn then stops at its
+//! next write.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -143,11 +148,14 @@ impl StreamWriter {
 }
 
 /// A pool of one connection per writer to `pool`'s database, whose
-/// statements are planned once per connection; each connection is replaced
-/// after [`PLAN_LIFETIME`], so its plans follow the tables' statistics.
+/// statements are planned once per connection and commit asynchronously;
+/// each connection is replaced after [`PLAN_LIFETIME`], so its plans
+/// follow the tables' statistics.
 fn writers_pool(pool: &PgPool, writers: usize) -> PgPool {
-    let options = PgConnectOptions::clone(&pool.connect_options())
-        .options([("plan_cache_mode", "force_generic_plan")]);
+    let options = PgConnectOptions::clone(&pool.connect_options()).options([
+        ("plan_cache_mode", "force_generic_plan"),
+        ("synchronous_commit", "off"),
+    ]);
     PgPoolOptions::new()
         .max_connections(u32::try_from(writers).unwrap_or(u32::MAX))
         .acquire_timeout(pool.options().get_acquire_timeout())
