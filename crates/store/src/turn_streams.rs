@@ -156,7 +156,10 @@ macro_rules! announce_opening_of_i {
 /// held for such a turn's next run waits for a stream to open). Answers,
 /// for each, whether its conversation has an older active stream whose
 /// recorder died (see [`finish_dead`]).
-pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, StoreError> {
+pub async fn open_many(
+    executor: impl sqlx::PgExecutor<'_>,
+    streams: &[Opening],
+) -> Result<Vec<bool>, StoreError> {
     let ids: Vec<Uuid> = streams.iter().map(|s| s.id).collect();
     let accounts: Vec<&str> = streams.iter().map(|s| s.account.as_str()).collect();
     let conversations: Vec<&str> = streams.iter().map(|s| s.conversation_id.as_str()).collect();
@@ -187,7 +190,7 @@ pub async fn open_many(pool: &PgPool, streams: &[Opening]) -> Result<Vec<bool>, 
     .bind(&alive)
     .bind(OPENED_CHANNEL)
     .bind(&log_starts)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?;
     Ok(ids
         .iter()
@@ -250,7 +253,7 @@ pub async fn mark_finished(
 /// An append leaves the stream's life as it was (its recorder renews it,
 /// see [`keep_alive`]), so the update touches no indexed column.
 pub async fn append_many(
-    pool: &PgPool,
+    executor: impl sqlx::PgExecutor<'_>,
     appends: &[Append],
 ) -> Result<Vec<AppendAnswer>, StoreError> {
     let mut streams = Vec::with_capacity(appends.len());
@@ -333,7 +336,7 @@ pub async fn append_many(
     .bind(&chunks)
     .bind(CHUNKS_CHANNEL)
     .bind(OPENED_CHANNEL)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?;
     Ok(streams
         .iter()

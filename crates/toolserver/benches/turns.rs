@@ -43,7 +43,7 @@ const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
 const RESUMES: usize = 100;
 /// Rounds of the recording arms, whose medians are compared.
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 11;
 /// Turns per client in the paced comparison.
 const PACED_TURNS_PER_CLIENT: usize = 4;
 /// Time between the paced model's text chunks.

@@ -774,7 +774,7 @@ pub struct AgentsConfig {
     #[arg(
         long,
         env = "TOOLSERVER_STREAM_COMMIT_DELAY_US",
-        default_value_t = 1000
+        default_value_t = 3000
     )]
     pub stream_commit_delay_us: u64,
     /// Streams recording at once in this process from which writers wait

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentId, OnDisconnect};
-use toolserver_harness::stream::{record, Opens};
+use toolserver_harness::stream::{record, Opens, WRITER_APPLICATION_NAME};
 use toolserver_harness::ui::UiChunk;
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
 use toolserver_store::{conversations, turn_end};
@@ -497,4 +497,53 @@ async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_on
 fn shown_type(chunk: &str) -> String {
     let chunk: serde_json::Value = serde_json::from_str(chunk).unwrap();
     chunk["type"].as_str().unwrap().to_owned()
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_stream_writer_whose_connection_is_cut_reconnects_and_the_turn_is_recorded_whole(
+    pool: PgPool,
+) {
+    // A turn on another conversation first, so the writers are connected.
+    let app = app_with_conversation(pool, "conv-warm").await;
+    let words = "one two three four five six seven eight nine ten ";
+    app.model.script(
+        "cut",
+        vec![Reply::text(words).chunk_delay(Duration::from_millis(40))],
+    );
+    let agent = app.agent(ACCOUNT_A, "cut", json!({})).await;
+    let cut = async {
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let recorded: Option<(i32,)> = sqlx::query_as(
+                "SELECT chunk_count FROM turn_streams WHERE conversation_id = 'conv-cut'",
+            )
+            .fetch_optional(&app.pool)
+            .await
+            .unwrap();
+            if recorded.is_some_and(|(count,)| count > 2) {
+                break;
+            }
+        }
+        let (terminated,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = $1 AND datname = current_database()",
+        )
+        .bind(WRITER_APPLICATION_NAME)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        terminated
+    };
+    let (turn, terminated) = tokio::join!(app.say(ACCOUNT_A, &agent, "conv-cut", "go"), cut);
+    assert!(terminated > 0, "a writer's connection was cut mid-turn");
+    assert_eq!(turn.status, 200);
+    assert_eq!(turn.types().last().map(String::as_str), Some("finish"));
+    let stream = latest_stream(&app, "conv-cut").await;
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert!(state.finished);
+    assert_eq!(
+        usize::try_from(state.chunk_count).unwrap(),
+        turn.chunks.len(),
+        "every chunk the client saw is recorded, once"
+    );
 }

@@ -26,6 +26,7 @@ pub use held::follow_held;
 pub use hub::{Notice, StreamHub};
 pub use jetstream::{JetStreamChunks, JetStreamSettings};
 pub use recorder::{record, Opens, Recording};
+pub use writer::WRITER_APPLICATION_NAME;
 
 /// Where new turn streams keep their chunks (a stream is read from where
 /// it was recorded, whatever this says).
@@ -90,7 +91,7 @@ impl Default for StreamSettings {
             max_batch: 256,
             writers: 2,
             max_group: 128,
-            commit_delay: Duration::from_millis(1),
+            commit_delay: Duration::from_millis(3),
             commit_siblings: 8,
             linger: Duration::from_millis(1),
             record: true,

@@ -8,7 +8,8 @@
 //! so paced streams, whose chunks arrive one at a time, share statements
 //! too.
 //!
-//! The writers have connections of their own, on which Postgres plans
+//! Each writer keeps a connection of its own, outside the pool (so no
+//! pings before and after each statement), on which Postgres plans
 //! each statement once (`plan_cache_mode = force_generic_plan`): a group's
 //! statement is large and its arrays vary in length, so Postgres would
 //! otherwise keep planning it afresh, at a cost close to running it. Their
@@ -20,10 +21,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
 use toolserver_store::StoreError;
@@ -32,6 +33,10 @@ use toolserver_store::StoreError;
 /// a plan is made from the tables' statistics of its time (one made while
 /// the tables were nearly empty would scan them), and they grow.
 const PLAN_LIFETIME: Duration = Duration::from_secs(300);
+
+/// How the writers' connections name themselves to Postgres (as seen in
+/// `pg_stat_activity`).
+pub const WRITER_APPLICATION_NAME: &str = "toolserver-stream-writer";
 
 /// Where the answer to one request goes.
 type Answer<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -86,11 +91,11 @@ impl Drop for CountedStream {
 }
 
 impl StreamWriter {
-    /// Starts the writers on connections of their own to `pool`'s database.
+    /// Starts the writers, each on a connection of its own to `pool`'s
+    /// database.
     pub(crate) fn start(pool: &PgPool, terms: GroupTerms) -> Self {
         let max = terms.max_group.max(1);
         let writers = terms.writers.max(1);
-        let pool = writers_pool(pool, writers);
         let (queue, requests) = mpsc::channel(max * writers * 4);
         let requests = Arc::new(Mutex::new(requests));
         let load = Arc::new(Load {
@@ -99,7 +104,7 @@ impl StreamWriter {
         });
         for _ in 0..writers {
             let group = Group {
-                pool: pool.clone(),
+                connection: WriterConnection::new(pool),
                 max,
                 delay: terms.commit_delay,
                 load: load.clone(),
@@ -147,20 +152,70 @@ impl StreamWriter {
     }
 }
 
-/// A pool of one connection per writer to `pool`'s database, whose
-/// statements are planned once per connection and commit asynchronously;
-/// each connection is replaced after [`PLAN_LIFETIME`], so its plans
-/// follow the tables' statistics.
-fn writers_pool(pool: &PgPool, writers: usize) -> PgPool {
-    let options = PgConnectOptions::clone(&pool.connect_options()).options([
-        ("plan_cache_mode", "force_generic_plan"),
-        ("synchronous_commit", "off"),
-    ]);
-    PgPoolOptions::new()
-        .max_connections(u32::try_from(writers).unwrap_or(u32::MAX))
-        .acquire_timeout(pool.options().get_acquire_timeout())
-        .max_lifetime(PLAN_LIFETIME)
-        .connect_lazy_with(options)
+/// One writer's connection to the database: opened when first needed, on
+/// which statements are planned once and commit asynchronously; replaced
+/// after [`PLAN_LIFETIME`], so its plans follow the tables' statistics, and
+/// dropped after a failed write, as it may be broken.
+struct WriterConnection {
+    options: PgConnectOptions,
+    connect_timeout: Duration,
+    open: Option<(PgConnection, Instant)>,
+}
+
+impl WriterConnection {
+    /// A connection to `pool`'s database, opened within its acquire timeout.
+    fn new(pool: &PgPool) -> Self {
+        let options = PgConnectOptions::clone(&pool.connect_options())
+            .application_name(WRITER_APPLICATION_NAME)
+            .options([
+                ("plan_cache_mode", "force_generic_plan"),
+                ("synchronous_commit", "off"),
+            ]);
+        Self {
+            options,
+            connect_timeout: pool.options().get_acquire_timeout(),
+            open: None,
+        }
+    }
+
+    /// The open connection, (re)opened if it is missing or old.
+    async fn get(&mut self) -> Result<&mut PgConnection, StoreError> {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|(_, opened)| opened.elapsed() >= PLAN_LIFETIME)
+        {
+            self.close().await;
+        }
+        if self.open.is_none() {
+            let connecting = PgConnection::connect_with(&self.options);
+            let connected = tokio::time::timeout(self.connect_timeout, connecting)
+                .await
+                .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+            self.open = Some((connected, Instant::now()));
+        }
+        match &mut self.open {
+            Some((connection, _)) => Ok(connection),
+            None => Err(stopped()),
+        }
+    }
+
+    /// Closes the connection, if open.
+    async fn close(&mut self) {
+        if let Some((connection, _)) = self.open.take() {
+            let _ = connection.close().await;
+        }
+    }
+
+    /// Writes `items` in one statement on the connection, dropping it when
+    /// that fails.
+    async fn write_all<I: Grouped>(&mut self, items: &[I]) -> Result<Vec<I::Outcome>, StoreError> {
+        let written = I::write_all(self.get().await?, items).await;
+        if written.is_err() {
+            self.open = None;
+        }
+        written
+    }
 }
 
 fn stopped() -> StoreError {
@@ -169,16 +224,17 @@ fn stopped() -> StoreError {
 
 /// One writer.
 struct Group {
-    pool: PgPool,
+    connection: WriterConnection,
     max: usize,
     delay: Duration,
     load: Arc<Load>,
 }
 
 impl Group {
-    async fn run(self, requests: Arc<Mutex<mpsc::Receiver<Request>>>) {
+    async fn run(mut self, requests: Arc<Mutex<mpsc::Receiver<Request>>>) {
         loop {
             let Some(taken) = self.take(&requests).await else {
+                self.connection.close().await;
                 return;
             };
             let mut opens = Vec::new();
@@ -218,9 +274,9 @@ impl Group {
 
     /// Writes `items` in one statement; when that fails and there were
     /// several, writes each alone, so one bad request fails only itself.
-    async fn write<I: Grouped>(&self, items: Vec<(I, Answer<I::Outcome>)>) {
+    async fn write<I: Grouped>(&mut self, items: Vec<(I, Answer<I::Outcome>)>) {
         let (inputs, answers): (Vec<I>, Vec<_>) = items.into_iter().unzip();
-        let failed = match I::write_all(&self.pool, &inputs).await {
+        let failed = match self.connection.write_all(&inputs).await {
             Ok(outcomes) => {
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(Ok(outcome));
@@ -237,7 +293,9 @@ impl Group {
         }
         tracing::debug!(error = %failed, requests = answers.len(), "a grouped turn-stream write failed; writing each alone");
         for (input, answer) in inputs.into_iter().zip(answers) {
-            let outcome = I::write_all(&self.pool, std::slice::from_ref(&input))
+            let outcome = self
+                .connection
+                .write_all(std::slice::from_ref(&input))
                 .await
                 .and_then(|mut outcomes| outcomes.pop().ok_or_else(stopped));
             let _ = answer.send(outcome);
@@ -251,21 +309,30 @@ trait Grouped: Sized {
     type Outcome;
 
     /// Writes `items` in one statement; one outcome per item, in order.
-    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<Self::Outcome>, StoreError>;
+    async fn write_all(
+        connection: &mut PgConnection,
+        items: &[Self],
+    ) -> Result<Vec<Self::Outcome>, StoreError>;
 }
 
 impl Grouped for Opening {
     type Outcome = bool;
 
-    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<bool>, StoreError> {
-        turn_streams::open_many(pool, items).await
+    async fn write_all(
+        connection: &mut PgConnection,
+        items: &[Self],
+    ) -> Result<Vec<bool>, StoreError> {
+        turn_streams::open_many(connection, items).await
     }
 }
 
 impl Grouped for Append {
     type Outcome = AppendAnswer;
 
-    async fn write_all(pool: &PgPool, items: &[Self]) -> Result<Vec<AppendAnswer>, StoreError> {
-        turn_streams::append_many(pool, items).await
+    async fn write_all(
+        connection: &mut PgConnection,
+        items: &[Self],
+    ) -> Result<Vec<AppendAnswer>, StoreError> {
+        turn_streams::append_many(connection, items).await
     }
 }
