@@ -273,7 +273,8 @@ impl Group {
     }
 
     /// Writes `items` in one statement; when that fails and there were
-    /// several, writes each alone, so one bad request fails only itself.
+    /// several, writes each alone, so one bad request fails only itself,
+    /// unless the database could not be reached: then each fails with it.
     async fn write<I: Grouped>(&mut self, items: Vec<(I, Answer<I::Outcome>)>) {
         let (inputs, answers): (Vec<I>, Vec<_>) = items.into_iter().unzip();
         let failed = match self.connection.write_all(&inputs).await {
@@ -288,6 +289,13 @@ impl Group {
         if answers.len() == 1 {
             if let Some(answer) = answers.into_iter().next() {
                 let _ = answer.send(Err(failed));
+            }
+            return;
+        }
+        if matches!(failed, StoreError::Unavailable(_)) {
+            for answer in answers {
+                let unreachable = std::io::Error::other(failed.to_string());
+                let _ = answer.send(Err(StoreError::Unavailable(sqlx::Error::Io(unreachable))));
             }
             return;
         }
