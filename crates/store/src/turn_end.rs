@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use toolserver_domain::AccountId;
 use uuid::Uuid;
 
-use crate::turn_streams::{Append, Appended, CHUNKS_CHANNEL};
+use crate::turn_streams::{too_many_chunks, Append, Appended, CHUNKS_CHANNEL};
 use crate::StoreError;
 
 /// SQL: the assignments that release a conversation's lease.
@@ -68,7 +68,7 @@ pub async fn store_and_release(
     let added = i32::try_from(end.chunks.len())
         .ok()
         .filter(|added| end.from.checked_add(*added).is_some())
-        .ok_or_else(|| StoreError::Other(sqlx::Error::Protocol("too many chunks".into())))?;
+        .ok_or_else(too_many_chunks)?;
     let (stored, ended): (bool, bool) = sqlx::query_as(concat!(
         "WITH stored AS ( \
              UPDATE conversations SET messages = $4::json, updated_at = now(), ",

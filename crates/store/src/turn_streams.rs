@@ -355,7 +355,8 @@ pub async fn append_many(
         .collect())
 }
 
-fn too_many_chunks() -> StoreError {
+/// The error for an append whose chunk count does not fit an index.
+pub(crate) fn too_many_chunks() -> StoreError {
     StoreError::Other(sqlx::Error::Protocol(
         "too many chunks in one append".into(),
     ))
