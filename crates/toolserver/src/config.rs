@@ -778,11 +778,13 @@ pub struct AgentsConfig {
     )]
     pub stream_commit_delay_us: u64,
     /// Streams recording at once in this process from which writers wait
-    /// and recorders linger (`TOOLSERVER_STREAM_COMMIT_SIBLINGS`).
+    /// and recorders linger before a stream's first batch too
+    /// (`TOOLSERVER_STREAM_COMMIT_SIBLINGS`).
     #[arg(long, env = "TOOLSERVER_STREAM_COMMIT_SIBLINGS", default_value_t = 8)]
     pub stream_commit_siblings: usize,
     /// Microseconds a turn's recorder waits after a batch's first chunk for
-    /// more of the turn's chunks while enough streams record; 0: never
+    /// more of the turn's chunks, for every batch but a stream's first
+    /// unless enough streams record; 0: never
     /// (`TOOLSERVER_STREAM_LINGER_US`).
     #[arg(long, env = "TOOLSERVER_STREAM_LINGER_US", default_value_t = 1000)]
     pub stream_linger_us: u64,

@@ -635,16 +635,21 @@ async fn recorded_chunks_and_rows(
 }
 
 #[sqlx::test(migrations = "../../migrations")]
-async fn on_a_busy_server_a_recorder_lingers_for_the_rest_of_a_burst(pool: PgPool) {
-    // Every stream counts as a busy server's; the text comes a chunk per ms.
+async fn a_recorder_lingers_for_the_rest_of_a_burst_after_its_first_batch_or_when_busy(
+    pool: PgPool,
+) {
+    // One turn at a time; the text comes a chunk per ms. With no siblings
+    // needed, every stream counts as a busy server's.
     let mut settings = fast_lifecycle();
-    settings.streams.commit_siblings = 0;
     settings.streams.commit_delay = Duration::ZERO;
-    for (linger, conversation) in [
-        (Duration::ZERO, "conv-eager"),
-        (Duration::from_secs(5), "conv-linger"),
+    let idle = settings.streams.commit_siblings;
+    for (linger, siblings, conversation, expected_rows) in [
+        (Duration::ZERO, idle, "conv-eager", None),
+        (Duration::from_secs(5), idle, "conv-linger", Some(2)),
+        (Duration::from_secs(5), 0, "conv-busy", Some(1)),
     ] {
         settings.streams.linger = linger;
+        settings.streams.commit_siblings = siblings;
         let app =
             LiveApp::start_settings(pool.clone(), ApiSettings::default(), settings.clone()).await;
         app.model.script(
@@ -658,13 +663,15 @@ async fn on_a_busy_server_a_recorder_lingers_for_the_rest_of_a_burst(pool: PgPoo
         assert_eq!(turn.status, 200, "{}", turn.body);
         let (recorded, rows) = recorded_chunks_and_rows(&app.pool, ACCOUNT_A, conversation).await;
         assert_eq!(recorded, turn.chunks, "{conversation}");
-        if linger.is_zero() {
-            assert!(
+        match expected_rows {
+            None => assert!(
                 rows > 2,
                 "without a linger the chunks take many appends: {rows} rows"
-            );
-        } else {
-            assert_eq!(rows, 1, "the whole turn lingers into its end's write");
+            ),
+            Some(expected) => assert_eq!(
+                rows, expected,
+                "{conversation}: idle, the first batch is written at once and the rest lingers into the end's write; busy, the whole turn does"
+            ),
         }
     }
 }

@@ -65,11 +65,12 @@ pub struct StreamSettings {
     /// while at least `commit_siblings` streams record (zero: never).
     pub commit_delay: Duration,
     /// Streams recording at once from which writers wait `commit_delay`
-    /// and recorders `linger`.
+    /// and recorders `linger` before a stream's first batch too.
     pub commit_siblings: usize,
     /// How long a recorder waits after a batch's first chunk for more of
-    /// its turn's chunks, while at least `commit_siblings` streams record
-    /// in Postgres (zero: never).
+    /// its turn's chunks, in Postgres: for every batch but the one that
+    /// opens a stream, and for that one too while at least
+    /// `commit_siblings` streams record (zero: never).
     pub linger: Duration,
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.

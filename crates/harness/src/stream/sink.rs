@@ -86,10 +86,15 @@ impl Sink {
     }
 
     /// Whether a batch should linger for more chunks before it is
-    /// recorded: a Postgres stream's, while enough streams record in this
-    /// process for its writers to be busy.
+    /// recorded: a Postgres stream's, once the stream is open or while
+    /// enough streams record in this process for its writers to be busy (on
+    /// an idle server a stream's first batch, which opens it, goes at once:
+    /// the client's first chunk waits for it).
     pub(super) fn lingers(&self, hub: &StreamHub) -> bool {
-        matches!(self, Self::Postgres { .. }) && hub.writer().busy()
+        match self {
+            Self::Postgres { opening, .. } => opening.is_none() || hub.writer().busy(),
+            Self::Unrecorded | Self::JetStream(..) => false,
+        }
     }
 
     /// The stream's end `batch`, whose first chunk has index `from`, as an
