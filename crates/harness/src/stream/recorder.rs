@@ -1,7 +1,7 @@
 //! Records a turn's chunks before they are shown: the turn writes to
 //! [`Recording::chunks`]; the recorder appends what has arrived (in batches,
-//! as fast as the chunk store takes them, lingering a moment for more
-//! after the first or while the server is busy: see [`Sink`]) and only then
+//! as fast as the chunk store takes them, each but an idle server's first
+//! lingering a moment for more: see [`Sink`]) and only then
 //! forwards each chunk to the client of this process, if any. The turn's
 //! last chunk (`finish` or `abort`) is recorded with the stream's end, once
 //! the turn is done: by the turn's own last write when it takes it (see
@@ -233,10 +233,11 @@ impl Recorder {
 
     /// Adds `first` and whatever else has arrived to `batch` (see
     /// [`Self::batch`]); once the stream is open (or while the process's
-    /// writers are busy), also what arrives within the linger after it, so a turn whose chunks come in quick bursts
-    /// records them in fewer, larger appends, and its last burst, held for
-    /// the turn's end, rarely waits for an append of the same burst still
-    /// under way. True when the batch ends with the turn's last chunk.
+    /// writers are busy), also what arrives within the linger after it.
+    /// A turn whose chunks come in quick bursts so records them in fewer,
+    /// larger appends, and its last burst, held for the turn's end, rarely
+    /// waits for an append of the same burst still under way. True when
+    /// the batch ends with the turn's last chunk.
     async fn gather(
         &self,
         first: UiChunk,
