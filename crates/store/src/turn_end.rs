@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use toolserver_domain::AccountId;
 use uuid::Uuid;
 
-use crate::turn_streams::{too_many_chunks, Append, Appended, CHUNKS_CHANNEL};
+use crate::turn_streams::{Append, Appended, CHUNKS_CHANNEL};
 use crate::StoreError;
 
 /// SQL: the assignments that release a conversation's lease.
@@ -65,10 +65,7 @@ pub async fn store_and_release(
             "a turn's stream end must finish an open stream with at least one chunk".into(),
         )));
     }
-    let added = i32::try_from(end.chunks.len())
-        .ok()
-        .filter(|added| end.from.checked_add(*added).is_some())
-        .ok_or_else(too_many_chunks)?;
+    let added = end.added()?;
     let (stored, ended): (bool, bool) = sqlx::query_as(concat!(
         "WITH stored AS ( \
              UPDATE conversations SET messages = $4::json, updated_at = now(), ",

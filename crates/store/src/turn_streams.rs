@@ -114,6 +114,17 @@ pub struct Append {
     pub opening: Option<Opening>,
 }
 
+impl Append {
+    /// How many chunks it adds; an error when they, or the stream's count
+    /// after them, do not fit an index.
+    pub(crate) fn added(&self) -> Result<i32, StoreError> {
+        i32::try_from(self.chunks.len())
+            .ok()
+            .filter(|added| self.from.checked_add(*added).is_some())
+            .ok_or_else(too_many_chunks)
+    }
+}
+
 /// What [`append_many`] answers for one append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendAnswer {
@@ -266,8 +277,7 @@ pub async fn append_many(
     let mut alive = Vec::with_capacity(appends.len());
     let (mut chunk_streams, mut chunks) = (Vec::new(), Vec::new());
     for append in appends {
-        let added = i32::try_from(append.chunks.len()).map_err(|_| too_many_chunks())?;
-        append.from.checked_add(added).ok_or_else(too_many_chunks)?;
+        let added = append.added()?;
         streams.push(append.stream);
         froms.push(append.from);
         counts.push(added);
@@ -356,7 +366,7 @@ pub async fn append_many(
 }
 
 /// The error for an append whose chunk count does not fit an index.
-pub(crate) fn too_many_chunks() -> StoreError {
+fn too_many_chunks() -> StoreError {
     StoreError::Other(sqlx::Error::Protocol(
         "too many chunks in one append".into(),
     ))
