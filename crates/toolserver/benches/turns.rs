@@ -15,6 +15,15 @@
 //!     each store; the three arms take turns over several rounds, and both the
 //!     ratio of their median turns/s and the median of each round's ratio
 //!     are reported;
+//!   - for one client, the same comparison turn by turn: sequential turns
+//!     alternating between the server recording in Postgres and the one
+//!     with recording off, so both arms see the machine in the same state at
+//!     the same moment (its speed drifts between rounds by more than the
+//!     cost measured); the ratio of their mean turn times is the ratio of
+//!     their turns/s. Each arm's turns are also split by the arm of the
+//!     turn before: a turn after the other server's pays for the switch,
+//!     alike for both arms unless one arm leaves work behind for whichever
+//!     turn comes next (which would flatter that arm);
 //!   - the same comparison with the model pacing its text as a hosted model
 //!     streams (a chunk every 10 ms), where a turn spends its time waiting
 //!     for the model rather than for the store;
@@ -41,6 +50,8 @@ const SEQUENTIAL_TURNS: usize = 200;
 const CLIENTS: usize = 50;
 const TURNS_PER_CLIENT: usize = 20;
 const OPEN_TURNS: usize = 1000;
+/// Turns of each arm in the turn-by-turn comparison.
+const INTERLEAVED_TURNS: usize = 600;
 const RESUMES: usize = 100;
 /// Rounds of the recording arms, whose medians are compared.
 const ROUNDS: usize = 11;
@@ -365,6 +376,39 @@ async fn rounds(
     }
 }
 
+/// `INTERLEAVED_TURNS` sequential turns of `agent` on each of `arms`,
+/// alternating turn by turn (which goes first in a pair alternates too,
+/// so each arm follows the other as often as itself); each turn's arm and
+/// whole-turn time, in the order they ran.
+async fn interleaved(arms: [&Server; 2], agent: &str) -> Vec<(usize, Duration)> {
+    let mut turns = Vec::new();
+    for pair in 0..INTERLEAVED_TURNS {
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for arm in order {
+            turns.push((arm, turn(arms[arm], agent).await.1));
+        }
+    }
+    turns
+}
+
+/// The whole-turn times of `arm`'s turns in `turns`; with `after`, only of
+/// those that ran right after a turn of that arm.
+fn times_of(turns: &[(usize, Duration)], arm: usize, after: Option<usize>) -> Vec<Duration> {
+    turns
+        .iter()
+        .enumerate()
+        .filter(|(n, (of, _))| {
+            *of == arm && after.is_none_or(|before| *n > 0 && turns[n - 1].0 == before)
+        })
+        .map(|(_, (_, took))| *took)
+        .collect()
+}
+
+/// The mean of `samples`, in milliseconds.
+fn mean_ms(samples: &[Duration]) -> f64 {
+    samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64
+}
+
 async fn concurrent<F, Fut>(
     label: &str,
     clients: usize,
@@ -555,6 +599,39 @@ async fn main() {
             "JetStream vs Postgres: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
             rate[1] / rate[0],
             ttfb[1] - ttfb[0]
+        );
+    }
+
+    println!("== 1 client, turn by turn: {INTERLEAVED_TURNS} turns on each arm, alternating ==");
+    let turns = interleaved([&server, &unrecorded], &tool_agent).await;
+    let (recorded, off) = (times_of(&turns, 0, None), times_of(&turns, 1, None));
+    let pair_ratios = turns
+        .chunks(2)
+        .map(|pair| {
+            let time = |arm| pair.iter().find(|(of, _)| *of == arm).unwrap().1;
+            time(1).as_secs_f64() / time(0).as_secs_f64()
+        })
+        .collect();
+    let (recorded_p50, _) = summary("recorded in Postgres: whole turn", recorded.clone());
+    let (off_p50, _) = summary("recording off: whole turn", off.clone());
+    println!(
+        "recorded in Postgres vs off, turn by turn: {:.3}x the turns/s (mean turn {:.3} vs {:.3} ms; median of pairs' ratios {:.3}x), whole turn p50 {:+.3} ms",
+        mean_ms(&off) / mean_ms(&recorded),
+        mean_ms(&recorded),
+        mean_ms(&off),
+        median(pair_ratios),
+        ms(recorded_p50) - ms(off_p50)
+    );
+    for (arm, label) in [(0, "recorded"), (1, "off")] {
+        let p50_after = |before| {
+            let mut times = times_of(&turns, arm, Some(before));
+            times.sort();
+            ms(times[times.len() / 2])
+        };
+        println!(
+            "{label} turns: p50 {:.3} ms after a recorded turn, {:.3} ms after an unrecorded one",
+            p50_after(0),
+            p50_after(1)
         );
     }
 
