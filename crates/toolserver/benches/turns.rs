@@ -624,9 +624,12 @@ async fn main() {
     );
     for (arm, label) in [(0, "recorded"), (1, "off")] {
         let p50_after = |before| {
-            let mut times = times_of(&turns, arm, Some(before));
-            times.sort();
-            ms(times[times.len() / 2])
+            median(
+                times_of(&turns, arm, Some(before))
+                    .into_iter()
+                    .map(ms)
+                    .collect(),
+            )
         };
         println!(
             "{label} turns: p50 {:.3} ms after a recorded turn, {:.3} ms after an unrecorded one",
