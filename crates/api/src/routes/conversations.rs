@@ -6,6 +6,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_harness::ui::UiMessage;
 use toolserver_store::{conversations, StoreError};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -65,7 +66,11 @@ pub async fn get_conversation(
     Ok(Json(ConversationView {
         id: record.id,
         agent_id: record.agent_id.to_string(),
-        messages: record.messages,
+        messages: record
+            .messages
+            .into_iter()
+            .map(UiMessage::rewrite_stored)
+            .collect(),
         created_at: record.created_at,
         updated_at: record.updated_at,
     }))

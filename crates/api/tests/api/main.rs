@@ -24,6 +24,7 @@ mod real_client;
 mod resume;
 mod shutdown;
 mod socket;
+mod stored_shapes;
 mod support;
 mod tenancy;
 mod tools;

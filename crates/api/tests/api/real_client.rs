@@ -1,7 +1,8 @@
 //! The published AI SDK (6.x and 7.x) reads every kind of turn stream from
 //! the running server: `clients/ai-sdk/test/ui-stream.test.mjs`, driven from
 //! here with a scenarios file; `resume.test.mjs` and `socket.test.mjs`
-//! resume turns over HTTP and over the WebSocket transport.
+//! resume turns over HTTP and over the WebSocket transport. (`stored.test.mjs`
+//! there is driven by `stored_shapes`.)
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +24,8 @@ fn schema(property: &str) -> Value {
     json!({"type": "object", "properties": {property: {"type": "string"}}, "required": [property]})
 }
 
-fn client_dir() -> PathBuf {
+/// The AI SDK client test's directory (`clients/ai-sdk`).
+pub fn client_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/ai-sdk")
 }
 
@@ -235,7 +237,13 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
     let sections = json!({"scenarios": scenarios, "resume": resume, "socket": socket});
     std::fs::write(file.path(), serde_json::to_vec(&sections).unwrap()).unwrap();
     let output = tokio::process::Command::new("node")
-        .args(["--test", "--test-reporter=spec", "test/"])
+        .args([
+            "--test",
+            "--test-reporter=spec",
+            "test/ui-stream.test.mjs",
+            "test/resume.test.mjs",
+            "test/socket.test.mjs",
+        ])
         .current_dir(&dir)
         .env("TOOLSERVER_URL", &app.base)
         .env("TOOLSERVER_TOKEN", token(ACCOUNT_A))

@@ -165,16 +165,27 @@ pub(super) async fn run_ready(
             ToolEvent::Log { .. } => continue,
             ToolEvent::Snapshot(value) => output_chunk(&tool_call_id, value, Some(true)),
             ToolEvent::Output(value) => output_chunk(&tool_call_id, value, None),
-            ToolEvent::Failed(error_text) => UiChunk::ToolOutputError {
+            ToolEvent::Failed(error) => failed(emitter, tool_call_id, &error),
+            ToolEvent::Launched => failed(
+                emitter,
                 tool_call_id,
-                error_text,
-            },
-            ToolEvent::Launched => UiChunk::ToolOutputError {
-                tool_call_id,
-                error_text: "the runner detached a call that was not sent detached".into(),
-            },
+                "the runner detached a call that was not sent detached",
+            ),
         };
         emitter.emit(chunk).await?;
+    }
+}
+
+/// The end of a call that failed with `error`, carrying the last output it
+/// yielded before, if any (see [`crate::ui::ToolPart::failure_text`]).
+fn failed(emitter: &Emitter, tool_call_id: String, error: &str) -> UiChunk {
+    let error_text = emitter
+        .assistant
+        .tool_part(&tool_call_id)
+        .map_or_else(|| error.to_owned(), |part| part.failure_text(error));
+    UiChunk::ToolOutputError {
+        tool_call_id,
+        error_text,
     }
 }
 

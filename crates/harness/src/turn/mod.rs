@@ -336,7 +336,7 @@ impl Turn {
             .collect();
         let mut ready = Vec::new();
         for part in decided {
-            let approved = part.approval.as_ref().and_then(|a| a.approved) == Some(true);
+            let approved = part.is_approved();
             let tool_call_id = part.tool_call_id.clone();
             if !approved {
                 self.emitter
@@ -431,19 +431,67 @@ impl Turn {
     }
 }
 
-/// Marks calls that never finished as failed with `reason`, and closes open text.
+/// Ends the calls that never finished: a denied one as denied, the others
+/// as failed with `reason` (and the last output they yielded, if any); and
+/// closes open text.
 pub fn mark_unfinished(message: &mut UiMessage, reason: &str) {
     for part in &mut message.parts {
         match part {
             UiPart::Tool(tool)
+                if tool.state == ToolState::ApprovalResponded && !tool.is_approved() =>
+            {
+                tool.state = ToolState::OutputDenied;
+            }
+            UiPart::Tool(tool)
                 if !tool.is_settled() && tool.state != ToolState::ApprovalRequested =>
             {
-                tool.state = ToolState::OutputError;
-                tool.error_text = Some(reason.to_owned());
-                tool.preliminary = false;
+                let error_text = tool.failure_text(reason);
+                tool.fail(error_text);
             }
             UiPart::Text { state, .. } => *state = Some("done".into()),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unfinished_calls_end_in_a_state_that_keeps_what_they_had() {
+        let mut message: UiMessage = serde_json::from_value(json!({"id": "m", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "Work", "state": "streaming"},
+            {"type": "tool-p", "toolCallId": "yielded", "state": "output-available", "input": {}, "output": {"step": 1}, "preliminary": true},
+            {"type": "tool-p", "toolCallId": "running", "state": "input-available", "input": {}},
+            {"type": "tool-p", "toolCallId": "denied", "state": "approval-responded", "input": {}, "approval": {"id": "a1", "approved": false}},
+            {"type": "tool-p", "toolCallId": "approved", "state": "approval-responded", "input": {}, "approval": {"id": "a2", "approved": true}},
+            {"type": "tool-p", "toolCallId": "asked", "state": "approval-requested", "input": {}, "approval": {"id": "a3"}},
+        ]}))
+        .unwrap();
+        mark_unfinished(&mut message, "stopped");
+        let parts = serde_json::to_value(&message).unwrap()["parts"].clone();
+        assert_eq!(
+            parts[1],
+            json!({"type": "text", "text": "Work", "state": "done"})
+        );
+        assert_eq!(
+            parts[2],
+            json!({"type": "tool-p", "toolCallId": "yielded", "state": "output-error", "input": {},
+                   "errorText": "stopped; its last output before that was {\"step\":1}"})
+        );
+        assert_eq!(parts[3]["errorText"], "stopped");
+        assert_eq!(
+            parts[4],
+            json!({"type": "tool-p", "toolCallId": "denied", "state": "output-denied", "input": {},
+                   "approval": {"id": "a1", "approved": false}})
+        );
+        assert_eq!(
+            parts[5],
+            json!({"type": "tool-p", "toolCallId": "approved", "state": "output-error", "input": {},
+                   "errorText": "stopped", "approval": {"id": "a2", "approved": true}})
+        );
+        assert_eq!(parts[6]["state"], "approval-requested");
     }
 }

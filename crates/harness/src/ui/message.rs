@@ -73,6 +73,15 @@ pub struct Approval {
 }
 
 /// A tool invocation part (`tool-<name>`, or `dynamic-tool`).
+///
+/// Stored and sent as the AI SDK's `UIMessage` schema allows for its state
+/// (6.x and 7.x alike): `input` in every state (optional while streaming and
+/// after an error), `approval` from `approval-requested` on (only a granted
+/// one on `output-available` and `output-error`), `output` and `preliminary`
+/// on `output-available` only, `errorText` on `output-error` only. A field
+/// the state does not allow is never written, and `output` or `errorText`
+/// on a state without them (earlier releases kept a failed call's last
+/// preliminary output) is not read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPart {
     /// Model-facing tool name.
@@ -85,7 +94,7 @@ pub struct ToolPart {
     pub state: ToolState,
     /// The input, once known.
     pub input: Option<Value>,
-    /// The output, once known.
+    /// The output, for `output-available`.
     pub output: Option<Value>,
     /// The error, for `output-error`.
     pub error_text: Option<String>,
@@ -104,6 +113,47 @@ impl ToolPart {
         ) && !self.preliminary
     }
 
+    /// Whether a person approved the call.
+    pub fn is_approved(&self) -> bool {
+        self.approval.as_ref().and_then(|a| a.approved) == Some(true)
+    }
+
+    /// The error text of this call failing with `error` now. A call that
+    /// yielded preliminary outputs loses them when it fails (an error part
+    /// has no `output`, and the AI SDK client drops it too), so the last one
+    /// is carried in the text: the page shows it, and the model is told it.
+    pub fn failure_text(&self, error: &str) -> String {
+        match (self.state, &self.output) {
+            (ToolState::OutputAvailable, Some(output)) if self.preliminary => {
+                format!("{error}; its last output before that was {output}")
+            }
+            _ => error.to_owned(),
+        }
+    }
+
+    /// Ends the call with `error_text` (see [`Self::failure_text`]).
+    pub fn fail(&mut self, error_text: String) {
+        self.state = ToolState::OutputError;
+        self.error_text = Some(error_text);
+        self.output = None;
+        self.preliminary = false;
+    }
+
+    /// The approval, where the state allows it: any from
+    /// `approval-requested` on, but only a granted one on a call that ran.
+    fn allowed_approval(&self) -> Option<&Approval> {
+        let approval = self.approval.as_ref()?;
+        match self.state {
+            ToolState::InputStreaming | ToolState::InputAvailable => None,
+            ToolState::OutputAvailable | ToolState::OutputError => {
+                self.is_approved().then_some(approval)
+            }
+            ToolState::ApprovalRequested
+            | ToolState::ApprovalResponded
+            | ToolState::OutputDenied => Some(approval),
+        }
+    }
+
     fn to_value(&self) -> Value {
         let mut part = Map::new();
         if self.dynamic {
@@ -114,18 +164,30 @@ impl ToolPart {
         }
         part.insert("toolCallId".into(), json!(self.tool_call_id));
         part.insert("state".into(), json!(self.state));
-        part.insert("input".into(), self.input.clone().unwrap_or(Value::Null));
-        if let Some(output) = &self.output {
-            part.insert("output".into(), output.clone());
+        match (&self.input, self.state) {
+            (Some(input), _) => {
+                part.insert("input".into(), input.clone());
+            }
+            (None, ToolState::InputStreaming | ToolState::OutputError) => {}
+            (None, _) => {
+                part.insert("input".into(), Value::Null);
+            }
         }
-        if let Some(error) = &self.error_text {
-            part.insert("errorText".into(), json!(error));
+        match self.state {
+            ToolState::OutputAvailable => {
+                part.insert("output".into(), self.output.clone().unwrap_or(Value::Null));
+                if self.preliminary {
+                    part.insert("preliminary".into(), json!(true));
+                }
+            }
+            ToolState::OutputError => {
+                let error = self.error_text.clone().unwrap_or_default();
+                part.insert("errorText".into(), json!(error));
+            }
+            _ => {}
         }
-        if let Some(approval) = &self.approval {
+        if let Some(approval) = self.allowed_approval() {
             part.insert("approval".into(), json!(approval));
-        }
-        if self.preliminary {
-            part.insert("preliminary".into(), json!(true));
         }
         Value::Object(part)
     }
@@ -135,21 +197,24 @@ impl ToolPart {
             Some(name) => (name.to_owned(), false),
             None => (value.get("toolName")?.as_str()?.to_owned(), true),
         };
+        let state: ToolState = serde_json::from_value(value.get("state")?.clone()).ok()?;
+        let has_output = state == ToolState::OutputAvailable;
         Some(Self {
             tool_name,
             dynamic,
             tool_call_id: value.get("toolCallId")?.as_str()?.to_owned(),
-            state: serde_json::from_value(value.get("state")?.clone()).ok()?,
+            state,
             input: value.get("input").cloned().filter(|v| !v.is_null()),
-            output: value.get("output").cloned(),
+            output: value.get("output").cloned().filter(|_| has_output),
             error_text: value
                 .get("errorText")
                 .and_then(Value::as_str)
+                .filter(|_| state == ToolState::OutputError)
                 .map(str::to_owned),
             approval: value
                 .get("approval")
                 .and_then(|a| serde_json::from_value(a.clone()).ok()),
-            preliminary: value.get("preliminary") == Some(&Value::Bool(true)),
+            preliminary: has_output && value.get("preliminary") == Some(&Value::Bool(true)),
         })
     }
 }
@@ -215,6 +280,15 @@ impl UiMessage {
         }
     }
 
+    /// A message as some release of this server stored it, as this release
+    /// writes it: each part with only the fields its state allows. A value
+    /// that is not a message this server reads is returned as it is.
+    pub fn rewrite_stored(stored: Value) -> Value {
+        serde_json::from_value::<Self>(stored.clone())
+            .and_then(serde_json::to_value)
+            .unwrap_or(stored)
+    }
+
     /// The text of the message's text parts, joined.
     pub fn text(&self) -> String {
         self.parts
@@ -227,6 +301,12 @@ impl UiMessage {
     }
 
     /// The tool part of `tool_call_id`, if any.
+    pub fn tool_part(&self, tool_call_id: &str) -> Option<&ToolPart> {
+        self.tool_parts()
+            .find(|tool| tool.tool_call_id == tool_call_id)
+    }
+
+    /// The tool part of `tool_call_id`, if any, to change.
     pub fn tool_part_mut(&mut self, tool_call_id: &str) -> Option<&mut ToolPart> {
         self.parts.iter_mut().find_map(|part| match part {
             UiPart::Tool(tool) if tool.tool_call_id == tool_call_id => Some(tool),
@@ -294,9 +374,8 @@ impl UiMessage {
                 error_text,
             } => {
                 if let Some(part) = self.ensure_tool_part(tool_call_id, tool_name) {
-                    part.state = ToolState::OutputError;
                     part.input = Some(input.clone());
-                    part.error_text = Some(error_text.clone());
+                    part.fail(error_text.clone());
                 }
             }
             UiChunk::ToolApprovalRequest {
@@ -328,14 +407,14 @@ impl UiMessage {
                 error_text,
             } => {
                 if let Some(part) = self.tool_part_mut(tool_call_id) {
-                    part.state = ToolState::OutputError;
-                    part.error_text = Some(error_text.clone());
-                    part.preliminary = false;
+                    part.fail(error_text.clone());
                 }
             }
             UiChunk::ToolOutputDenied { tool_call_id } => {
                 if let Some(part) = self.tool_part_mut(tool_call_id) {
                     part.state = ToolState::OutputDenied;
+                    part.output = None;
+                    part.preliminary = false;
                 }
             }
             UiChunk::FinishStep
@@ -430,6 +509,133 @@ mod tests {
         assert_eq!(
             (tool.state, tool.output.clone(), tool.preliminary),
             (ToolState::OutputAvailable, Some(json!(2)), false)
+        );
+    }
+
+    fn part(state: ToolState, approved: Option<bool>) -> ToolPart {
+        ToolPart {
+            tool_name: "echo".into(),
+            dynamic: false,
+            tool_call_id: "c".into(),
+            state,
+            input: Some(json!({"q": 1})),
+            output: Some(json!({"step": 1})),
+            error_text: Some("boom".into()),
+            approval: Some(Approval {
+                id: "a".into(),
+                approved,
+                reason: None,
+            }),
+            preliminary: true,
+        }
+    }
+
+    fn keys(part: &ToolPart) -> Vec<String> {
+        let value = serde_json::to_value(UiPart::Tool(part.clone())).unwrap();
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn each_state_is_written_with_only_the_fields_the_ai_sdk_allows_it() {
+        let base = ["input", "state", "toolCallId", "type"];
+        for (state, approved, extra) in [
+            (ToolState::InputStreaming, None, vec![]),
+            (ToolState::InputAvailable, None, vec![]),
+            (ToolState::ApprovalRequested, None, vec!["approval"]),
+            (ToolState::ApprovalResponded, Some(false), vec!["approval"]),
+            (
+                ToolState::OutputAvailable,
+                None,
+                vec!["output", "preliminary"],
+            ),
+            (
+                ToolState::OutputAvailable,
+                Some(true),
+                vec!["approval", "output", "preliminary"],
+            ),
+            (ToolState::OutputError, None, vec!["errorText"]),
+            (ToolState::OutputError, Some(false), vec!["errorText"]),
+            (
+                ToolState::OutputError,
+                Some(true),
+                vec!["approval", "errorText"],
+            ),
+            (ToolState::OutputDenied, Some(false), vec!["approval"]),
+        ] {
+            let mut expected: Vec<String> =
+                base.iter().chain(&extra).map(|k| k.to_string()).collect();
+            expected.sort();
+            let mut part = part(state, approved);
+            if approved.is_none() {
+                part.approval = None;
+            }
+            if state == ToolState::ApprovalRequested {
+                part.approval = Some(Approval {
+                    id: "a".into(),
+                    approved: None,
+                    reason: None,
+                });
+            }
+            assert_eq!(keys(&part), expected, "{state:?} approved {approved:?}");
+        }
+    }
+
+    #[test]
+    fn an_error_part_stored_with_output_is_read_and_written_without_it() {
+        let stored = json!({"id": "m", "role": "assistant", "parts": [
+            {"type": "tool-p", "toolCallId": "c", "state": "output-error", "input": {},
+             "output": {"step": 2}, "preliminary": true, "errorText": "boom"},
+        ]});
+        let message: UiMessage = serde_json::from_value(stored.clone()).unwrap();
+        let UiPart::Tool(tool) = &message.parts[0] else {
+            panic!()
+        };
+        assert_eq!((&tool.output, tool.preliminary), (&None, false));
+        let written = json!({"id": "m", "role": "assistant", "parts": [
+            {"type": "tool-p", "toolCallId": "c", "state": "output-error", "input": {}, "errorText": "boom"},
+        ]});
+        assert_eq!(serde_json::to_value(&message).unwrap(), written);
+        assert_eq!(UiMessage::rewrite_stored(stored), written);
+        assert_eq!(
+            UiMessage::rewrite_stored(json!("not a message")),
+            json!("not a message")
+        );
+    }
+
+    #[test]
+    fn a_call_failing_after_yielding_carries_its_last_output_in_the_error() {
+        let mut message = UiMessage::assistant("m".into());
+        for chunk in [
+            UiChunk::ToolInputAvailable {
+                tool_call_id: "c".into(),
+                tool_name: "p".into(),
+                input: json!({}),
+            },
+            UiChunk::ToolOutputAvailable {
+                tool_call_id: "c".into(),
+                output: json!({"step": 2}),
+                preliminary: Some(true),
+            },
+        ] {
+            message.apply(&chunk);
+        }
+        let text = message.tool_part("c").unwrap().failure_text("boom");
+        assert_eq!(text, "boom; its last output before that was {\"step\":2}");
+        message.apply(&UiChunk::ToolOutputError {
+            tool_call_id: "c".into(),
+            error_text: text.clone(),
+        });
+        let tool = message.tool_part("c").unwrap();
+        assert_eq!(
+            (tool.state, &tool.output, &tool.error_text),
+            (ToolState::OutputError, &None, &Some(text))
+        );
+        assert_eq!(
+            tool.failure_text("again"),
+            "again",
+            "a failed call has no output left"
         );
     }
 }

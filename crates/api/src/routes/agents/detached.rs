@@ -11,6 +11,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_domain::AccountId;
 use toolserver_harness::lifecycle::DetachedStart;
+use toolserver_harness::ui::UiMessage;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -131,7 +132,12 @@ pub async fn get_async(
         status_id: record.id.to_string(),
         status: record.status.as_str().to_owned(),
         conversation_id: record.conversation_id,
-        messages: record.messages,
+        messages: record.messages.map(|messages| match messages {
+            Value::Array(stored) => {
+                Value::Array(stored.into_iter().map(UiMessage::rewrite_stored).collect())
+            }
+            other => other,
+        }),
         error: record.error,
         created_at: record.created_at,
         updated_at: record.updated_at,
