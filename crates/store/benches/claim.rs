@@ -48,7 +48,14 @@ async fn claims(pool: &PgPool, turn: Uuid) -> Vec<Duration> {
     for _ in 0..CLAIMS {
         enqueue(pool, turn, 1).await;
         let started = Instant::now();
-        let job = jobs::claim(pool, Duration::from_secs(10), 5)
+        let job = jobs::claim(
+            pool,
+            &jobs::ClaimTerms {
+                claim: Duration::from_secs(10),
+                process: uuid::Uuid::now_v7(),
+            },
+            5,
+        )
             .await
             .unwrap()
             .expect("a job to claim");
