@@ -56,9 +56,9 @@ async fn claims(pool: &PgPool, turn: Uuid) -> Vec<Duration> {
             },
             5,
         )
-            .await
-            .unwrap()
-            .expect("a job to claim");
+        .await
+        .unwrap()
+        .expect("a job to claim");
         samples.push(started.elapsed());
         let mut tx = pool.begin().await.unwrap();
         assert!(jobs::finish(&mut tx, &job).await.unwrap());

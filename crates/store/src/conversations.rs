@@ -97,8 +97,7 @@ pub struct AbandonedTurn {
 /// SQL: whether the holder of the lease of conversation `c` (joined with
 /// its process `p`) is gone: its lease lapsed, or its process stopped
 /// renewing its row.
-pub(crate) const HOLDER_GONE: &str =
-    "(c.lease_expires_at <= now() OR p.alive_until <= now())";
+pub(crate) const HOLDER_GONE: &str = "(c.lease_expires_at <= now() OR p.alive_until <= now())";
 
 /// SQL: whether the holder of conversation `c`'s lease is a job, which is
 /// claimed again when its process dies and carries its turn on itself.

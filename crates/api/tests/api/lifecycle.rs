@@ -251,9 +251,9 @@ async fn defect3_a_job_that_used_up_its_attempts_fails_its_turn(pool: PgPool) {
         },
         5,
     )
-        .await
-        .unwrap()
-        .is_none());
+    .await
+    .unwrap()
+    .is_none());
     let report = app.state.lifecycle().reap_once().await.unwrap();
     assert_eq!(report.exhausted_turns, 1);
     let row = async_turns::get(&pool, &account(), turn).await.unwrap();

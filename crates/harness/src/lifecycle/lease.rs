@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use time::OffsetDateTime;
 use sqlx::PgPool;
+use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId};
 use toolserver_store::conversations::{Begun, LeaseTerms};
 use toolserver_store::turn_end::{self, TurnEnded};
@@ -224,7 +224,9 @@ impl ConversationLease {
 /// A store error as a lease error.
 fn lease_error(err: StoreError) -> LeaseError {
     match err {
-        StoreError::Conflict { constraint } if constraint == conversations::BUSY => LeaseError::Busy,
+        StoreError::Conflict { constraint } if constraint == conversations::BUSY => {
+            LeaseError::Busy
+        }
         StoreError::Conflict { constraint } if constraint == conversations::OTHER_AGENT => {
             LeaseError::OtherAgent
         }

@@ -16,8 +16,24 @@
 //! 4. **continue** — the transaction that settles a sealed group's last call
 //!    (completion, stop, expiry, silent runner) enqueues its `continue` job.
 //!
-//! Faults: a process that dies loses its claim within [`LifecycleSettings::claim`]
-//! and another takes the job. A retried job whose earlier attempt launched
+//! Order: one turn at a time writes to a conversation, and a later turn
+//! waits until the earlier one's restored state is written. A lease held by
+//! a job is never taken over by a request: the job is claimed again and
+//! writes its turn's state first (a retried job whose earlier attempt
+//! launched detached calls stores that pass, its calls included, before it
+//! lets the conversation go). A group's continuation continues the last
+//! assistant message only when that message made the group's calls;
+//! otherwise later turns have run since, and it answers in a new message at
+//! the end, so the conversation reads in the order things happened and the
+//! model hears the results after what came since, never a later user
+//! message as if it came first.
+//!
+//! Faults: a process that dies loses its claims as soon as its liveness row
+//! lapses ([`LifecycleSettings::process_liveness`]; a claim of a process
+//! that stopped renewing it lapses within [`LifecycleSettings::claim`]
+//! either way), and another takes the job. A chat turn whose process died
+//! is stored as far as its stream was recorded, marked interrupted, by the
+//! next taker of its conversation or the reaper ([`recover`]). A retried job whose earlier attempt launched
 //! detached calls does not run the model again: it seals that attempt's
 //! groups, which continue when their calls settle; otherwise it runs again
 //! from the stored conversation, with the same request keys. The reaper
@@ -155,7 +171,8 @@ impl Lifecycle {
         listener: Arc<dyn TurnListener>,
     ) -> Self {
         let streams = StreamHub::start(pool.clone(), harness.settings().streams.clone());
-        let process = ServerProcess::start(pool.clone(), harness.settings().lifecycle.process_liveness);
+        let process =
+            ServerProcess::start(pool.clone(), harness.settings().lifecycle.process_liveness);
         Self(Arc::new(Inner {
             streams,
             process,

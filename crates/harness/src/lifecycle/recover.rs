@@ -27,14 +27,11 @@ impl Lifecycle {
         let chunks =
             abandoned_turn_chunks(self.streams(), account, conversation_id, abandoned.taken_at)
                 .await?;
-        let recovered = conversations::recover(
-            self.pool(),
-            account,
-            conversation_id,
-            abandoned,
-            |stored| with_interrupted_turn(stored, &chunks),
-        )
-        .await?;
+        let recovered =
+            conversations::recover(self.pool(), account, conversation_id, abandoned, |stored| {
+                with_interrupted_turn(stored, &chunks)
+            })
+            .await?;
         if recovered {
             tracing::info!(
                 conversation.id = %conversation_id,

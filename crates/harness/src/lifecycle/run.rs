@@ -166,7 +166,10 @@ impl Lifecycle {
         };
         if job.attempts > 1 && self.earlier_attempt_launched(job).await? {
             tracing::info!(turn.id = %turn.id, "an earlier attempt recorded detached calls; their groups carry the turn on");
-            let end = match self.restore_earlier_attempt(job, &account, &turn, &lease).await? {
+            let end = match self
+                .restore_earlier_attempt(job, &account, &turn, &lease)
+                .await?
+            {
                 Some(messages) => messages,
                 None => {
                     return self
@@ -190,7 +193,10 @@ impl Lifecycle {
                         .commit(job, &account, &turn, lease, RunEnd::Skipped)
                         .await;
                 }
-                let mut assistant = continued_message(&mut messages, &siblings, job);
+                let group_calls: HashSet<&str> =
+                    siblings.iter().map(|s| s.tool_call_id.as_str()).collect();
+                let new_id = format!("msg_{}", job.id.simple());
+                let mut assistant = continued_message(&mut messages, &group_calls, new_id);
                 restore_lost_calls(&mut assistant, &siblings, &known);
                 (assistant, siblings.into_iter().map(arrival).collect())
             }
@@ -464,36 +470,33 @@ fn open_message(messages: &mut Vec<UiMessage>, job: &Job) -> UiMessage {
     }
 }
 
-/// The assistant message a group's continuation builds: the last message
-/// when it is the one that made the group's calls, so the turn reads on;
-/// otherwise (a later turn of the conversation has run since) a new message
-/// at the end, so the conversation reads in the order things happened and
-/// the model sees the later turns before it hears these results.
+/// The assistant message a group's continuation builds (`group_calls`: the
+/// call ids of the group): the last message when it is the one that made
+/// the group's calls, so the turn reads on; otherwise (a later turn of the
+/// conversation has run since) a new message `new_id` at the end, so the
+/// conversation reads in the order things happened and the model sees the
+/// later turns before it hears these results. When no stored message made
+/// the calls (their pass died before storing them), they belong to the last
+/// assistant message, where they are restored.
 fn continued_message(
     messages: &mut Vec<UiMessage>,
-    siblings: &[AsyncResultRecord],
-    job: &Job,
+    group_calls: &HashSet<&str>,
+    new_id: String,
 ) -> UiMessage {
     let made_the_calls = |message: &UiMessage| {
         message.role == "assistant"
-            && message.tool_parts().any(|part| {
-                siblings
-                    .iter()
-                    .any(|call| call.tool_call_id == part.tool_call_id)
-            })
+            && message
+                .tool_parts()
+                .any(|part| group_calls.contains(part.tool_call_id.as_str()))
     };
-    match messages.last() {
-        Some(last) if made_the_calls(last) => messages
-            .pop()
-            .unwrap_or_else(|| UiMessage::assistant(format!("msg_{}", job.id.simple()))),
-        Some(last) if last.role == "assistant" && !messages.iter().any(made_the_calls) => {
-            // The calls were never stored (their pass died first): they
-            // belong to the last assistant message, where they are restored.
-            messages
-                .pop()
-                .unwrap_or_else(|| UiMessage::assistant(format!("msg_{}", job.id.simple())))
-        }
-        _ => UiMessage::assistant(format!("msg_{}", job.id.simple())),
+    let continues_last = match messages.last() {
+        Some(last) if made_the_calls(last) => true,
+        Some(last) => last.role == "assistant" && !messages.iter().any(made_the_calls),
+        None => false,
+    };
+    match continues_last.then(|| messages.pop()).flatten() {
+        Some(last) => last,
+        None => UiMessage::assistant(new_id),
     }
 }
 
@@ -544,5 +547,68 @@ fn arrival(call: AsyncResultRecord) -> Arrival {
         status_id: call.id.to_string(),
         tool_name: call.tool_name,
         outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message(raw: Value) -> UiMessage {
+        serde_json::from_value(raw).unwrap()
+    }
+
+    fn user(id: &str) -> UiMessage {
+        message(json!({"id": id, "role": "user", "parts": [{"type": "text", "text": id}]}))
+    }
+
+    fn calling(id: &str, call: &str) -> UiMessage {
+        message(json!({"id": id, "role": "assistant", "parts": [
+            {"type": "tool-job", "toolCallId": call, "state": "output-available", "input": {}, "output": {"status": "pending"}},
+        ]}))
+    }
+
+    #[test]
+    fn a_continuation_continues_the_message_that_made_its_calls() {
+        let mut messages = vec![user("u1"), calling("a1", "c1")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "a1");
+        assert_eq!(messages.len(), 1);
+    }
+
+    #[test]
+    fn a_continuation_after_a_later_turn_answers_at_the_end() {
+        let mut messages = vec![
+            user("u1"),
+            calling("a1", "c1"),
+            user("u2"),
+            calling("a2", "d1"),
+        ];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "new");
+        assert!(continued.parts.is_empty());
+        let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["u1", "a1", "u2", "a2"]);
+    }
+
+    #[test]
+    fn a_continuation_after_an_unanswered_later_message_answers_at_the_end() {
+        let mut messages = vec![user("u1"), calling("a1", "c1"), user("u2")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "new");
+        assert_eq!(messages.len(), 3);
+    }
+
+    #[test]
+    fn calls_no_stored_message_made_are_restored_into_the_last_assistant_message() {
+        let mut messages = vec![user("u1"), calling("a1", "other")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "a1");
     }
 }

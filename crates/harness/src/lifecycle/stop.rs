@@ -20,19 +20,20 @@ impl Lifecycle {
         conversation_id: &str,
     ) -> Result<Option<Uuid>, LifecycleError> {
         let pool = self.pool();
+        let holder = conversations::holder(pool, account, conversation_id).await?;
+        if let Holder::Abandoned(abandoned) = holder {
+            self.recover(account, conversation_id, abandoned).await?;
+            return Ok(Some(abandoned.holder));
+        }
         if let Some(stream) = turn_streams::request_stop(pool, account, conversation_id).await? {
             return Ok(Some(stream));
         }
-        match conversations::holder(pool, account, conversation_id).await? {
-            Holder::Nobody => Ok(None),
+        match holder {
             Holder::Live(holder) => {
                 turn_streams::announce_stop(pool, holder).await?;
                 Ok(Some(holder))
             }
-            Holder::Abandoned(abandoned) => {
-                self.recover(account, conversation_id, abandoned).await?;
-                Ok(Some(abandoned.holder))
-            }
+            Holder::Nobody | Holder::Abandoned(_) => Ok(None),
         }
     }
 }

@@ -48,10 +48,12 @@ pub fn with_interrupted_turn(stored: Vec<Value>, chunks: &[String]) -> Option<Ve
     }
     mark_interrupted(&mut message);
     messages.push(message);
-    serde_json::to_value(messages).ok().and_then(|value| match value {
-        Value::Array(items) => Some(items),
-        _ => None,
-    })
+    serde_json::to_value(messages)
+        .ok()
+        .and_then(|value| match value {
+            Value::Array(items) => Some(items),
+            _ => None,
+        })
 }
 
 /// Settles what the turn left open and marks the message interrupted.
@@ -88,7 +90,8 @@ mod tests {
 
     #[test]
     fn a_cut_off_turn_is_stored_as_far_as_it_streamed() {
-        let stored = vec![json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})];
+        let stored =
+            vec![json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})];
         let chunks = texts(&[
             json!({"type": "start", "messageId": "m1"}),
             json!({"type": "start-step"}),
@@ -105,7 +108,10 @@ mod tests {
         let message = &messages[1];
         assert_eq!(message["id"], "m1");
         assert_eq!(message["metadata"], json!({"interrupted": true}));
-        assert_eq!(message["parts"][1], json!({"type": "text", "text": "Hel", "state": "streaming"}));
+        assert_eq!(
+            message["parts"][1],
+            json!({"type": "text", "text": "Hel", "state": "streaming"})
+        );
         let call = &message["parts"][2];
         assert_eq!(call["state"], "output-error");
         assert_eq!(call["errorText"], INTERRUPTED_CALL);
@@ -130,7 +136,8 @@ mod tests {
 
     #[test]
     fn a_turn_that_streamed_no_content_stores_nothing() {
-        let stored = vec![json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})];
+        let stored =
+            vec![json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})];
         assert!(with_interrupted_turn(stored.clone(), &[]).is_none());
         let start = texts(&[json!({"type": "start", "messageId": "m1"})]);
         assert!(with_interrupted_turn(stored, &start).is_none());

@@ -126,7 +126,13 @@ impl Pair {
         assert_eq!(response.status(), 200);
         let mut stream = response.bytes_stream();
         let mut seen = Read::default();
-        while seen.chunks.iter().filter(|c| c["type"] == "text-delta").count() < 10 {
+        while seen
+            .chunks
+            .iter()
+            .filter(|c| c["type"] == "text-delta")
+            .count()
+            < 10
+        {
             seen.take(&stream.next().await.unwrap().unwrap());
         }
         self.doomed.child.kill().unwrap();
@@ -237,7 +243,12 @@ async fn a_chat_turn_killed_mid_stream_is_stored_as_the_resumer_saw_it(pool: PgP
     let next = pair.chat(&pair.survivor, "u2", "and now?").await;
     assert_eq!(next.status(), 200);
     assert!(Read::to_end(next).await.done);
-    let roles: Vec<Value> = pair.stored().await.iter().map(|m| m["role"].clone()).collect();
+    let roles: Vec<Value> = pair
+        .stored()
+        .await
+        .iter()
+        .map(|m| m["role"].clone())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
 }
 
