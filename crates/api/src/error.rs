@@ -231,6 +231,7 @@ impl From<LeaseError> for ApiError {
             },
             LeaseError::Malformed(_) => Self::Internal(err.to_string()),
             LeaseError::Store(store) => store.into(),
+            LeaseError::Stream(stream) => stream.into(),
         }
     }
 }

@@ -48,10 +48,17 @@ async fn claims(pool: &PgPool, turn: Uuid) -> Vec<Duration> {
     for _ in 0..CLAIMS {
         enqueue(pool, turn, 1).await;
         let started = Instant::now();
-        let job = jobs::claim(pool, Duration::from_secs(10), 5)
-            .await
-            .unwrap()
-            .expect("a job to claim");
+        let job = jobs::claim(
+            pool,
+            &jobs::ClaimTerms {
+                claim: Duration::from_secs(10),
+                process: uuid::Uuid::now_v7(),
+            },
+            5,
+        )
+        .await
+        .unwrap()
+        .expect("a job to claim");
         samples.push(started.elapsed());
         let mut tx = pool.begin().await.unwrap();
         assert!(jobs::finish(&mut tx, &job).await.unwrap());

@@ -437,6 +437,18 @@ pub async fn of_group(pool: &PgPool, group_id: Uuid) -> Result<Vec<AsyncResultRe
     .await?)
 }
 
+/// The calls of every group that the job `job_id` opened, in the order
+/// they were made.
+pub async fn of_job(pool: &PgPool, job_id: Uuid) -> Result<Vec<AsyncResultRecord>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {RECORD_COLUMNS} FROM async_tool_results \
+         WHERE group_id IN (SELECT id FROM dispatch_groups WHERE job_id = $1) ORDER BY id"
+    ))
+    .bind(job_id)
+    .fetch_all(pool)
+    .await?)
+}
+
 /// Expires up to `limit` pending calls past their deadline (a missed
 /// heartbeat included), settling them the way a completion would, so their
 /// groups still continue (once). Returns how many expired. Safe to run from

@@ -48,8 +48,8 @@ pub struct NewTurn<'a> {
     pub lease_holder: Uuid,
     /// Where a NATS requester hears the final result.
     pub reply_subject: Option<&'a str>,
-    /// How long the start job's first claim lasts.
-    pub claim: Duration,
+    /// The start job's first claim.
+    pub claim: jobs::ClaimTerms,
 }
 
 /// Records a new running turn and its `start` job (claimed by the caller),
@@ -74,7 +74,7 @@ pub async fn create(
     .bind(turn.reply_subject)
     .execute(&mut *tx)
     .await?;
-    let job = jobs::insert_start(&mut tx, account.as_str(), id, turn.claim).await?;
+    let job = jobs::insert_start(&mut tx, account.as_str(), id, &turn.claim).await?;
     let handed = sqlx::query(
         "UPDATE conversations SET active_turn = $4 \
          WHERE account_id = $1 AND id = $2 AND active_turn = $3",
@@ -112,6 +112,11 @@ pub enum RunEnd<'a> {
     /// The run failed: the turn fails with this error (the conversation
     /// still becomes `messages`).
     Failed(&'a Value, &'a str),
+    /// An earlier attempt of the job recorded detached calls and died before
+    /// storing its pass: the conversation becomes `messages`, that pass as
+    /// far as it was recorded, with its calls (their groups continue once
+    /// the calls settle).
+    Restored(&'a Value),
     /// The run did nothing: an earlier attempt of its job recorded detached
     /// calls (their groups continue once the calls settle), or its results
     /// are stored already. The conversation stays as stored.
@@ -153,13 +158,16 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
         return Ok(Committed::LostClaim);
     }
     let messages = match commit.end {
-        RunEnd::Finished(messages) | RunEnd::Failed(messages, _) => Some(messages.to_string()),
+        RunEnd::Finished(messages) | RunEnd::Failed(messages, _) | RunEnd::Restored(messages) => {
+            Some(messages.to_string())
+        }
         RunEnd::Skipped => None,
     };
     let saved = sqlx::query(
         "UPDATE conversations SET messages = COALESCE($4::json, messages), \
              updated_at = CASE WHEN $4::text IS NULL THEN updated_at ELSE now() END, \
-             active_turn = NULL, lease_expires_at = NULL \
+             active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, \
+             lease_taken_at = NULL \
          WHERE account_id = $1 AND id = $2 AND active_turn = $3",
     )
     .bind(commit.account.as_str())
@@ -255,7 +263,8 @@ pub async fn fail(pool: &PgPool, id: Uuid, error: &str) -> Result<bool, StoreErr
 
 async fn fail_in(tx: &mut PgConnection, id: Uuid, error: &str) -> Result<bool, StoreError> {
     sqlx::query(
-        "UPDATE conversations c SET active_turn = NULL, lease_expires_at = NULL \
+        "UPDATE conversations c SET active_turn = NULL, lease_expires_at = NULL, \
+             lease_process = NULL, lease_taken_at = NULL \
          FROM continuation_outbox o \
          WHERE o.turn_id = $1 AND c.active_turn = o.id",
     )

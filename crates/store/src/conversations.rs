@@ -56,20 +56,68 @@ impl From<ConversationRow> for ConversationRecord {
     }
 }
 
-/// Creates the conversation if new and takes its lease for `lease` as
-/// `holder` (an unexpired lease of another holder is `Conflict { BUSY }`; a
-/// holder may take its own lease again, as a retried job does; a
-/// conversation of another agent is `Conflict { OTHER_AGENT }`). Returns
-/// the stored messages; every later write names `holder`.
+/// Who takes a conversation's lease, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerms {
+    /// The turn (or job) that holds it; every later write names it.
+    pub holder: Uuid,
+    /// The server process running the holder (see [`crate::processes`]).
+    pub process: Uuid,
+    /// How long the lease lasts unless renewed.
+    pub lease: Duration,
+}
+
+/// How [`begin_turn`] went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begun {
+    /// The lease is the caller's.
+    Held {
+        /// The stored messages.
+        messages: Vec<Value>,
+        /// When the holder took the lease (kept when it takes its own
+        /// lease again).
+        taken_at: OffsetDateTime,
+    },
+    /// The conversation is held by a turn whose process died (or whose
+    /// lease lapsed) and that no job will run again: its turn is to be
+    /// stored as interrupted ([`recover`]) before the conversation is taken.
+    Abandoned(AbandonedTurn),
+}
+
+/// A lease whose holder will not come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbandonedTurn {
+    /// The holder.
+    pub holder: Uuid,
+    /// When it took the lease (its turn streams opened at or after it);
+    /// `None` for a lease taken before this was recorded.
+    pub taken_at: Option<OffsetDateTime>,
+}
+
+/// SQL: whether the holder of the lease of conversation `c` (joined with
+/// its process `p`) is gone: its lease lapsed, or its process stopped
+/// renewing its row.
+pub(crate) const HOLDER_GONE: &str = "(c.lease_expires_at <= now() OR p.alive_until <= now())";
+
+/// SQL: whether the holder of conversation `c`'s lease is a job, which is
+/// claimed again when its process dies and carries its turn on itself.
+pub(crate) const HOLDER_IS_JOB: &str =
+    "EXISTS (SELECT 1 FROM continuation_outbox j WHERE j.id = c.active_turn)";
+
+/// Creates the conversation if new and takes its lease on `terms` (a lease
+/// of another live holder is `Conflict { BUSY }`, and so is one of a job
+/// whose process died, until the job runs again; a holder may take its own
+/// lease again, as a retried job does; a conversation of another agent is
+/// `Conflict { OTHER_AGENT }`). A lease whose holder is gone otherwise is
+/// [`Begun::Abandoned`]: nothing is taken.
 #[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %agent))]
 pub async fn begin_turn(
     pool: &PgPool,
     account: &AccountId,
     id: &str,
     agent: AgentId,
-    lease: Duration,
-    holder: Uuid,
-) -> Result<Vec<Value>, StoreError> {
+    terms: LeaseTerms,
+) -> Result<Begun, StoreError> {
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
@@ -81,42 +129,186 @@ pub async fn begin_turn(
     .bind(agent.as_uuid())
     .execute(&mut *tx)
     .await?;
-    let (owner, busy): (Uuid, bool) = sqlx::query_as(
-        "SELECT agent_id, (active_turn IS NOT NULL AND active_turn <> $3 \
-                           AND lease_expires_at > now()) \
-         FROM conversations WHERE account_id = $1 AND id = $2 FOR UPDATE",
-    )
+    let held: HeldBy = sqlx::query_as(&format!(
+        "SELECT c.agent_id, c.active_turn, c.lease_taken_at, \
+                (c.active_turn IS NOT NULL AND c.active_turn <> $3) AS other, \
+                coalesce({HOLDER_GONE}, false) AS gone, {HOLDER_IS_JOB} AS job \
+         FROM conversations c LEFT JOIN server_processes p ON p.id = c.lease_process \
+         WHERE c.account_id = $1 AND c.id = $2 FOR UPDATE OF c"
+    ))
     .bind(account.as_str())
     .bind(id)
-    .bind(holder)
+    .bind(terms.holder)
     .fetch_one(&mut *tx)
     .await?;
-    if owner != agent.as_uuid() {
+    if held.agent_id != agent.as_uuid() {
         return Err(StoreError::Conflict {
             constraint: OTHER_AGENT.into(),
         });
     }
-    if busy {
-        return Err(StoreError::Conflict {
-            constraint: BUSY.into(),
-        });
+    if held.other {
+        return match (held.gone && !held.job, held.active_turn) {
+            (true, Some(holder)) => Ok(Begun::Abandoned(AbandonedTurn {
+                holder,
+                taken_at: held.lease_taken_at,
+            })),
+            _ => Err(StoreError::Conflict {
+                constraint: BUSY.into(),
+            }),
+        };
     }
-    let (messages,): (Value,) = sqlx::query_as(
+    let (messages, taken_at): (Value, OffsetDateTime) = sqlx::query_as(
         "UPDATE conversations SET active_turn = $3, \
-             lease_expires_at = now() + make_interval(secs => $4) \
-         WHERE account_id = $1 AND id = $2 RETURNING messages",
+             lease_expires_at = now() + make_interval(secs => $4), lease_process = $5, \
+             lease_taken_at = CASE WHEN active_turn IS NOT DISTINCT FROM $3 \
+                                   THEN coalesce(lease_taken_at, now()) ELSE now() END \
+         WHERE account_id = $1 AND id = $2 RETURNING messages, lease_taken_at",
     )
     .bind(account.as_str())
     .bind(id)
-    .bind(holder)
-    .bind(lease.as_secs_f64())
+    .bind(terms.holder)
+    .bind(terms.lease.as_secs_f64())
+    .bind(terms.process)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(match messages {
+    let messages = match messages {
         Value::Array(items) => items,
         _ => Vec::new(),
+    };
+    Ok(Begun::Held { messages, taken_at })
+}
+
+#[derive(FromRow)]
+struct HeldBy {
+    agent_id: Uuid,
+    active_turn: Option<Uuid>,
+    lease_taken_at: Option<OffsetDateTime>,
+    other: bool,
+    gone: bool,
+    job: bool,
+}
+
+/// Stores what `rewrite` makes of the messages of `account`'s conversation
+/// `id` and frees the conversation, if `abandoned`'s holder still holds it
+/// (false: someone else recovered it first, or its holder came back and
+/// finished). `rewrite` answers `None` to keep the messages as they are.
+#[tracing::instrument(skip(pool, rewrite), fields(account.id = %account))]
+pub async fn recover<F>(
+    pool: &PgPool,
+    account: &AccountId,
+    id: &str,
+    abandoned: AbandonedTurn,
+    rewrite: F,
+) -> Result<bool, StoreError>
+where
+    F: FnOnce(Vec<Value>) -> Option<Vec<Value>> + Send,
+{
+    let mut tx = pool.begin().await?;
+    let found: Option<(Value,)> = sqlx::query_as(
+        "SELECT messages FROM conversations \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3 FOR UPDATE",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .bind(abandoned.holder)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((messages,)) = found else {
+        return Ok(false);
+    };
+    let stored = match messages {
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    };
+    let rewritten = rewrite(stored).map(|messages| Value::Array(messages).to_string());
+    sqlx::query(
+        "UPDATE conversations SET messages = coalesce($4::json, messages), \
+             updated_at = CASE WHEN $4::text IS NULL THEN updated_at ELSE now() END, \
+             active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, \
+             lease_taken_at = NULL \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .bind(abandoned.holder)
+    .bind(rewritten)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Who holds a conversation's lease, as a stop request sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// Nobody (or no such conversation).
+    Nobody,
+    /// A live turn or job, under this id.
+    Live(Uuid),
+    /// A turn (not a job) whose process died, or whose lease lapsed.
+    Abandoned(AbandonedTurn),
+}
+
+/// Who holds `account`'s conversation `id`.
+#[tracing::instrument(skip(pool), fields(account.id = %account))]
+pub async fn holder(pool: &PgPool, account: &AccountId, id: &str) -> Result<Holder, StoreError> {
+    let found: Option<(Option<Uuid>, Option<OffsetDateTime>, bool, bool)> =
+        sqlx::query_as(&format!(
+            "SELECT c.active_turn, c.lease_taken_at, coalesce({HOLDER_GONE}, false), \
+                    {HOLDER_IS_JOB} \
+             FROM conversations c LEFT JOIN server_processes p ON p.id = c.lease_process \
+             WHERE c.account_id = $1 AND c.id = $2"
+        ))
+        .bind(account.as_str())
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match found {
+        Some((Some(holder), taken_at, true, false)) => {
+            Holder::Abandoned(AbandonedTurn { holder, taken_at })
+        }
+        Some((Some(holder), _, _, _)) => Holder::Live(holder),
+        _ => Holder::Nobody,
     })
+}
+
+/// A conversation held by a turn whose process died, to recover.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct HeldByTheDead {
+    /// The owning account.
+    pub account_id: String,
+    /// The conversation.
+    pub id: String,
+    /// The lease's holder.
+    pub holder: Uuid,
+    /// When it took the lease.
+    pub taken_at: Option<OffsetDateTime>,
+}
+
+impl HeldByTheDead {
+    /// The lease to recover.
+    pub fn abandoned(&self) -> AbandonedTurn {
+        AbandonedTurn {
+            holder: self.holder,
+            taken_at: self.taken_at,
+        }
+    }
+}
+
+/// Up to `limit` conversations whose lease is held by a turn (not a job)
+/// of a process that stopped renewing its row: found through the dead
+/// processes, so the cost follows what they held, not the table's size.
+pub async fn held_by_the_dead(pool: &PgPool, limit: i64) -> Result<Vec<HeldByTheDead>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT c.account_id, c.id, c.active_turn AS holder, c.lease_taken_at AS taken_at \
+         FROM server_processes p JOIN conversations c ON c.lease_process = p.id \
+         WHERE p.alive_until <= now() AND c.active_turn IS NOT NULL AND NOT {HOLDER_IS_JOB} \
+         LIMIT $1"
+    ))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Stores the conversation's messages, if `turn_id` still holds the lease
@@ -197,7 +389,8 @@ pub async fn end_turn(
         return Ok(());
     }
     sqlx::query(
-        "UPDATE conversations SET active_turn = NULL, lease_expires_at = NULL \
+        "UPDATE conversations SET active_turn = NULL, lease_expires_at = NULL, \
+             lease_process = NULL, lease_taken_at = NULL \
          WHERE account_id = $1 AND id = $2 AND active_turn = $3",
     )
     .bind(account.as_str())

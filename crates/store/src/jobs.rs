@@ -54,6 +54,21 @@ pub struct Job {
     pub claim_token: Uuid,
 }
 
+/// How a process claims jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimTerms {
+    /// How long a claim lasts unless renewed.
+    pub claim: Duration,
+    /// The claiming server process: a claim of a process that stopped
+    /// renewing its row (see [`crate::processes`]) lapses at once.
+    pub process: Uuid,
+}
+
+/// SQL: whether the claim of job `o` lapsed, or its process died.
+const CLAIM_LAPSED: &str = "(o.claim_expires_at IS NULL OR o.claim_expires_at < now() \
+     OR EXISTS (SELECT 1 FROM server_processes p \
+                WHERE p.id = o.claimed_by AND p.alive_until <= now()))";
+
 const RETURNING: &str =
     "RETURNING id, kind, turn_id, group_id, call_id, account_id, attempts, claim_token";
 
@@ -62,18 +77,19 @@ pub async fn insert_start(
     tx: &mut PgConnection,
     account: &str,
     turn_id: Uuid,
-    claim: Duration,
+    claim: &ClaimTerms,
 ) -> Result<Job, StoreError> {
     Ok(sqlx::query_as(&format!(
         "INSERT INTO continuation_outbox \
-             (id, kind, turn_id, account_id, attempts, claim_token, claim_expires_at) \
-         VALUES ($1, 'start', $2, $3, 1, $4, now() + make_interval(secs => $5)) {RETURNING}"
+             (id, kind, turn_id, account_id, attempts, claim_token, claim_expires_at, claimed_by) \
+         VALUES ($1, 'start', $2, $3, 1, $4, now() + make_interval(secs => $5), $6) {RETURNING}"
     ))
     .bind(Uuid::now_v7())
     .bind(turn_id)
     .bind(account)
     .bind(Uuid::new_v4())
-    .bind(claim.as_secs_f64())
+    .bind(claim.claim.as_secs_f64())
+    .bind(claim.process)
     .fetch_one(&mut *tx)
     .await?)
 }
@@ -99,27 +115,26 @@ pub(crate) async fn insert_continue(
     Ok(())
 }
 
-/// Claims the oldest available job that nobody holds, for `claim`; jobs
-/// claimed `max_attempts` times are left to the reaper. Claimers never block
-/// each other (`SKIP LOCKED`).
+/// Claims the oldest available job that nobody holds (or whose holder's
+/// process died) on `terms`; jobs claimed `max_attempts` times are left to
+/// the reaper. Claimers never block each other (`SKIP LOCKED`).
 #[tracing::instrument(skip(pool))]
 pub async fn claim(
     pool: &PgPool,
-    claim: Duration,
+    terms: &ClaimTerms,
     max_attempts: i32,
 ) -> Result<Option<Job>, StoreError> {
     Ok(sqlx::query_as(&format!(
         "UPDATE continuation_outbox SET attempts = attempts + 1, claim_token = $1, \
-             claim_expires_at = now() + make_interval(secs => $2) \
-         WHERE id = (SELECT id FROM continuation_outbox \
-                     WHERE available_at <= now() \
-                       AND (claim_expires_at IS NULL OR claim_expires_at < now()) \
-                       AND attempts < $3 \
-                     ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED) {RETURNING}"
+             claim_expires_at = now() + make_interval(secs => $2), claimed_by = $4 \
+         WHERE id = (SELECT o.id FROM continuation_outbox o \
+                     WHERE o.available_at <= now() AND {CLAIM_LAPSED} AND o.attempts < $3 \
+                     ORDER BY o.available_at LIMIT 1 FOR UPDATE SKIP LOCKED) {RETURNING}"
     ))
     .bind(Uuid::new_v4())
-    .bind(claim.as_secs_f64())
+    .bind(terms.claim.as_secs_f64())
     .bind(max_attempts)
+    .bind(terms.process)
     .fetch_optional(pool)
     .await?)
 }
@@ -204,13 +219,13 @@ pub async fn take_exhausted(
     max_attempts: i32,
     limit: i64,
 ) -> Result<Vec<ExhaustedJob>, StoreError> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as(&format!(
         "DELETE FROM continuation_outbox WHERE id IN ( \
-             SELECT id FROM continuation_outbox \
-             WHERE attempts >= $1 AND (claim_expires_at IS NULL OR claim_expires_at < now()) \
+             SELECT o.id FROM continuation_outbox o \
+             WHERE o.attempts >= $1 AND {CLAIM_LAPSED} \
              LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, turn_id, last_error",
-    )
+         RETURNING id, turn_id, last_error"
+    ))
     .bind(max_attempts)
     .bind(limit)
     .fetch_all(&mut *tx)

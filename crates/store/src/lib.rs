@@ -11,6 +11,7 @@ pub mod error;
 pub mod jobs;
 pub mod mcp_tasks;
 pub mod pool;
+pub mod processes;
 pub mod stats;
 pub mod text;
 pub mod tools;

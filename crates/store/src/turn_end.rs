@@ -14,7 +14,7 @@ use crate::StoreError;
 /// SQL: the assignments that release a conversation's lease.
 macro_rules! released {
     () => {
-        "active_turn = NULL, lease_expires_at = NULL"
+        "active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, lease_taken_at = NULL"
     };
 }
 

@@ -457,6 +457,41 @@ pub async fn chunks(
     Ok(rows.into_iter().map(|(chunk,)| chunk).collect())
 }
 
+/// The newest stream of `account`'s conversation `conversation_id` opened
+/// at or after `since` (`None`: the newest still active), its recorder
+/// taken for dead now if it was still active: its appends and renewals are
+/// refused from here on, and it can be finished as an orphan.
+pub async fn abandon_newest(
+    pool: &PgPool,
+    account: &AccountId,
+    conversation_id: &str,
+    since: Option<time::OffsetDateTime>,
+) -> Result<Option<StreamState>, StoreError> {
+    let newest: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT id FROM turn_streams \
+         WHERE account_id = $1 AND conversation_id = $2 \
+           AND CASE WHEN $3::timestamptz IS NULL THEN status = 'active' \
+                    ELSE created_at >= $3 END \
+         ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(account.as_str())
+    .bind(conversation_id)
+    .bind(since)
+    .fetch_optional(pool)
+    .await?;
+    let Some((stream,)) = newest else {
+        return Ok(None);
+    };
+    sqlx::query(
+        "UPDATE turn_streams SET alive_until = least(alive_until, now()) \
+         WHERE id = $1 AND status = 'active'",
+    )
+    .bind(stream)
+    .execute(pool)
+    .await?;
+    state(pool, stream).await.map(Some)
+}
+
 /// Finishes `stream` with `end` if it is active and its recorder died.
 /// Returns whether it did.
 pub async fn finish_orphan(
@@ -507,6 +542,17 @@ pub async fn request_stop(
     }
     tx.commit().await?;
     Ok(stopped.map(|(id,)| id))
+}
+
+/// Announces a stop of the turn whose stream will open as `stream` (a
+/// turn that has not recorded a chunk yet): its recorder hears it.
+pub async fn announce_stop(pool: &PgPool, stream: Uuid) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(STOP_CHANNEL)
+        .bind(stream.to_string())
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Counts a reader following `stream`: from now on its appends are

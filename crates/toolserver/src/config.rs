@@ -640,8 +640,9 @@ pub struct AgentsConfig {
     /// Longest a turn may run, in seconds (`TOOLSERVER_MAX_TURN_SECS`).
     #[arg(long, env = "TOOLSERVER_MAX_TURN_SECS", default_value_t = 900)]
     pub max_turn_secs: u64,
-    /// Seconds a turn's hold on its conversation lasts without renewal; a
-    /// crashed turn frees it after this long (`TOOLSERVER_TURN_LEASE_SECS`).
+    /// Seconds a turn's hold on its conversation lasts without renewal
+    /// (`TOOLSERVER_TURN_LEASE_SECS`); a turn whose server died is known
+    /// sooner, by `TOOLSERVER_PROCESS_LIVENESS_MS`.
     #[arg(long, env = "TOOLSERVER_TURN_LEASE_SECS", default_value_t = 30)]
     pub turn_lease_secs: u64,
     /// Seconds a detached async call may stay pending before it expires
@@ -652,10 +653,16 @@ pub struct AgentsConfig {
     /// (`TOOLSERVER_CONTINUATION_POLL_MS`).
     #[arg(long, env = "TOOLSERVER_CONTINUATION_POLL_MS", default_value_t = 200)]
     pub continuation_poll_ms: u64,
-    /// Milliseconds a job's claim lasts unless renewed; a process that dies
-    /// loses its jobs to another within this (`TOOLSERVER_JOB_CLAIM_MS`).
+    /// Milliseconds a job's claim lasts unless renewed (`TOOLSERVER_JOB_CLAIM_MS`);
+    /// a process that dies loses its jobs sooner, by `TOOLSERVER_PROCESS_LIVENESS_MS`.
     #[arg(long, env = "TOOLSERVER_JOB_CLAIM_MS", default_value_t = 10_000)]
     pub job_claim_ms: u64,
+    /// Milliseconds a server process may go without renewing its liveness
+    /// row (it renews every third of this) before the others take it for
+    /// dead: its conversations' turns are stored as interrupted and freed,
+    /// and its jobs claimed again (`TOOLSERVER_PROCESS_LIVENESS_MS`).
+    #[arg(long, env = "TOOLSERVER_PROCESS_LIVENESS_MS", default_value_t = 3_000)]
+    pub process_liveness_ms: u64,
     /// Most detached runs one process runs at once (`TOOLSERVER_MAX_CONCURRENT_JOBS`).
     #[arg(long, env = "TOOLSERVER_MAX_CONCURRENT_JOBS", default_value_t = 64)]
     pub max_concurrent_jobs: usize,

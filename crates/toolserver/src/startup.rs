@@ -417,6 +417,7 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
         liveness_timeout: ms(agents.runner_liveness_timeout_ms),
         liveness_interval: ms(agents.runner_liveness_interval_ms),
         max_call_launches: agents.max_call_launches.max(1),
+        process_liveness: ms(agents.process_liveness_ms.max(300)),
         unsealed_group_grace: Duration::from_secs(agents.unsealed_group_grace_secs),
         stuck_turn_grace: Duration::from_secs(agents.stuck_turn_grace_secs),
     }

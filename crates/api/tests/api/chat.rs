@@ -793,8 +793,11 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
         &account,
         "conv-dead",
         agent_id,
-        Duration::from_secs(1),
-        uuid::Uuid::now_v7(),
+        toolserver_store::conversations::LeaseTerms {
+            holder: uuid::Uuid::now_v7(),
+            process: uuid::Uuid::now_v7(),
+            lease: Duration::from_secs(1),
+        },
     )
     .await
     .unwrap();

@@ -317,7 +317,7 @@ async fn a_detached_runs_stream_is_found_before_its_first_chunk_and_a_chat_turns
         "conv-open",
         None,
         OnDisconnect::Continue,
-        Opens::WithFirstChunks,
+        Opens::WithFirstChunks(Uuid::now_v7()),
     )
     .await
     .unwrap();
@@ -395,8 +395,11 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
         &account,
         "conv-fence",
         AgentId::from_uuid(agent),
-        Duration::from_secs(60),
-        holder,
+        conversations::LeaseTerms {
+            holder,
+            process: Uuid::now_v7(),
+            lease: Duration::from_secs(60),
+        },
     )
     .await
     .unwrap();
@@ -458,7 +461,7 @@ async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_on
         "conv-lost",
         Some(forward),
         OnDisconnect::Continue,
-        Opens::WithFirstChunks,
+        Opens::WithFirstChunks(Uuid::now_v7()),
     )
     .await
     .unwrap();

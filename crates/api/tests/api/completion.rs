@@ -350,8 +350,11 @@ async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(
             .unwrap();
         groups.push(group);
     }
-    let claim = Duration::from_secs(600);
-    let claims = join_all((0..6).map(|_| jobs::claim(&pool, claim, 5))).await;
+    let claim = jobs::ClaimTerms {
+        claim: Duration::from_secs(600),
+        process: uuid::Uuid::now_v7(),
+    };
+    let claims = join_all((0..6).map(|_| jobs::claim(&pool, &claim, 5))).await;
     let mut claimed: Vec<_> = claims.into_iter().filter_map(|c| c.unwrap()).collect();
     assert_eq!(claimed.len(), 3, "{claimed:?}");
     claimed.sort_by_key(|c| c.group_id);
@@ -367,7 +370,7 @@ async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(
     assert!(claimed
         .iter()
         .all(|c| c.attempts == 1 && c.kind == JobKind::Continue && c.account_id == ACCOUNT_A));
-    assert!(jobs::claim(&pool, claim, 5).await.unwrap().is_none());
+    assert!(jobs::claim(&pool, &claim, 5).await.unwrap().is_none());
 
     // One finishes (and leaves no row); a second finish of it finds nothing.
     let mut tx = pool.begin().await.unwrap();
@@ -382,11 +385,11 @@ async fn continuations_are_claimed_once_and_reclaimed_when_their_worker_is_lost(
         .execute(&pool)
         .await
         .unwrap();
-    let retried = jobs::claim(&pool, claim, 5).await.unwrap().unwrap();
+    let retried = jobs::claim(&pool, &claim, 5).await.unwrap().unwrap();
     assert_eq!(retried.id, claimed[1].id);
     assert_eq!(retried.attempts, 2);
     assert_ne!(retried.claim_token, claimed[1].claim_token);
-    assert!(!jobs::renew(&pool, &claimed[1], claim).await.unwrap());
+    assert!(!jobs::renew(&pool, &claimed[1], claim.claim).await.unwrap());
     let mut tx = pool.begin().await.unwrap();
     assert!(!jobs::finish(&mut tx, &claimed[1]).await.unwrap());
     assert!(jobs::finish(&mut tx, &retried).await.unwrap());

@@ -243,10 +243,17 @@ async fn defect3_a_job_that_used_up_its_attempts_fails_its_turn(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    assert!(jobs::claim(&pool, Duration::from_secs(10), 5)
-        .await
-        .unwrap()
-        .is_none());
+    assert!(jobs::claim(
+        &pool,
+        &jobs::ClaimTerms {
+            claim: Duration::from_secs(10),
+            process: uuid::Uuid::now_v7(),
+        },
+        5,
+    )
+    .await
+    .unwrap()
+    .is_none());
     let report = app.state.lifecycle().reap_once().await.unwrap();
     assert_eq!(report.exhausted_turns, 1);
     let row = async_turns::get(&pool, &account(), turn).await.unwrap();
@@ -277,18 +284,21 @@ async fn defect4_a_job_whose_conversation_is_busy_steps_aside(pool: PgPool) {
         .await
         .unwrap();
     }
-    let claim = Duration::from_secs(10);
-    let busy = jobs::claim(&pool, claim, 5).await.unwrap().unwrap();
+    let claim = jobs::ClaimTerms {
+        claim: Duration::from_secs(10),
+        process: uuid::Uuid::now_v7(),
+    };
+    let busy = jobs::claim(&pool, &claim, 5).await.unwrap().unwrap();
     assert_eq!(busy.turn_id, first, "the oldest job comes first");
     jobs::postpone(&pool, &busy, Duration::from_secs(5))
         .await
         .unwrap();
-    let next = jobs::claim(&pool, claim, 5).await.unwrap().unwrap();
+    let next = jobs::claim(&pool, &claim, 5).await.unwrap().unwrap();
     assert_eq!(
         next.turn_id, second,
         "a busy job does not starve the others"
     );
-    assert!(jobs::claim(&pool, claim, 5).await.unwrap().is_none());
+    assert!(jobs::claim(&pool, &claim, 5).await.unwrap().is_none());
     let attempts: i32 =
         sqlx::query_scalar("SELECT attempts FROM continuation_outbox WHERE id = $1")
             .bind(busy.id)

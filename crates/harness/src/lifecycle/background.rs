@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use toolserver_store::{async_results, async_turns, jobs, mcp_tasks, turn_streams, StoreError};
+use toolserver_store::{
+    async_results, async_turns, jobs, mcp_tasks, processes, turn_streams, StoreError,
+};
 use uuid::Uuid;
 
 use super::Lifecycle;
@@ -33,6 +35,9 @@ pub struct ReapReport {
     pub purged_streams: u64,
     /// Settled MCP tasks removed after their TTL.
     pub purged_tasks: u64,
+    /// Conversations held by turns of dead processes, stored as
+    /// interrupted and freed.
+    pub recovered_conversations: u64,
 }
 
 impl ReapReport {
@@ -46,6 +51,7 @@ impl ReapReport {
         metrics::reaped("stuck_turn", self.stuck_turns as u64);
         metrics::reaped("purged_stream", self.purged_streams);
         metrics::reaped("purged_task", self.purged_tasks);
+        metrics::reaped("recovered_conversation", self.recovered_conversations);
     }
 }
 
@@ -62,6 +68,7 @@ impl Lifecycle {
     async fn job_loop(&self) {
         let settings = self.settings().clone();
         let permits = Arc::new(Semaphore::new(settings.max_concurrent_jobs.max(1)));
+        let terms = self.claim_terms();
         let stop = self.0.stop.clone();
         loop {
             let permit = tokio::select! {
@@ -73,7 +80,7 @@ impl Lifecycle {
             };
             let claimed = tokio::select! {
                 () = stop.cancelled() => return,
-                claimed = jobs::claim(self.pool(), settings.claim, settings.max_attempts) => claimed,
+                claimed = jobs::claim(self.pool(), &terms, settings.max_attempts) => claimed,
             };
             match claimed {
                 Ok(Some(job)) => self.spawn_run(job, Some(permit)),
@@ -119,6 +126,7 @@ impl Lifecycle {
                         stuck_turns = report.stuck_turns,
                         purged_streams = report.purged_streams,
                         purged_tasks = report.purged_tasks,
+                        recovered_conversations = report.recovered_conversations,
                         "reaper acted"
                     );
                 }
@@ -131,8 +139,9 @@ impl Lifecycle {
     /// One reaper pass: expires calls past their deadline, launches again
     /// (or fails) calls whose runner went silent, seals groups left open,
     /// fails turns whose job used up its attempts or that have no way on,
-    /// and removes turn streams past their retention and MCP tasks past
-    /// their TTL.
+    /// recovers conversations held by turns of dead processes, and removes
+    /// turn streams past their retention, MCP tasks past their TTL and the
+    /// rows of processes dead longer than the streams' retention.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
@@ -158,6 +167,8 @@ impl Lifecycle {
         let purged_streams =
             turn_streams::purge_finished(pool, self.0.harness.settings().streams.retention).await?;
         let purged_tasks = mcp_tasks::purge_expired(pool, REAP_BATCH).await?;
+        let recovered_conversations = self.recover_dead_holders(REAP_BATCH).await?;
+        processes::purge_dead(pool, self.0.harness.settings().streams.retention).await?;
         Ok(ReapReport {
             expired,
             relaunched,
@@ -167,6 +178,7 @@ impl Lifecycle {
             stuck_turns: stuck.len(),
             purged_streams,
             purged_tasks,
+            recovered_conversations,
         })
     }
 

@@ -48,7 +48,7 @@ impl Lifecycle {
             conversation_id: lease.conversation_id(),
             lease_holder: lease.holder(),
             reply_subject: reply_subject.as_deref(),
-            claim: self.settings().claim,
+            claim: self.claim_terms(),
         };
         let (turn_id, job) = async_turns::create(self.pool(), &account, new_turn).await?;
         lease.hand_over();

@@ -1,19 +1,34 @@
 //! A turn's hold on its conversation: one turn at a time writes to a
-//! conversation. The lease is short and renewed while the turn runs, so a
-//! turn of a crashed process frees its conversation; a retried job takes
-//! its own lease again at once (it holds it under the job's id).
+//! conversation. The lease names its holder's server process and is renewed
+//! while the turn runs. When the process dies (it stops renewing its
+//! liveness row) or the lease lapses, the next taker first stores the dead
+//! turn as far as its stream was recorded, marked interrupted (see
+//! [`super::recover`]), then takes the conversation, so nothing a client was
+//! shown is missing from the record, and the conversation reads in the
+//! order things happened. A lease held by a job is not taken over: the job
+//! is claimed again within the same bound and takes its own lease again at
+//! once (it holds it under the job's id), writing its turn's state before
+//! any later turn can begin.
 
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
+use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId};
+use toolserver_store::conversations::{Begun, LeaseTerms};
 use toolserver_store::turn_end::{self, TurnEnded};
 use toolserver_store::turn_streams::Append;
 use toolserver_store::{conversations, StoreError};
 use uuid::Uuid;
 
+use super::Lifecycle;
+use crate::stream::StreamError;
 use crate::ui::UiMessage;
+
+/// Abandoned leases recovered in a row before a take gives up as busy (each
+/// recovery frees the conversation; another taker may win it meanwhile).
+const RECOVERIES: usize = 3;
 
 /// Why a conversation could not be held or read.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +45,19 @@ pub enum LeaseError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The interrupted turn of a dead holder could not be read.
+    #[error("the conversation's interrupted turn could not be read: {0}")]
+    Stream(#[from] StreamError),
 }
 
 impl LeaseError {
     /// Whether waiting cannot help.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, Self::OtherAgent | Self::Malformed(_))
+        match self {
+            Self::OtherAgent | Self::Malformed(_) => true,
+            Self::Stream(stream) => !stream.is_transient(),
+            Self::Busy | Self::Store(_) => false,
+        }
     }
 }
 
@@ -47,6 +69,7 @@ pub struct ConversationLease {
     id: String,
     holder: Uuid,
     lease: Duration,
+    taken_at: OffsetDateTime,
     stored: Vec<Value>,
     released: bool,
 }
@@ -54,45 +77,53 @@ pub struct ConversationLease {
 impl ConversationLease {
     /// Creates the conversation if new and takes it for one turn.
     pub async fn take(
-        pool: &PgPool,
+        lifecycle: &Lifecycle,
         account: &AccountId,
         id: &str,
         agent: AgentId,
-        lease: Duration,
     ) -> Result<Self, LeaseError> {
-        Self::take_as(pool, account, id, agent, lease, Uuid::now_v7()).await
+        Self::take_as(lifecycle, account, id, agent, Uuid::now_v7()).await
     }
 
-    /// Takes the conversation as `holder`, which may hold it already.
+    /// Takes the conversation as `holder`, which may hold it already; a
+    /// turn whose process died is recovered first.
     pub async fn take_as(
-        pool: &PgPool,
+        lifecycle: &Lifecycle,
         account: &AccountId,
         id: &str,
         agent: AgentId,
-        lease: Duration,
         holder: Uuid,
     ) -> Result<Self, LeaseError> {
-        let stored = conversations::begin_turn(pool, account, id, agent, lease, holder)
-            .await
-            .map_err(|err| match err {
-                StoreError::Conflict { constraint } if constraint == conversations::BUSY => {
-                    LeaseError::Busy
-                }
-                StoreError::Conflict { constraint } if constraint == conversations::OTHER_AGENT => {
-                    LeaseError::OtherAgent
-                }
-                other => LeaseError::Store(other),
-            })?;
-        Ok(Self {
-            pool: pool.clone(),
-            account: account.clone(),
-            agent,
-            id: id.to_owned(),
+        let pool = lifecycle.pool();
+        let terms = LeaseTerms {
             holder,
-            lease,
-            stored,
-            released: false,
-        })
+            process: lifecycle.process().id(),
+            lease: lifecycle.turn_lease(),
+        };
+        for _ in 0..=RECOVERIES {
+            let begun = conversations::begin_turn(pool, account, id, agent, terms)
+                .await
+                .map_err(lease_error)?;
+            match begun {
+                Begun::Held { messages, taken_at } => {
+                    return Ok(Self {
+                        pool: pool.clone(),
+                        account: account.clone(),
+                        agent,
+                        id: id.to_owned(),
+                        holder,
+                        lease: terms.lease,
+                        taken_at,
+                        stored: messages,
+                        released: false,
+                    })
+                }
+                Begun::Abandoned(abandoned) => {
+                    lifecycle.recover(account, id, abandoned).await?;
+                }
+            }
+        }
+        Err(LeaseError::Busy)
     }
 
     /// The agent the conversation talks to.
@@ -108,6 +139,12 @@ impl ConversationLease {
     /// The id the lease is held under.
     pub fn holder(&self) -> Uuid {
         self.holder
+    }
+
+    /// When the holder took the lease (the streams of its turn opened at
+    /// or after it).
+    pub fn taken_at(&self) -> Option<OffsetDateTime> {
+        Some(self.taken_at)
     }
 
     /// The messages stored when the lease was taken.
@@ -181,6 +218,19 @@ impl ConversationLease {
     /// passed to a job) or a commit released it.
     pub fn hand_over(mut self) {
         self.released = true;
+    }
+}
+
+/// A store error as a lease error.
+fn lease_error(err: StoreError) -> LeaseError {
+    match err {
+        StoreError::Conflict { constraint } if constraint == conversations::BUSY => {
+            LeaseError::Busy
+        }
+        StoreError::Conflict { constraint } if constraint == conversations::OTHER_AGENT => {
+            LeaseError::OtherAgent
+        }
+        other => LeaseError::Store(other),
     }
 }
 

@@ -16,8 +16,24 @@
 //! 4. **continue** — the transaction that settles a sealed group's last call
 //!    (completion, stop, expiry, silent runner) enqueues its `continue` job.
 //!
-//! Faults: a process that dies loses its claim within [`LifecycleSettings::claim`]
-//! and another takes the job. A retried job whose earlier attempt launched
+//! Order: one turn at a time writes to a conversation, and a later turn
+//! waits until the earlier one's restored state is written. A lease held by
+//! a job is never taken over by a request: the job is claimed again and
+//! writes its turn's state first (a retried job whose earlier attempt
+//! launched detached calls stores that pass, its calls included, before it
+//! lets the conversation go). A group's continuation continues the last
+//! assistant message only when that message made the group's calls;
+//! otherwise later turns have run since, and it answers in a new message at
+//! the end, so the conversation reads in the order things happened and the
+//! model hears the results after what came since, never a later user
+//! message as if it came first.
+//!
+//! Faults: a process that dies loses its claims as soon as its liveness row
+//! lapses ([`LifecycleSettings::process_liveness`]; a claim of a process
+//! that stopped renewing it lapses within [`LifecycleSettings::claim`]
+//! either way), and another takes the job. A chat turn whose process died
+//! is stored as far as its stream was recorded, marked interrupted, by the
+//! next taker of its conversation or the reaper ([`recover`]). A retried job whose earlier attempt launched
 //! detached calls does not run the model again: it seals that attempt's
 //! groups, which continue when their calls settle; otherwise it runs again
 //! from the stored conversation, with the same request keys. The reaper
@@ -33,8 +49,11 @@ mod detacher;
 mod error;
 mod launch;
 mod lease;
+mod process;
+mod recover;
 mod run;
 mod status;
+mod stop;
 mod tasks;
 
 use std::sync::Arc;
@@ -45,12 +64,14 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolserver_sandbox::Executor;
+use toolserver_store::jobs::ClaimTerms;
 use uuid::Uuid;
 
 pub use background::ReapReport;
 pub use error::LifecycleError;
 pub use launch::DetachedStart;
 pub use lease::{ConversationLease, LeaseError};
+pub use process::ServerProcess;
 pub use status::AccountStatus;
 pub use tasks::TaskTerms;
 
@@ -80,6 +101,10 @@ pub struct LifecycleSettings {
     pub liveness_interval: Duration,
     /// A call safe to repeat is launched at most this many times in all.
     pub max_call_launches: i32,
+    /// A server process that has not renewed its liveness row for this long
+    /// is taken for dead: its conversations are recovered and its jobs
+    /// claimed again (renewed every third of it).
+    pub process_liveness: Duration,
     /// A group left unsealed this long after its job ended is sealed.
     pub unsealed_group_grace: Duration,
     /// A turn unchanged this long with no job and no open group is failed.
@@ -99,6 +124,7 @@ impl Default for LifecycleSettings {
             liveness_timeout: Duration::from_secs(10),
             liveness_interval: Duration::from_secs(2),
             max_call_launches: 3,
+            process_liveness: Duration::from_secs(3),
             unsealed_group_grace: Duration::from_secs(30),
             stuck_turn_grace: Duration::from_secs(60),
         }
@@ -130,6 +156,7 @@ struct Inner {
     executor: Arc<dyn Executor>,
     listener: Arc<dyn TurnListener>,
     streams: Arc<StreamHub>,
+    process: ServerProcess,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
@@ -144,8 +171,11 @@ impl Lifecycle {
         listener: Arc<dyn TurnListener>,
     ) -> Self {
         let streams = StreamHub::start(pool.clone(), harness.settings().streams.clone());
+        let process =
+            ServerProcess::start(pool.clone(), harness.settings().lifecycle.process_liveness);
         Self(Arc::new(Inner {
             streams,
+            process,
             pool,
             harness,
             executor,
@@ -158,6 +188,24 @@ impl Lifecycle {
     /// This process's view of turn streams.
     pub fn streams(&self) -> &Arc<StreamHub> {
         &self.0.streams
+    }
+
+    /// This server process, as leases and claims name it.
+    pub fn process(&self) -> &ServerProcess {
+        &self.0.process
+    }
+
+    /// The terms on which this process claims jobs.
+    fn claim_terms(&self) -> ClaimTerms {
+        ClaimTerms {
+            claim: self.settings().claim,
+            process: self.0.process.id(),
+        }
+    }
+
+    /// How long a turn's conversation lease lasts unless renewed.
+    fn turn_lease(&self) -> Duration {
+        self.0.harness.settings().turn_lease
     }
 
     fn settings(&self) -> &LifecycleSettings {
@@ -198,5 +246,6 @@ impl Lifecycle {
                 "detached runs still going at shutdown; other processes will take them over"
             );
         }
+        self.0.process.retire().await;
     }
 }

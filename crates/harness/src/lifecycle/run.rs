@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -19,9 +19,9 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
-use crate::stream::{self, Opens};
+use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
-use crate::ui::{ToolPart, ToolState, UiMessage, UiPart};
+use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
 use crate::{metrics, CheckedAgent};
 
 /// How a job ended without an error.
@@ -152,11 +152,10 @@ impl Lifecycle {
             return self.relaunch(job, &account, &checked).await;
         }
         let lease = match ConversationLease::take_as(
-            pool,
+            self,
             &account,
             &turn.conversation_id,
             agent_id,
-            self.0.harness.settings().turn_lease,
             job.id,
         )
         .await
@@ -167,34 +166,41 @@ impl Lifecycle {
         };
         if job.attempts > 1 && self.earlier_attempt_launched(job).await? {
             tracing::info!(turn.id = %turn.id, "an earlier attempt recorded detached calls; their groups carry the turn on");
+            let end = match self
+                .restore_earlier_attempt(job, &account, &turn, &lease)
+                .await?
+            {
+                Some(messages) => messages,
+                None => {
+                    return self
+                        .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                        .await
+                }
+            };
+            let value = serde_json::to_value(&end)
+                .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
             return self
-                .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                .commit(job, &account, &turn, lease, RunEnd::Restored(&value))
                 .await;
         }
         let mut messages = lease.stored_messages()?;
-        let mut assistant = match messages.pop() {
-            Some(message) if message.role == "assistant" => message,
-            other => {
-                messages.extend(other);
-                UiMessage::assistant(format!("msg_{}", job.id.simple()))
-            }
-        };
-        let arrivals = match (job.kind, job.group_id) {
+        let (assistant, arrivals) = match (job.kind, job.group_id) {
             (JobKind::Continue, Some(group_id)) => {
                 let siblings = async_results::of_group(pool, group_id).await?;
-                let stored =
-                    |m: &UiMessage| m.parts.iter().filter_map(tool_part_id).collect::<Vec<_>>();
-                let mut known: HashSet<String> = messages.iter().flat_map(stored).collect();
-                known.extend(stored(&assistant));
+                let known: HashSet<String> = messages.iter().flat_map(tool_call_ids).collect();
                 if siblings.iter().any(|s| known.contains(&arrival_id(s))) {
                     return self
                         .commit(job, &account, &turn, lease, RunEnd::Skipped)
                         .await;
                 }
+                let group_calls: HashSet<&str> =
+                    siblings.iter().map(|s| s.tool_call_id.as_str()).collect();
+                let new_id = format!("msg_{}", job.id.simple());
+                let mut assistant = continued_message(&mut messages, &group_calls, new_id);
                 restore_lost_calls(&mut assistant, &siblings, &known);
-                siblings.into_iter().map(arrival).collect()
+                (assistant, siblings.into_iter().map(arrival).collect())
             }
-            _ => Vec::new(),
+            _ => (open_message(&mut messages, job), Vec::new()),
         };
         let mut plan = self.plan(
             job,
@@ -235,6 +241,61 @@ impl Lifecycle {
         let committed = self.commit(job, &account, &turn, lease, end).await;
         recording.finish().await;
         committed
+    }
+
+    /// The conversation with the pass of `job`'s earlier attempt put back:
+    /// that attempt recorded detached calls and died before storing its
+    /// pass, so its assistant message is rebuilt from its recorded stream
+    /// (marked interrupted), with every call of its groups; `None` when the
+    /// conversation holds those calls already.
+    async fn restore_earlier_attempt(
+        &self,
+        job: &Job,
+        account: &AccountId,
+        turn: &AsyncTurnRecord,
+        lease: &ConversationLease,
+    ) -> Result<Option<Vec<UiMessage>>, LifecycleError> {
+        let calls = async_results::of_job(self.pool(), job.id).await?;
+        let stored = lease.stored_messages()?;
+        let known: HashSet<String> = stored.iter().flat_map(tool_call_ids).collect();
+        if calls.is_empty() || calls.iter().any(|call| known.contains(&call.tool_call_id)) {
+            return Ok(None);
+        }
+        let chunks = abandoned_turn_chunks(
+            self.streams(),
+            account,
+            &turn.conversation_id,
+            lease.taken_at(),
+        )
+        .await?;
+        let stored_values = serde_json::to_value(&stored)
+            .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
+        let rebuilt = match stored_values {
+            Value::Array(items) => with_interrupted_turn(items, &chunks),
+            _ => None,
+        };
+        let mut messages = match rebuilt {
+            Some(values) => serde_json::from_value(Value::Array(values))
+                .map_err(|err| LeaseError::Malformed(err.to_string()))?,
+            None => stored,
+        };
+        let mut assistant = open_message(&mut messages, job);
+        for part in assistant.parts.iter_mut() {
+            let UiPart::Tool(tool) = part else { continue };
+            if let Some(call) = calls.iter().find(|c| c.tool_call_id == tool.tool_call_id) {
+                // Launched before the attempt died: the model was told it
+                // is pending, and its result arrives with its group.
+                tool.state = ToolState::OutputAvailable;
+                tool.output = Some(pending_output(&call.tool_name, &call.id.to_string()));
+                tool.error_text = None;
+                tool.preliminary = false;
+            }
+        }
+        let mut known: HashSet<String> = messages.iter().flat_map(tool_call_ids).collect();
+        known.extend(tool_call_ids(&assistant));
+        restore_lost_calls(&mut assistant, &calls, &known);
+        messages.push(assistant);
+        Ok(Some(messages))
     }
 
     /// Removes a job that needs no commit of a run.
@@ -392,6 +453,53 @@ fn tool_part_id(part: &UiPart) -> Option<String> {
     }
 }
 
+/// The call ids of a message's tool parts.
+fn tool_call_ids(message: &UiMessage) -> Vec<String> {
+    message.parts.iter().filter_map(tool_part_id).collect()
+}
+
+/// The assistant message a job's first pass builds: the stored one it
+/// continues (after an approval), or a new one.
+fn open_message(messages: &mut Vec<UiMessage>, job: &Job) -> UiMessage {
+    match messages.pop() {
+        Some(message) if message.role == "assistant" => message,
+        other => {
+            messages.extend(other);
+            UiMessage::assistant(format!("msg_{}", job.id.simple()))
+        }
+    }
+}
+
+/// The assistant message a group's continuation builds (`group_calls`: the
+/// call ids of the group): the last message when it is the one that made
+/// the group's calls, so the turn reads on; otherwise (a later turn of the
+/// conversation has run since) a new message `new_id` at the end, so the
+/// conversation reads in the order things happened and the model sees the
+/// later turns before it hears these results. When no stored message made
+/// the calls (their pass died before storing them), they belong to the last
+/// assistant message, where they are restored.
+fn continued_message(
+    messages: &mut Vec<UiMessage>,
+    group_calls: &HashSet<&str>,
+    new_id: String,
+) -> UiMessage {
+    let made_the_calls = |message: &UiMessage| {
+        message.role == "assistant"
+            && message
+                .tool_parts()
+                .any(|part| group_calls.contains(part.tool_call_id.as_str()))
+    };
+    let continues_last = match messages.last() {
+        Some(last) if made_the_calls(last) => true,
+        Some(last) => last.role == "assistant" && !messages.iter().any(made_the_calls),
+        None => false,
+    };
+    match continues_last.then(|| messages.pop()).flatten() {
+        Some(last) => last,
+        None => UiMessage::assistant(new_id),
+    }
+}
+
 /// The call id under which the result of `call` is told to the model.
 fn arrival_id(call: &AsyncResultRecord) -> String {
     format!("call_{}", call.id)
@@ -439,5 +547,68 @@ fn arrival(call: AsyncResultRecord) -> Arrival {
         status_id: call.id.to_string(),
         tool_name: call.tool_name,
         outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message(raw: Value) -> UiMessage {
+        serde_json::from_value(raw).unwrap()
+    }
+
+    fn user(id: &str) -> UiMessage {
+        message(json!({"id": id, "role": "user", "parts": [{"type": "text", "text": id}]}))
+    }
+
+    fn calling(id: &str, call: &str) -> UiMessage {
+        message(json!({"id": id, "role": "assistant", "parts": [
+            {"type": "tool-job", "toolCallId": call, "state": "output-available", "input": {}, "output": {"status": "pending"}},
+        ]}))
+    }
+
+    #[test]
+    fn a_continuation_continues_the_message_that_made_its_calls() {
+        let mut messages = vec![user("u1"), calling("a1", "c1")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "a1");
+        assert_eq!(messages.len(), 1);
+    }
+
+    #[test]
+    fn a_continuation_after_a_later_turn_answers_at_the_end() {
+        let mut messages = vec![
+            user("u1"),
+            calling("a1", "c1"),
+            user("u2"),
+            calling("a2", "d1"),
+        ];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "new");
+        assert!(continued.parts.is_empty());
+        let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["u1", "a1", "u2", "a2"]);
+    }
+
+    #[test]
+    fn a_continuation_after_an_unanswered_later_message_answers_at_the_end() {
+        let mut messages = vec![user("u1"), calling("a1", "c1"), user("u2")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "new");
+        assert_eq!(messages.len(), 3);
+    }
+
+    #[test]
+    fn calls_no_stored_message_made_are_restored_into_the_last_assistant_message() {
+        let mut messages = vec![user("u1"), calling("a1", "other")];
+        let calls = HashSet::from(["c1"]);
+        let continued = continued_message(&mut messages, &calls, "new".into());
+        assert_eq!(continued.id, "a1");
     }
 }

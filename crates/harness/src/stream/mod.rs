@@ -9,6 +9,7 @@
 //! Whatever the chunk store, each stream's row in Postgres keeps its
 //! liveness, stop requests, and which stream is a conversation's latest.
 
+mod abandoned;
 mod error;
 mod follower;
 mod held;
@@ -20,6 +21,7 @@ mod writer;
 
 use std::time::Duration;
 
+pub use abandoned::abandoned_turn_chunks;
 pub use error::StreamError;
 pub use follower::{follow, Followed};
 pub use held::follow_held;

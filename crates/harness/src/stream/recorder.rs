@@ -103,9 +103,11 @@ pub enum Opens {
     /// for as long as the detached turn is unsettled.
     Now,
     /// With its first chunks, in the same write (the Postgres store; a
-    /// JetStream stream opens at once). For a turn whose client is the one
-    /// that started it: a resume comes after that client saw chunks.
-    WithFirstChunks,
+    /// JetStream stream opens at once), under the given id: the turn's
+    /// conversation lease holder, which a stop asked for before the stream
+    /// opened names. For a turn whose client is the one that started it: a
+    /// resume comes after that client saw chunks.
+    WithFirstChunks(Uuid),
 }
 
 /// Opens a stream on `account`'s conversation `conversation_id` (whose

@@ -45,7 +45,10 @@ impl Sink {
         if !hub.settings().record {
             return Ok(Self::Unrecorded);
         }
-        let id = Uuid::now_v7();
+        let id = match opens {
+            Opens::WithFirstChunks(id) => id,
+            Opens::Now => Uuid::now_v7(),
+        };
         let opening = |log_start| Opening {
             id,
             account: account.clone(),
@@ -56,7 +59,7 @@ impl Sink {
         match &hub.settings().chunks {
             ChunkStore::Postgres => {
                 let opening = match opens {
-                    Opens::WithFirstChunks => Some(opening(None)),
+                    Opens::WithFirstChunks(_) => Some(opening(None)),
                     Opens::Now => {
                         open_now(hub, opening(None)).await?;
                         None

@@ -1,11 +1,11 @@
 //! Chunks of the UI message stream, with exactly the fields the protocol
 //! defines (strict clients reject unknown ones).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One `data:` frame of the UI message stream.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum UiChunk {
     /// The assistant message begins (or continues, after an approval).

@@ -4,8 +4,10 @@
 
 mod chunk;
 mod convert;
+mod interrupted;
 mod message;
 
 pub use chunk::UiChunk;
 pub use convert::to_model_history;
+pub use interrupted::{with_interrupted_turn, INTERRUPTED_KEY};
 pub use message::{Approval, ToolPart, ToolState, UiMessage, UiPart};

@@ -7,6 +7,7 @@ mod chaos;
 mod crash;
 mod egress_proxy;
 mod embedded;
+mod interrupted;
 mod kubernetes;
 mod mcp_tasks;
 mod metrics;

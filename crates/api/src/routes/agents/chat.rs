@@ -88,7 +88,7 @@ pub(crate) async fn launch_turn(
         lease.conversation_id(),
         Some(forward.clone()),
         on_disconnect,
-        Opens::WithFirstChunks,
+        Opens::WithFirstChunks(lease.holder()),
     )
     .await
     {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use toolserver_domain::AccountId;
 use toolserver_harness::stream::follow_held;
-use toolserver_store::{agents, conversations, turn_streams, StoreError};
+use toolserver_store::{agents, conversations, StoreError};
 use utoipa::{IntoParams, ToSchema};
 
 use super::chat_request::check_conversation_id;
@@ -120,7 +120,10 @@ pub async fn stop_turn(
     if !conversation_of_agent(&state, &account, &agent_id, &conversation_id).await? {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let stopped = turn_streams::request_stop(state.pool(), &account, &conversation_id).await?;
+    let stopped = state
+        .lifecycle()
+        .stop_turn(&account, &conversation_id)
+        .await?;
     Ok(match stopped {
         Some(stream_id) => {
             tracing::info!(stream.id = %stream_id, "stop requested");

@@ -71,14 +71,7 @@ pub async fn start_turn(
     let checked = checked_agent(harness, account, &record).await?;
     let provider = harness.provider(&checked.config)?;
     let settings = harness.settings();
-    let lease = ConversationLease::take(
-        state.pool(),
-        account,
-        &conversation_id,
-        id,
-        settings.turn_lease,
-    )
-    .await?;
+    let lease = ConversationLease::take(state.lifecycle(), account, &conversation_id, id).await?;
     match fit_request(&lease, sent, trigger, settings) {
         Ok((history, assistant, snapshot)) => {
             lease.save(&snapshot).await?;
