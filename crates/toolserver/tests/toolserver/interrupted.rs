@@ -2,7 +2,9 @@
 //! server on the same database: the turn is stored as far as it streamed
 //! (what a resumer saw), marked interrupted; the conversation is free for
 //! the next turn once the dead process's liveness lapses, not when its
-//! lease would; and a stop from the other process ends the dead turn.
+//! lease would; and a stop from the other process ends the dead turn. The
+//! stored conversations pass the AI SDK's own `safeValidateUIMessages` (ai
+//! 6 and 7, `clients/ai-sdk/test/stored.test.mjs`).
 
 use std::time::Duration;
 
@@ -199,6 +201,27 @@ fn assert_stored_as_seen(stored: &Value, seen: &Read) {
     assert_eq!(last_text["state"], "streaming");
 }
 
+/// Runs the AI SDK's validator (both majors) on `messages`.
+async fn validate_with_ai_sdk(name: &str, messages: &[Value]) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/ai-sdk");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let stored = json!({"conversations": [{"name": name, "messages": messages}]});
+    std::fs::write(file.path(), serde_json::to_vec(&stored).unwrap()).unwrap();
+    let output = tokio::process::Command::new("node")
+        .args(["--test", "test/stored.test.mjs"])
+        .current_dir(&dir)
+        .env("TOOLSERVER_STORED", file.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the AI SDK refused the stored conversation:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_chat_turn_killed_mid_stream_is_stored_as_the_resumer_saw_it(pool: PgPool) {
     let mut pair = Pair::start(&pool, &[]).await;
@@ -239,6 +262,7 @@ async fn a_chat_turn_killed_mid_stream_is_stored_as_the_resumer_saw_it(pool: PgP
         resumer.deltas(),
         "the stored text is exactly what the resumer was shown"
     );
+    validate_with_ai_sdk("a chat turn killed mid-stream", &stored).await;
 
     let next = pair.chat(&pair.survivor, "u2", "and now?").await;
     assert_eq!(next.status(), 200);
