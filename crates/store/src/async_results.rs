@@ -15,7 +15,10 @@
 //! A call leaves `pending` once: by its completion, by `async_status` stop,
 //! by its deadline (`expires_at`, which each tool heartbeat moves up to the
 //! hard cap `hard_expires_at`), or when its runner stops pinging before
-//! `alive_until` (the runner died, with its server or alone).
+//! `alive_until` (the runner died, with its server or alone). A call
+//! launched by a release whose runners never pinged has no `alive_until`;
+//! its runner counts as silent from the upgrade (`legacy_runner_since`, see
+//! `migrations/0015_in_flight_at_upgrade.sql`).
 
 use std::time::Duration;
 
@@ -465,6 +468,17 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
     .await
 }
 
+/// What the model is told of a call whose runner stopped pinging.
+pub const SILENT_RUNNER_ERROR: &str = "the runner of this call stopped before it reported an \
+     outcome (it was killed or restarted); the call was not run again";
+
+/// What the model is told of a call launched before the server was upgraded
+/// whose runner (of a release that never pinged) sent no outcome within the
+/// liveness timeout after the upgrade.
+pub const LEGACY_RUNNER_ERROR: &str = "the runner of this call stopped answering: it was \
+     started before the server was upgraded, never reported that it was still running, and \
+     sent no outcome after the upgrade; the call was not run again";
+
 /// Fails up to `limit` pending calls whose runner stopped pinging (it died,
 /// with its server or alone) and that may not be launched again (not safe
 /// to repeat, or launched `max_launches` times): the model reads why.
@@ -482,8 +496,32 @@ pub async fn fail_silent_runners(
              (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))"
         ),
         CallStatus::Failed,
-        "the runner of this call stopped before it reported an outcome (it was killed or \
-         restarted); the call was not run again",
+        SILENT_RUNNER_ERROR,
+        limit,
+    )
+    .await
+}
+
+/// Fails up to `limit` pending calls launched before the server was
+/// upgraded by runners that never ping, once `liveness` has passed since the
+/// upgrade with no outcome (the runner is gone, or will only ever report
+/// late): the model reads why. They are not launched again: nothing of
+/// that release declared a call safe to repeat. Returns how many.
+#[tracing::instrument(skip(pool))]
+pub async fn fail_legacy_runners(
+    pool: &PgPool,
+    liveness: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    settle_due(
+        pool,
+        &format!(
+            "alive_until IS NULL \
+             AND legacy_runner_since <= now() - make_interval(secs => {})",
+            liveness.as_secs_f64()
+        ),
+        CallStatus::Failed,
+        LEGACY_RUNNER_ERROR,
         limit,
     )
     .await

@@ -23,7 +23,8 @@ pub struct ReapReport {
     pub expired: u64,
     /// Calls whose runner stopped pinging, queued to launch again.
     pub relaunched: u64,
-    /// Calls whose runner stopped pinging, now `failed`.
+    /// Calls whose runner stopped pinging (or, launched before the server
+    /// was upgraded, never pinged), now `failed`.
     pub silent_runners: u64,
     /// Groups left open after their job ended, now sealed.
     pub sealed_groups: u64,
@@ -155,7 +156,9 @@ impl Lifecycle {
         .await?;
         let silent_runners =
             async_results::fail_silent_runners(pool, settings.max_call_launches, REAP_BATCH)
-                .await?;
+                .await?
+                + async_results::fail_legacy_runners(pool, settings.liveness_timeout, REAP_BATCH)
+                    .await?;
         let sealed_groups =
             async_results::seal_orphaned_groups(pool, settings.unsealed_group_grace, REAP_BATCH)
                 .await?;

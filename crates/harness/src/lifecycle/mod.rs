@@ -39,8 +39,9 @@
 //! from the stored conversation, with the same request keys. The reaper
 //! bounds every other wait: calls past their deadline expire, calls whose
 //! runner stopped pinging are launched again when safe to repeat (up to
-//! [`LifecycleSettings::max_call_launches`]) and fail otherwise, groups
-//! left open are sealed, and jobs past
+//! [`LifecycleSettings::max_call_launches`]) and fail otherwise (a call
+//! launched before an upgrade by a runner that never pings counts as
+//! silent from the upgrade on), groups left open are sealed, and jobs past
 //! [`LifecycleSettings::max_attempts`] or turns with no way on are failed
 //! with a reason.
 

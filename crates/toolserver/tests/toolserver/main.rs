@@ -1,6 +1,6 @@
 //! Tests of the toolserver program: the embedded database, crash safety,
-//! the kubernetes executor behind the unchanged API, and the settings that
-//! packaging files and the README refer to.
+//! the kubernetes executor behind the unchanged API, the settings that
+//! packaging files and the README refer to, and upgrades with work in flight.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod chaos;
@@ -15,3 +15,4 @@ mod serve;
 mod settings;
 mod stream_failover;
 mod traces;
+mod upgrade;
