@@ -1,7 +1,7 @@
 //! The `server_processes` table: one row per running server process, kept
 //! alive by the process itself, so that what a process holds (conversation
 //! leases, job claims) is known for abandoned within seconds of its death
-//! (`migrations/0015_server_processes.sql`).
+//! (`migrations/0016_server_processes.sql`).
 
 use std::time::Duration;
 

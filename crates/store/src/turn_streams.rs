@@ -458,7 +458,9 @@ pub async fn chunks(
 }
 
 /// The newest stream of `account`'s conversation `conversation_id` opened
-/// at or after `since` (`None`: the newest still active), its recorder
+/// at or after `since` (`None`, for a lease taken before that was kept:
+/// since the conversation was last stored, which a turn does as it
+/// starts), its recorder
 /// taken for dead now if it was still active: its appends and renewals are
 /// refused from here on, and it can be finished as an orphan.
 pub async fn abandon_newest(
@@ -470,8 +472,9 @@ pub async fn abandon_newest(
     let newest: Option<(Uuid,)> = sqlx::query_as(
         "SELECT id FROM turn_streams \
          WHERE account_id = $1 AND conversation_id = $2 \
-           AND CASE WHEN $3::timestamptz IS NULL THEN status = 'active' \
-                    ELSE created_at >= $3 END \
+           AND created_at >= coalesce($3::timestamptz, \
+                 (SELECT c.updated_at FROM conversations c \
+                  WHERE c.account_id = $1 AND c.id = $2)) \
          ORDER BY created_at DESC, id DESC LIMIT 1",
     )
     .bind(account.as_str())
