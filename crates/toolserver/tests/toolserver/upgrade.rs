@@ -726,4 +726,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0012: 12,
     in_flight_work_settles_after_an_upgrade_from_0013: 13,
     in_flight_work_settles_after_an_upgrade_from_0014: 14,
+    in_flight_work_settles_after_an_upgrade_from_0015: 15,
 }
