@@ -28,12 +28,14 @@ impl Lifecycle {
         if let Some(stream) = turn_streams::request_stop(pool, account, conversation_id).await? {
             return Ok(Some(stream));
         }
+        let recording = self.0.harness.settings().streams.record;
         match holder {
-            Holder::Live(holder) => {
+            // With recording off no recorder listens: nothing to stop from here.
+            Holder::Live(holder) if recording => {
                 turn_streams::announce_stop(pool, holder).await?;
                 Ok(Some(holder))
             }
-            Holder::Nobody | Holder::Abandoned(_) => Ok(None),
+            Holder::Live(_) | Holder::Nobody | Holder::Abandoned(_) => Ok(None),
         }
     }
 }
