@@ -15,6 +15,19 @@ pub const REQUESTS: &str = "toolserver_http_requests_total";
 /// Seconds to the response head, by `route`, `method` and `status`.
 pub const REQUEST_SECONDS: &str = "toolserver_http_request_duration_seconds";
 
+/// Gives the request series their help text (once the recorder is installed).
+pub fn describe() {
+    metrics::describe_counter!(
+        REQUESTS,
+        "HTTP requests answered, by route template, method and status."
+    );
+    metrics::describe_histogram!(
+        REQUEST_SECONDS,
+        metrics::Unit::Seconds,
+        "Seconds from a request to its response head, by route template, method and status."
+    );
+}
+
 /// Counts and times each request under its route template.
 pub async fn record_request(req: Request, next: Next) -> Response {
     let route = req

@@ -95,6 +95,10 @@ impl ToolDescription {
 }
 
 /// A JSON Schema for tool input that compiles and describes an object.
+///
+/// A schema is checked against the meta-schema of its dialect (`$schema`;
+/// 2020-12 by default) in every subschema, then compiled (its regexes and
+/// `$ref`s must resolve); a refusal names where in the schema it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputSchema(Value);
 
@@ -113,8 +117,27 @@ impl InputSchema {
                 "must have \"type\": \"object\" at the top level",
             ));
         }
+        if let Some(uri) = object.get("$schema").and_then(Value::as_str) {
+            if jsonschema::Draft::from_schema_uri(uri) == jsonschema::Draft::Unknown {
+                return Err(ValidationError::new(
+                    FIELD,
+                    format!(
+                        "is not a valid JSON Schema: at /$schema: {} names no JSON Schema draft this server knows (draft 4, 6 or 7, 2019-09, 2020-12)",
+                        abbreviate(&Value::from(uri).to_string(), MAX_VIOLATION_BYTES)
+                    ),
+                ));
+            }
+        }
         jsonschema::validator_for(&value).map_err(|err| {
-            ValidationError::new(FIELD, format!("is not a valid JSON Schema: {err}"))
+            let path = err.instance_path().to_string();
+            let at = if path.is_empty() { "/".into() } else { path };
+            ValidationError::new(
+                FIELD,
+                abbreviate(
+                    &format!("is not a valid JSON Schema: at {at}: {err}"),
+                    MAX_VIOLATION_BYTES,
+                ),
+            )
         })?;
         Ok(Self(value))
     }
@@ -254,6 +277,38 @@ mod tests {
         for bad in cases {
             let err = InputSchema::parse(bad.clone(), &limits).unwrap_err();
             assert_eq!(err.field, "inputSchema", "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_subschema_is_checked_against_the_meta_schema() {
+        let limits = ToolLimits::default();
+        let nested = |inner: Value| json!({"type": "object", "allOf": [{"allOf": [inner]}]});
+        for (bad, at) in [
+            (
+                nested(json!({"properties": []})),
+                "/allOf/0/allOf/0/properties",
+            ),
+            (
+                nested(json!({"required": "q"})),
+                "/allOf/0/allOf/0/required",
+            ),
+            (
+                nested(json!({"minLength": -1})),
+                "/allOf/0/allOf/0/minLength",
+            ),
+            (
+                json!({"type": "object", "properties": {"q": {"anyOf": [{"items": 3}]}}}),
+                "/properties/q/anyOf/0/items",
+            ),
+            (
+                json!({"type": "object", "$defs": {"d": {"type": "thing"}}}),
+                "/$defs/d/type",
+            ),
+        ] {
+            let err = InputSchema::parse(bad.clone(), &limits).unwrap_err();
+            assert_eq!(err.field, "inputSchema", "{bad}");
+            assert!(err.message.contains(at), "{bad}: {}", err.message);
         }
     }
 

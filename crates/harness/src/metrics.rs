@@ -27,6 +27,29 @@ pub const DETACHED_RUN_SECONDS: &str = "toolserver_detached_run_duration_seconds
 /// What the reaper did, by `action`.
 pub const REAPER_ACTIONS: &str = "toolserver_reaper_actions_total";
 
+/// Gives the agent loop's series their help text (once the recorder is
+/// installed).
+pub fn describe() {
+    use metrics::Unit::Seconds;
+    metrics::describe_counter!(TURNS_STARTED, "Turns started, streamed or detached.");
+    metrics::describe_counter!(TURNS_FINISHED, "Turns ended, by reason.");
+    metrics::describe_histogram!(TURN_SECONDS, Seconds, "Seconds a turn ran, by reason.");
+    metrics::describe_histogram!(TURN_STEPS, "Model passes of a finished turn.");
+    metrics::describe_counter!(TOOL_CALLS, "Tool calls ended, by kind, mode and outcome.");
+    metrics::describe_histogram!(
+        TOOL_CALL_SECONDS,
+        Seconds,
+        "Seconds a tool call took, by kind, mode and outcome."
+    );
+    metrics::describe_counter!(DETACHED_RUNS, "Detached runs ended, by outcome.");
+    metrics::describe_histogram!(
+        DETACHED_RUN_SECONDS,
+        Seconds,
+        "Seconds a detached run took, by outcome."
+    );
+    metrics::describe_counter!(REAPER_ACTIONS, "What the reaper did, by action.");
+}
+
 /// Counts a turn that starts now.
 pub(crate) fn turn_started() -> Instant {
     metrics::counter!(TURNS_STARTED).increment(1);

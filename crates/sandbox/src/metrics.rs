@@ -17,6 +17,28 @@ pub const RUNNER_EVICTIONS: &str = "toolserver_runner_evictions_total";
 /// Workers killed because a call broke a limit, by `limit`.
 pub const LIMIT_KILLS: &str = "toolserver_runner_limit_kills_total";
 
+/// Gives the runner series their help text (once the recorder is installed).
+pub fn describe() {
+    metrics::describe_counter!(RUNNER_STARTS, "Runners brought up for a call, by backend.");
+    metrics::describe_histogram!(
+        RUNNER_START_SECONDS,
+        metrics::Unit::Seconds,
+        "Seconds from starting a runner to its worker answering, by backend."
+    );
+    metrics::describe_gauge!(
+        RUNNERS_LIVE,
+        "Runners with a live worker in this process, by backend."
+    );
+    metrics::describe_counter!(
+        RUNNER_EVICTIONS,
+        "Runners stopped after idling, by backend."
+    );
+    metrics::describe_counter!(
+        LIMIT_KILLS,
+        "Workers killed because a call broke a limit, by limit."
+    );
+}
+
 /// Records a runner of `backend` that started in `took`.
 pub fn runner_started(backend: &'static str, took: Duration) {
     metrics::counter!(RUNNER_STARTS, "backend" => backend).increment(1);

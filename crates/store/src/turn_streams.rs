@@ -433,11 +433,12 @@ pub async fn state(pool: &PgPool, stream: Uuid) -> Result<StreamState, StoreErro
 }
 
 /// Up to `limit` chunks of `stream` from index `from`, as JSON texts: the
-/// batch holding `from` and those after it.
+/// batch holding `from` and those after it (none for an index past the
+/// last chunk, however far: `from` is any index a client may ask for).
 pub async fn chunks(
     pool: &PgPool,
     stream: Uuid,
-    from: i32,
+    from: i64,
     limit: i64,
 ) -> Result<Vec<String>, StoreError> {
     let rows: Vec<(String,)> = sqlx::query_as(

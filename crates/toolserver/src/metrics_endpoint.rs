@@ -1,7 +1,9 @@
 //! `GET /metrics` in the Prometheus text format, on its own listener: the
 //! process's counters and histograms (requests, turns, tool calls, runners,
 //! detached runs, the reaper), plus gauges read at each scrape (database
-//! pool, detached calls by status, the continuation backlog).
+//! pool, detached calls by status, the continuation backlog, the standard
+//! `process_*` series), and `toolserver_build_info`. Every series is
+//! described, so each has its `# HELP` line beside its `# TYPE`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +33,8 @@ pub const ASYNC_CALLS: &str = "toolserver_async_calls";
 pub const CONTINUATION_BACKLOG: &str = "toolserver_continuation_backlog";
 /// Seconds the oldest waiting continuation has waited.
 pub const CONTINUATION_AGE: &str = "toolserver_continuation_backlog_oldest_seconds";
+/// Always 1, labelled with the build: `version`, `profile`, `os`, `arch`.
+pub const BUILD_INFO: &str = "toolserver_build_info";
 
 /// Bucket bounds, in seconds, of every `_seconds` histogram.
 const SECONDS_BUCKETS: [f64; 14] = [
@@ -80,13 +84,18 @@ pub async fn start(address: SocketAddr, pool: PgPool) -> anyhow::Result<MetricsS
         .context("metrics histogram buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
+    let process = describe();
     let listener = TcpListener::bind(address).await.with_context(|| {
         format!(
             "binding the metrics listener {address} (TOOLSERVER_METRICS_BIND; `off` turns it off)"
         )
     })?;
     let address = listener.local_addr()?;
-    let scraped = Arc::new(Scraped { handle, pool });
+    let scraped = Arc::new(Scraped {
+        handle,
+        pool,
+        process,
+    });
     spawn_upkeep(scraped.handle.clone());
     let app = Router::new()
         .route("/metrics", get(render))
@@ -110,6 +119,48 @@ pub async fn start(address: SocketAddr, pool: PgPool) -> anyhow::Result<MetricsS
 struct Scraped {
     handle: PrometheusHandle,
     pool: PgPool,
+    process: metrics_process::Collector,
+}
+
+/// Describes every series of the process to the installed recorder, sets
+/// the build's gauge, and returns the collector of the `process_*` series.
+fn describe() -> metrics_process::Collector {
+    toolserver_api::metrics::describe();
+    toolserver_harness::metrics::describe();
+    toolserver_sandbox::metrics::describe();
+    metrics::describe_gauge!(POOL_IN_USE, "Connections of the database pool in use.");
+    metrics::describe_gauge!(POOL_IDLE, "Idle connections of the database pool.");
+    metrics::describe_gauge!(POOL_MAX, "The database pool's connection limit.");
+    metrics::describe_gauge!(
+        ASYNC_CALLS,
+        "Detached calls in the database by status, across the deployment."
+    );
+    metrics::describe_gauge!(
+        CONTINUATION_BACKLOG,
+        "Continuations waiting or running, across the deployment."
+    );
+    metrics::describe_gauge!(
+        CONTINUATION_AGE,
+        metrics::Unit::Seconds,
+        "Seconds the oldest waiting continuation has waited."
+    );
+    metrics::describe_gauge!(BUILD_INFO, "The running build; always 1.");
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    metrics::gauge!(
+        BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "profile" => profile,
+        "os" => std::env::consts::OS,
+        "arch" => std::env::consts::ARCH,
+    )
+    .set(1.0);
+    let process = metrics_process::Collector::default();
+    process.describe();
+    process
 }
 
 /// Keeps histograms from growing without bound between scrapes.
@@ -125,6 +176,7 @@ fn spawn_upkeep(handle: PrometheusHandle) {
 
 async fn render(State(scraped): State<Arc<Scraped>>) -> Response {
     sample(&scraped.pool).await;
+    scraped.process.collect();
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         scraped.handle.render(),

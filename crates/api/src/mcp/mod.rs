@@ -19,7 +19,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use crate::state::AppState;
 
-pub use auth::McpCaller;
+pub use auth::{McpCaller, METADATA_PATH};
+
+/// Where the MCP endpoint is served. It and the metadata routes are
+/// described in `contract.yaml` (the SDK's service carries no annotation).
+pub const MCP_PATH: &str = "/mcp";
 
 /// Knobs of the MCP server; each one is a server setting.
 #[derive(Debug, Clone)]
@@ -66,15 +70,15 @@ pub fn routes(state: AppState) -> Router {
         config,
     );
     Router::new()
-        .route_service("/mcp", service)
+        .route_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
         ))
         .merge(
             Router::new()
-                .route(auth::METADATA_PATH, get(auth::metadata))
-                .route(&format!("{}/mcp", auth::METADATA_PATH), get(auth::metadata))
+                .route(METADATA_PATH, get(auth::metadata))
+                .route(&format!("{METADATA_PATH}{MCP_PATH}"), get(auth::metadata))
                 .with_state(state),
         )
 }

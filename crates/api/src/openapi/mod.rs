@@ -29,6 +29,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "async", description = "Completion of detached async tool calls"),
         (name = "health", description = "Probes"),
+        (name = "mcp", description = "The account as an MCP server (streamable HTTP), and its OAuth protected-resource metadata"),
     ),
 )]
 pub struct ApiDoc;

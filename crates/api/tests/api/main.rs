@@ -14,6 +14,7 @@ mod chunk_stores;
 mod cli;
 mod completion;
 mod contract;
+mod contract_rules;
 mod detached;
 mod invoke;
 mod lifecycle;

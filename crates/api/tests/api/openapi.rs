@@ -50,4 +50,8 @@ fn the_published_base_url_pattern_is_the_one_the_server_enforces() {
         contract["components"]["schemas"]["BaseUrl"]["pattern"],
         toolserver_domain::agent::config::BASE_URL_PATTERN
     );
+    assert_eq!(
+        contract["components"]["schemas"]["McpServer"]["properties"]["url"]["pattern"],
+        toolserver_domain::agent::mcp::MCP_URL_PATTERN
+    );
 }

@@ -247,6 +247,65 @@ async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(
     assert_eq!(body["error"]["field"], "conversationId", "{body}");
 }
 
+/// A `startIndex` past every chunk there can be (the contract allows any
+/// 64-bit integer) waits for the turn like one just past the last chunk:
+/// the resume sends no chunk and ends with the turn. One beyond 64 bits is
+/// a 400 naming the parameter.
+async fn a_start_index_past_any_chunk_waits_for_the_turn_to_end(pool: PgPool, chunks: Chunks) {
+    let app = LiveApp::start_on(pool, chunks).await;
+    let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
+    let agent = tool_then_text(
+        &app,
+        "resume-far",
+        (&tool, "slow"),
+        json!({"ms": 1500}),
+        json!({}),
+    )
+    .await;
+    let mut first = Frames::new(
+        app.start_turn(ACCOUNT_A, &agent, user_turn("conv-far", "go"))
+            .await,
+    );
+    first.until("tool-input-available").await;
+
+    let far = [i64::from(i32::MAX), 1 << 31, i64::MAX].map(|index| {
+        let (app, agent) = (&app, &agent);
+        async move {
+            let query = format!("?startIndex={index}");
+            let response = resume(app, agent, "conv-far", &query).await;
+            assert_eq!(response.status(), 200, "startIndex={index}");
+            let sent = Frames::new(response).read_to_end().await;
+            // The model is asked again only once the tool's call ended:
+            // a resume that ended before then did not wait for the turn.
+            (index, sent, app.model.requests("resume-far").len())
+        }
+    });
+    let (resumed, original) =
+        futures::future::join(futures::future::join_all(far), first.read_to_end()).await;
+    assert_eq!(types(&original).last(), Some(&"finish"));
+    for (index, sent, model_requests) in resumed {
+        assert!(sent.is_empty(), "startIndex={index} sent {sent:?}");
+        assert_eq!(
+            model_requests, 2,
+            "startIndex={index}: the resume ended before the turn did"
+        );
+    }
+
+    for beyond in ["9223372036854775808", "-9223372036854775809"] {
+        let response = resume(&app, &agent, "conv-far", &format!("?startIndex={beyond}")).await;
+        assert_eq!(response.status(), 400, "startIndex={beyond}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("startIndex"),
+            "{body}"
+        );
+    }
+}
+
 async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(
     pool: PgPool,
     chunks: Chunks,
@@ -570,6 +629,7 @@ async fn with_recording_off_turns_stream_straight_and_nothing_is_resumable(pool:
 on_each_chunk_store!(
     a_resume_replays_the_running_turn_from_its_start_and_follows_it,
     start_index_resumes_from_a_chunk_and_counts_back_from_the_end,
+    a_start_index_past_any_chunk_waits_for_the_turn_to_end,
     stop_from_another_connection_ends_the_turn_and_its_runner_call,
     a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it,
     under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn,

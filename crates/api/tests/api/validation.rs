@@ -343,6 +343,74 @@ async fn patch_rejects_bad_changes_and_keeps_the_tool(pool: PgPool) {
     assert_eq!(app.get(&path, ACCOUNT_A).await.json(), created);
 }
 
+/// Input schemas broken below the top level: each refusal is a 422 naming
+/// `inputSchema` and where in it the problem is, on create and on PATCH,
+/// and nothing changes.
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_schema_broken_in_a_nested_subschema_is_refused_naming_where(pool: PgPool) {
+    let app = TestApp::new(pool.clone()).await;
+    let nested = |inner: Value| json!({"type": "object", "allOf": [{"allOf": [inner]}]});
+    let cases = [
+        (
+            nested(json!({"properties": ["q"]})),
+            "/allOf/0/allOf/0/properties",
+        ),
+        (
+            nested(json!({"required": "q"})),
+            "/allOf/0/allOf/0/required",
+        ),
+        (
+            json!({"type": "object", "properties": {"q": {"oneOf": []}}}),
+            "/properties/q/oneOf",
+        ),
+        (
+            json!({"type": "object", "$defs": {"d": {"minProperties": -1}}}),
+            "/$defs/d/minProperties",
+        ),
+        (
+            json!({"type": "object", "$schema": "https://example.com/my-dialect"}),
+            "/$schema",
+        ),
+    ];
+    let created = app.create(ACCOUNT_A, "kept", BUNDLE).await;
+    let path = format!("/accounts/me/tools/{}", created["toolId"].as_str().unwrap());
+    for (schema, at) in cases {
+        let mut body = manifest("nested", BUNDLE);
+        body["inputSchema"] = schema.clone();
+        let create = app
+            .call(Method::POST, "/accounts/me/tools", ACCOUNT_A, Some(body))
+            .await;
+        let patch = app
+            .call(
+                Method::PATCH,
+                &path,
+                ACCOUNT_A,
+                Some(json!({"inputSchema": schema})),
+            )
+            .await;
+        for (route, reply) in [("create", create), ("patch", patch)] {
+            assert_eq!(
+                reply.status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{route} {schema}: {}",
+                String::from_utf8_lossy(&reply.body)
+            );
+            assert_eq!(reply.json()["error"]["field"], "inputSchema");
+            assert!(
+                reply.message().contains(&format!("at {at}:")),
+                "{route} {schema}: {}",
+                reply.message()
+            );
+        }
+    }
+    assert_eq!(app.get(&path, ACCOUNT_A).await.json(), created);
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM tools")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "only the first tool was stored");
+}
+
 #[sqlx::test(migrations = "../../migrations")]
 async fn list_rejects_bad_paging(pool: PgPool) {
     let app = TestApp::new(pool).await;

@@ -13,6 +13,26 @@ use crate::{refuse_nul, ToolId, ValidationError};
 /// Model providers the server has adapters for.
 pub const PROVIDERS: &[&str] = &["openai"];
 
+/// The fields of an agent config.
+pub const CONFIG_FIELDS: &[&str] = &[
+    "model",
+    "provider",
+    "systemPrompt",
+    "maxSteps",
+    "tools",
+    "onDisconnect",
+    "mcpServers",
+];
+
+/// The fields of `config.model`.
+pub const MODEL_FIELDS: &[&str] = &["provider", "modelId", "options"];
+
+/// The generation options of `config.model.options`.
+pub const MODEL_OPTIONS: &[&str] = &["temperature", "topP", "maxOutputTokens", "seed"];
+
+/// The fields of one provider's entry in `config.provider`.
+pub const PROVIDER_FIELDS: &[&str] = &["apiKey", "baseUrl"];
+
 /// Bounds on agent configs; every one is a server setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentLimits {
@@ -109,19 +129,10 @@ impl AgentConfig {
             .ok_or_else(|| ValidationError::new("config", "must be an object"))?;
         refuse_nul("config", value)?;
         for key in object.keys() {
-            if !matches!(
-                key.as_str(),
-                "model"
-                    | "provider"
-                    | "systemPrompt"
-                    | "maxSteps"
-                    | "tools"
-                    | "onDisconnect"
-                    | "mcpServers"
-            ) {
+            if !CONFIG_FIELDS.contains(&key.as_str()) {
                 return Err(ValidationError::new(
                     format!("config.{key}"),
-                    "is not a config field (model, provider, systemPrompt, maxSteps, tools, onDisconnect, mcpServers)",
+                    format!("is not a config field ({})", CONFIG_FIELDS.join(", ")),
                 ));
             }
         }
@@ -221,10 +232,10 @@ fn parse_model(value: Option<&Value>) -> Result<ModelSpec, ValidationError> {
         ValidationError::new("config.model", "is required: { provider, modelId }")
     })?;
     for key in object.keys() {
-        if !matches!(key.as_str(), "provider" | "modelId" | "options") {
+        if !MODEL_FIELDS.contains(&key.as_str()) {
             return Err(ValidationError::new(
                 format!("config.model.{key}"),
-                "is not a model field (provider, modelId, options)",
+                format!("is not a model field ({})", MODEL_FIELDS.join(", ")),
             ));
         }
     }
@@ -250,6 +261,12 @@ fn parse_model(value: Option<&Value>) -> Result<ModelSpec, ValidationError> {
         None => Map::new(),
         Some(Value::Object(options)) => {
             for (key, value) in options {
+                if !MODEL_OPTIONS.contains(&key.as_str()) {
+                    return Err(ValidationError::new(
+                        format!("config.model.options.{key}"),
+                        format!("is not a model option ({})", MODEL_OPTIONS.join(", ")),
+                    ));
+                }
                 check_model_option(key, value).map_err(|message| {
                     ValidationError::new(format!("config.model.options.{key}"), message)
                 })?;
@@ -286,7 +303,7 @@ fn check_model_option(key: &str, value: &Value) -> Result<(), String> {
             Some(_) => Ok(()),
             None => Err("must be an integer".into()),
         },
-        _ => Err("is not a model option (temperature, topP, maxOutputTokens, seed)".into()),
+        _ => Err("has no rule to check it by".into()),
     }
 }
 
@@ -313,30 +330,27 @@ fn parse_providers(
             .ok_or_else(|| ValidationError::new(base.clone(), "must be an object"))?;
         let mut credentials = ProviderCredentials::default();
         for (key, value) in entry {
+            let field = format!("{base}.{key}");
+            if !PROVIDER_FIELDS.contains(&key.as_str()) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("is not a provider field ({})", PROVIDER_FIELDS.join(", ")),
+                ));
+            }
             match (key.as_str(), value) {
                 ("apiKey", Value::String(k)) if !k.is_empty() => {
                     credentials.api_key = Some(k.clone());
                 }
-                ("baseUrl", Value::String(raw)) => {
-                    credentials.base_url = Some(parse_base_url(raw).ok_or_else(|| {
+                ("baseUrl", value) => {
+                    let url = value.as_str().and_then(parse_base_url).ok_or_else(|| {
                         ValidationError::new(
-                            format!("{base}.baseUrl"),
+                            &field,
                             "must be an http(s) URL of a host name or IPv4 address, an optional port and path, nothing else",
                         )
-                    })?);
+                    })?;
+                    credentials.base_url = Some(url);
                 }
-                ("apiKey", _) => {
-                    return Err(ValidationError::new(
-                        format!("{base}.apiKey"),
-                        "must be a non-empty string",
-                    ))
-                }
-                _ => {
-                    return Err(ValidationError::new(
-                        format!("{base}.{key}"),
-                        "is not a provider field (apiKey, baseUrl)",
-                    ))
-                }
+                _ => return Err(ValidationError::new(field, "must be a non-empty string")),
             }
         }
         providers.insert(name.clone(), credentials);
@@ -344,25 +358,39 @@ fn parse_providers(
     Ok(providers)
 }
 
-/// The grammar of an endpoint a config may name: http(s), a host name
-/// whose last label starts with a letter (so it never reads as an IPv4
-/// number) or a dotted IPv4 address, an optional port and path; no user
-/// info, query or fragment. `openapi.yaml` states the same pattern.
-pub const BASE_URL_PATTERN: &str = concat!(
-    r"^https?://(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*",
-    r"|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))",
-    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?",
-    r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?$",
-);
+/// The grammar of an endpoint a config names, as a regex: http(s), a host
+/// name whose last label starts with a letter (so it never reads as an IPv4
+/// number) or a dotted IPv4 address, an optional port and path, then
+/// `$tail`; no user info or fragment.
+macro_rules! endpoint_pattern {
+    ($tail:literal) => {
+        concat!(
+            r"^https?://(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*",
+            r"|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))",
+            r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?",
+            r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?",
+            $tail,
+            "$",
+        )
+    };
+}
+pub(crate) use endpoint_pattern;
+
+/// The grammar of a model endpoint (`baseUrl`): an endpoint without a
+/// query. `openapi.yaml` states the same pattern.
+pub const BASE_URL_PATTERN: &str = endpoint_pattern!("");
 
 fn parse_base_url(raw: &str) -> Option<Url> {
     static GRAMMAR: std::sync::LazyLock<Option<regex::Regex>> =
         std::sync::LazyLock::new(|| regex::Regex::new(BASE_URL_PATTERN).ok());
-    let grammar = GRAMMAR.as_ref()?;
-    if !grammar.is_match(raw) {
-        return None;
-    }
-    Url::parse(raw).ok()
+    parse_endpoint(raw, GRAMMAR.as_ref())
+}
+
+/// `raw` as a URL when it matches an endpoint's `grammar`.
+pub(crate) fn parse_endpoint(raw: &str, grammar: Option<&regex::Regex>) -> Option<Url> {
+    grammar
+        .filter(|grammar| grammar.is_match(raw))
+        .and_then(|_| Url::parse(raw).ok())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::config::{endpoint_pattern, parse_endpoint};
 use crate::ValidationError;
 
 /// Most MCP servers one agent may name.
@@ -15,8 +16,21 @@ pub const MAX_MCP_SERVERS: usize = 16;
 /// What separates a server's name from its tools' names.
 pub const MCP_NAME_SEPARATOR: &str = "__";
 
+/// The grammar of a server's `url`: an endpoint (see `BASE_URL_PATTERN`)
+/// with an optional query. `openapi.yaml` states the same pattern.
+pub const MCP_URL_PATTERN: &str = endpoint_pattern!(r"(?:\?[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?");
+
+/// Longest remote tool name in `tools` and `needsApproval`, in characters.
+pub const MAX_REMOTE_TOOL_NAME_CHARS: usize = 128;
+
+/// The fields of one server of `config.mcpServers`.
+pub const MCP_SERVER_FIELDS: &[&str] = &["url", "headers", "auth", "tools", "needsApproval"];
+
+/// The fields of a server's `auth`.
+pub const MCP_AUTH_FIELDS: &[&str] = &["type", "token"];
+
 /// Headers a config may not set: the transport owns them.
-const RESERVED_HEADERS: &[&str] = &[
+pub const RESERVED_HEADERS: &[&str] = &[
     "host",
     "content-length",
     "content-type",
@@ -127,22 +141,26 @@ fn parse_server(
     entry: &Map<String, Value>,
 ) -> Result<McpServerSetting, ValidationError> {
     for key in entry.keys() {
-        if !matches!(
-            key.as_str(),
-            "url" | "headers" | "auth" | "tools" | "needsApproval"
-        ) {
+        if !MCP_SERVER_FIELDS.contains(&key.as_str()) {
             return Err(ValidationError::new(
                 format!("{field}.{key}"),
-                "is not an MCP server field (url, headers, auth, tools, needsApproval)",
+                format!(
+                    "is not an MCP server field ({})",
+                    MCP_SERVER_FIELDS.join(", ")
+                ),
             ));
         }
     }
     let url = entry
         .get("url")
         .and_then(Value::as_str)
-        .and_then(|raw| Url::parse(raw).ok())
-        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
-        .ok_or_else(|| ValidationError::new(format!("{field}.url"), "must be an http(s) URL"))?;
+        .and_then(parse_url)
+        .ok_or_else(|| {
+            ValidationError::new(
+                format!("{field}.url"),
+                "must be an http(s) URL of a host name or IPv4 address, an optional port, path and query, nothing else",
+            )
+        })?;
     Ok(McpServerSetting {
         url,
         headers: parse_headers(field, entry.get("headers"))?,
@@ -156,6 +174,12 @@ fn parse_server(
             ),
         },
     })
+}
+
+fn parse_url(raw: &str) -> Option<Url> {
+    static GRAMMAR: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(MCP_URL_PATTERN).ok());
+    parse_endpoint(raw, GRAMMAR.as_ref())
 }
 
 fn parse_headers(
@@ -205,10 +229,10 @@ fn parse_auth(field: &str, value: Option<&Value>) -> Result<Option<String>, Vali
         ValidationError::new(&field, "must be {\"type\": \"bearer\", \"token\": \"…\"}")
     })?;
     for key in object.keys() {
-        if key != "type" && key != "token" {
+        if !MCP_AUTH_FIELDS.contains(&key.as_str()) {
             return Err(ValidationError::new(
                 format!("{field}.{key}"),
-                "is not an auth field (type, token)",
+                format!("is not an auth field ({})", MCP_AUTH_FIELDS.join(", ")),
             ));
         }
     }
@@ -245,7 +269,9 @@ fn parse_names(
         .iter()
         .map(|name| {
             name.as_str()
-                .filter(|name| !name.is_empty() && name.len() <= 128)
+                .filter(|name| {
+                    !name.is_empty() && name.chars().count() <= MAX_REMOTE_TOOL_NAME_CHARS
+                })
                 .map(str::to_owned)
                 .ok_or_else(|| ValidationError::new(field, "must hold tool names (strings)"))
         })

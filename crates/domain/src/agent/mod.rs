@@ -13,4 +13,4 @@ pub use config::{
 };
 pub use id::{AgentId, AgentName};
 pub use secrets::{Secrets, REDACTED};
-pub use tools::{BuiltinTool, ToolKey, ToolSetting, ASYNC_STATUS_TOOL};
+pub use tools::{BuiltinTool, ToolKey, ToolSetting, ASYNC_STATUS_TOOL, TOOL_FLAGS};

@@ -13,6 +13,18 @@ pub const MAX_DETACHED_SECS: u64 = 7 * 24 * 3600;
 /// Name of the status tool registered automatically when any tool is async.
 pub const ASYNC_STATUS_TOOL: &str = "async_status";
 
+/// The fields of `config.tools.<key>` that say how a tool behaves; any other
+/// field is an option of the tool.
+pub const TOOL_FLAGS: &[&str] = &[
+    "enabled",
+    "async",
+    "needsApproval",
+    "timeoutMs",
+    "heartbeatTimeoutSeconds",
+    "timeoutSeconds",
+    "safeToRepeat",
+];
+
 /// Tools compiled into the server, keyed by their model-facing name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BuiltinTool {
@@ -47,8 +59,27 @@ impl BuiltinTool {
         !matches!(self, Self::GoogleSearch)
     }
 
+    /// The options an account may set on this tool, beside [`TOOL_FLAGS`].
+    pub fn options(self) -> &'static [&'static str] {
+        match self {
+            Self::TavilySearch => &[
+                "apiKey",
+                "searchDepth",
+                "topic",
+                "maxResults",
+                "includeDomains",
+                "excludeDomains",
+            ],
+            Self::TavilyExtract => &["apiKey", "extractDepth"],
+            Self::GoogleSearch => &[],
+        }
+    }
+
     /// Checks one account-settable option of this tool.
     fn check_option(self, key: &str, value: &Value) -> Result<(), String> {
+        if !self.options().contains(&key) {
+            return Err(format!("is not an option of {}", self.name()));
+        }
         let enum_of = |allowed: &[&str]| match value.as_str() {
             Some(s) if allowed.contains(&s) => Ok(()),
             _ => Err(format!("must be one of {}", allowed.join(", "))),
@@ -70,7 +101,7 @@ impl BuiltinTool {
             },
             (Self::TavilySearch, "includeDomains" | "excludeDomains") => domains(),
             (Self::TavilyExtract, "extractDepth") => enum_of(&["basic", "advanced"]),
-            _ => Err(format!("is not an option of {}", self.name())),
+            _ => Err(format!("has no rule to check it by on {}", self.name())),
         }
     }
 }
@@ -217,16 +248,7 @@ impl ToolSetting {
         let detached_timeout_secs = seconds("timeoutSeconds")?;
         let mut options = Map::new();
         for (name, option) in object {
-            if matches!(
-                name.as_str(),
-                "enabled"
-                    | "async"
-                    | "needsApproval"
-                    | "timeoutMs"
-                    | "heartbeatTimeoutSeconds"
-                    | "timeoutSeconds"
-                    | "safeToRepeat"
-            ) {
+            if TOOL_FLAGS.contains(&name.as_str()) {
                 continue;
             }
             if let ToolKey::Builtin(builtin) = key {

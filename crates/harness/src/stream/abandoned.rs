@@ -37,7 +37,7 @@ pub async fn abandoned_turn_chunks(
         }
         let mut chunks = Vec::new();
         loop {
-            let from = i32::try_from(chunks.len()).unwrap_or(i32::MAX);
+            let from = i64::try_from(chunks.len()).unwrap_or(i64::MAX);
             let page = turn_streams::chunks(pool, state.id, from, PAGE).await?;
             if page.is_empty() {
                 return Ok(chunks);

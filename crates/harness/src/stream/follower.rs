@@ -154,9 +154,9 @@ async fn read_on(
     mut notices: broadcast::Receiver<Notice>,
 ) {
     let stream = state.id;
-    let Ok(mut next) = i32::try_from(start) else {
-        return;
-    };
+    // Any index a client may ask for: one past the last chunk there can be
+    // waits, like one past the last chunk there is, for the stream's end.
+    let mut next = start;
     loop {
         let page = match turn_streams::chunks(hub.pool(), stream, next, PAGE).await {
             Ok(page) => page,
@@ -173,7 +173,7 @@ async fn read_on(
             if out.send(chunk).await.is_err() {
                 return;
             }
-            next += 1;
+            next = next.saturating_add(1);
         }
         if full {
             continue;
@@ -189,7 +189,7 @@ async fn read_on(
                 continue;
             }
         };
-        if next < state.chunk_count {
+        if next < i64::from(state.chunk_count) {
             continue;
         }
         if state.finished {

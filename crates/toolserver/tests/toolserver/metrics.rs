@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use openmetrics_parser::prometheus::parse_prometheus;
-use openmetrics_parser::PrometheusValue;
+use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::http::free_port;
@@ -259,4 +259,89 @@ async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPoo
             "a label is an id: {value}"
         );
     }
+}
+
+/// The families of one scrape, parsed by a Prometheus text-format parser.
+async fn families(
+    setup: &Setup,
+    metrics: &str,
+) -> MetricsExposition<PrometheusType, PrometheusValue> {
+    let text = setup
+        .client()
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    parse_prometheus(&text).expect("the scrape is Prometheus text")
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn every_series_has_help_and_type_beside_the_process_and_build_series(pool: PgPool) {
+    let setup = Setup::new(&pool);
+    let port = free_port();
+    let metrics_bind = format!("127.0.0.1:{port}");
+    let server = setup
+        .start_with(100, &[("TOOLSERVER_METRICS_BIND", metrics_bind.as_str())])
+        .await;
+    let metrics = format!("http://{metrics_bind}");
+    let model = ScriptedModel::start().await;
+    streamed_turn_with_a_tool_call(&setup, &server, &model).await;
+
+    let exposition = families(&setup, &metrics).await;
+    for (name, family) in &exposition.families {
+        assert!(!family.help.trim().is_empty(), "{name} has no # HELP line");
+        assert_ne!(
+            family.family_type,
+            PrometheusType::Unknown,
+            "{name} has no # TYPE line"
+        );
+    }
+    for (name, kind) in [
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("toolserver_build_info", "gauge"),
+        ("toolserver_http_requests_total", "counter"),
+        ("toolserver_tool_call_duration_seconds", "histogram"),
+    ] {
+        let family = exposition
+            .families
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in the scrape"));
+        assert_eq!(family.family_type.to_string(), kind, "{name}");
+        assert!(family.iter_samples().count() > 0, "{name} has no sample");
+    }
+    let process = |name: &str| {
+        let sample = exposition.families[name].iter_samples().next().unwrap();
+        match &sample.value {
+            PrometheusValue::Counter(counter) => counter.value.as_f64(),
+            PrometheusValue::Gauge(number) => number.as_f64(),
+            other => panic!("{name} is {other:?}"),
+        }
+    };
+    assert!(process("process_resident_memory_bytes") > 0.0);
+    assert!(process("process_open_fds") > 0.0);
+    assert!(process("process_max_fds") >= process("process_open_fds"));
+    assert!(
+        process("process_start_time_seconds") > 1.0e9,
+        "seconds since the epoch"
+    );
+
+    let builds: Vec<_> = exposition.families["toolserver_build_info"]
+        .iter_samples()
+        .collect();
+    assert_eq!(builds.len(), 1, "one build");
+    let labels = builds[0].get_labelset().unwrap();
+    let version = labels
+        .iter()
+        .find(|(name, _)| name.as_str() == "version")
+        .map(|(_, value)| value.clone());
+    assert_eq!(version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    assert!(matches!(&builds[0].value, PrometheusValue::Gauge(one) if one.as_f64() == 1.0));
 }

@@ -35,7 +35,8 @@ pub const TAIL_INDEX_HEADER: &str = "x-workflow-stream-tail-index";
 pub struct ResumeParams {
     /// The index of the first chunk to send (0 is the turn's `start`);
     /// negative counts back from the end (-1: the last chunk recorded).
-    /// Without it, the whole turn is replayed.
+    /// Without it, the whole turn is replayed. Any 64-bit integer: an index
+    /// past the last chunk waits for it, and the stream ends with the turn.
     pub start_index: Option<i64>,
 }
 
@@ -62,7 +63,7 @@ pub struct StopAnswer {
             content_type = "text/event-stream", body = String,
             headers(("x-workflow-stream-tail-index" = i64, description = "Index of the last chunk recorded when the response began; -1 when none"))),
         (status = 204, description = "No turn is running in this conversation (or there is no such conversation yet); for a detached turn between runs, after waiting up to `TOOLSERVER_STREAM_RESUME_HOLD_MS` for its next run"),
-        (status = 400, description = "Malformed startIndex or conversation id", body = ErrorBody),
+        (status = 400, description = "Malformed conversation id, or a startIndex that is not a 64-bit integer", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such agent in this account, or the conversation belongs to another agent", body = ErrorBody),
     ))]
