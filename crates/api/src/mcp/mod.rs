@@ -7,6 +7,8 @@
 
 mod auth;
 mod handler;
+mod progress;
+mod task_name;
 mod wire;
 
 use std::sync::Arc;
@@ -26,13 +28,17 @@ pub use auth::McpCaller;
 pub struct McpSettings {
     /// How long a task lives (and is kept) from its creation.
     pub task_ttl: Duration,
-    /// The poll interval tasks suggest to their clients.
+    /// The longest poll interval tasks suggest to their clients.
     pub task_poll_interval: Duration,
+    /// A task-augmented call that ends within this long answers inline;
+    /// only one that does not becomes a task. Zero: every such call does.
+    pub task_inline_window: Duration,
     /// Tools per `tools/list` page.
     pub page_size: u32,
     /// `Host` values `/mcp` accepts; empty: any (requests need a token).
     pub allowed_hosts: Vec<String>,
-    /// Authorization servers the protected-resource metadata names.
+    /// Authorization servers the protected-resource metadata names; empty:
+    /// this server's own origin.
     pub authorization_servers: Vec<String>,
 }
 
@@ -41,6 +47,7 @@ impl Default for McpSettings {
         Self {
             task_ttl: Duration::from_secs(3600),
             task_poll_interval: Duration::from_secs(1),
+            task_inline_window: Duration::from_millis(250),
             page_size: 100,
             allowed_hosts: Vec::new(),
             authorization_servers: Vec::new(),
@@ -69,12 +76,19 @@ pub fn routes(state: AppState) -> Router {
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            task_name::name_tasks,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             auth::authenticate,
         ))
         .merge(
             Router::new()
-                .route(auth::METADATA_PATH, get(auth::metadata))
-                .route(&format!("{}/mcp", auth::METADATA_PATH), get(auth::metadata))
+                .route(auth::METADATA_PATH, get(auth::origin_metadata))
+                .route(
+                    &format!("{}/mcp", auth::METADATA_PATH),
+                    get(auth::endpoint_metadata),
+                )
                 .with_state(state),
         )
 }
