@@ -2,7 +2,8 @@
 # Makes sure what the tests need is present and running: PostgreSQL on
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
 # binary, Node.js, the AI SDK client test's packages, Chromium and the
-# browser test's packages, the tool CLI's packages, kubectl (the manifest
+# browser test's packages, the tool CLI's packages, the MCP clients (the
+# TypeScript SDK's packages and a virtualenv with the Python SDK), kubectl (the manifest
 # tests render deploy/kubernetes with `kubectl kustomize`) and Helm's library
 # (they lint and render deploy/helm with it). Installs missing pieces from
 # Debian's packages, crates.io, the npm registry and PyPI when run as root.
@@ -124,6 +125,25 @@ ensure_mcp_client() {
   ensure_npm_client mcp @modelcontextprotocol/sdk
 }
 
+# The official MCP Python SDK client that drives /mcp in the tests, pinned
+# (clients/mcp-python/requirements.txt), in a virtualenv of its own; made
+# again when the requirements change.
+MCP_PYTHON_ENV="$TOOLS_ROOT/mcp-python"
+ensure_mcp_python_client() {
+  local requirements="$REPO_ROOT/clients/mcp-python/requirements.txt"
+  local installed="$MCP_PYTHON_ENV/requirements.txt"
+  if [ -x "$MCP_PYTHON_ENV/bin/python" ] && cmp -s "$requirements" "$installed"; then
+    return
+  fi
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    apt_install python3-venv
+  fi
+  rm -rf "$MCP_PYTHON_ENV"
+  python3 -m venv "$MCP_PYTHON_ENV"
+  "$MCP_PYTHON_ENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$installed"
+}
+
 # Optional: runners use bubblewrap when it works; install it so tests cover it.
 ensure_bubblewrap() {
   if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
@@ -183,7 +203,8 @@ ensure_ai_sdk
 ensure_browser
 ensure_cli
 ensure_mcp_client
+ensure_mcp_python_client
 ensure_bubblewrap
 ensure_schemathesis
 ensure_helm_sdk
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP client, bubblewrap, schemathesis and the Helm library are ready"
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP clients, bubblewrap, schemathesis and the Helm library are ready"

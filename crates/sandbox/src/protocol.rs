@@ -63,6 +63,16 @@ impl InvokeRequest {
             .as_ref()
             .is_some_and(|meta| meta.get("completeUrl").is_some())
     }
+
+    /// Whether the detached call may answer in its launch (its async
+    /// metadata has `inlineMs`): its body may run before any frame comes.
+    pub fn answers_inline(&self) -> bool {
+        self.is_detached()
+            && self
+                .async_meta
+                .as_ref()
+                .is_some_and(|meta| meta.get("inlineMs").is_some())
+    }
 }
 
 /// One NDJSON line from a worker.

@@ -12,7 +12,9 @@
 //! unless the worker turns out to run it already (its `launched` frame was
 //! lost), the worker is replaced and the launch sent once more, and a second
 //! silence is a `LaunchFailed` error frame. Only a launch that produced no
-//! frame is ever sent again, so a detached body never runs twice. If no
+//! frame is ever sent again, so a detached body never runs twice; nor is a
+//! launch that may answer inline once the worker accepted it (its body runs
+//! before its first frame): it ends as a broken-off call. If no
 //! terminal frame arrives by the deadline plus the kill grace, the worker is
 //! hung: it is killed and the next call starts a fresh one. A backend that
 //! watches its runners' resource limits ([`RunnerControl::watch_limits`])
@@ -168,7 +170,7 @@ async fn relay_call(
             let _ = tx.send(deadline_frame(request)).await;
         }
         RelayEnd::Refused(reason) | RelayEnd::Broken(reason)
-            if relayed == 0 && request.is_detached() =>
+            if relayed == 0 && request.is_detached() && !(accepted && request.answers_inline()) =>
         {
             launch_again(runner, request, reason, refused, tx, kill_grace).await;
         }

@@ -82,6 +82,10 @@ export function parseInvokeRequest(text) {
   if (livenessIntervalMs !== undefined && (!isPositiveInt(livenessIntervalMs) || livenessIntervalMs > MAX_DEADLINE_MS)) {
     throw new RequestError(`async.livenessIntervalMs must be an integer between 1 and ${MAX_DEADLINE_MS}`);
   }
+  const inlineMs = body.async?.inlineMs;
+  if (inlineMs !== undefined && (!isPositiveInt(inlineMs) || inlineMs > MAX_DEADLINE_MS)) {
+    throw new RequestError(`async.inlineMs must be an integer between 1 and ${MAX_DEADLINE_MS}`);
+  }
 
   if (body.egressToken !== undefined && !isNonEmptyString(body.egressToken)) {
     throw new RequestError('egressToken must be a non-empty string');

@@ -8,7 +8,10 @@
 //                 with async.completeUrl: one {"t":"launched"} frame, then the call runs
 //                 in the background (pinging async.heartbeatUrl every async.livenessIntervalMs;
 //                 the tool may post progress with ctx.asyncTool.heartbeat) and its outcome
-//                 is posted to completeUrl (callbacks.mjs)
+//                 is posted to completeUrl (callbacks.mjs); with async.inlineMs too, a call
+//                 that ends within that many ms answers in the response instead (its
+//                 chunks, then its terminal frame; nothing is posted), and one that does
+//                 not gets its chunks so far, then {"t":"launched"}, and goes on as above
 //   POST /cancel  {"callId"}     -> {"cancelled":bool}
 //   GET  /logs?callId=<id>       -> {"logs":[...]} of a background call
 //   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}; inflight counts
@@ -44,6 +47,7 @@ const inflight = new Map(); // callId -> Call (a background one until its outcom
 const backgroundLogs = new Map(); // callId -> log frames of a background call (bounded)
 const MAX_BACKGROUND_LOGS = 1000; // calls whose logs are kept
 const MAX_LOG_LINES = 200; // lines kept per call
+const LAUNCHED = '{"t":"launched"}\n';
 
 function sendJson(res, status, body) {
   res.writeHead(status, { 'content-type': 'application/json' });
@@ -69,8 +73,7 @@ async function invoke(req, res) {
 
   res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
   if (request.async?.completeUrl !== undefined) {
-    launch(request, receivedAt);
-    res.end('{"t":"launched"}\n');
+    launch(request, receivedAt, res);
     return;
   }
   res.flushHeaders();
@@ -97,24 +100,56 @@ async function cancel(req, res) {
 
 // A detached call: runs without a client, keeps its logs, proves the runner
 // alive while it runs, and posts its outcome to async.completeUrl with the
-// call's job token.
-function launch(request, receivedAt) {
+// call's job token. With async.inlineMs the launch's response stays open that
+// long: a call that ends by then answers in it and posts nothing; otherwise
+// the response ends with `launched` and the same call goes on in the
+// background. A launch whose response closes before either (the server gave
+// up on it) aborts the call, which then posts that it failed.
+function launch(request, receivedAt, res) {
   const logs = [];
   let terminal = null;
+  let last = null;
+  // The launch's response, while the call may still answer in it.
+  let answer = request.async.inlineMs === undefined ? null : res;
   const write = (line) => {
     const frame = JSON.parse(line);
-    if (frame.t !== 'log') terminal = frame;
-    else if (logs.push({ level: frame.level, message: frame.message }) > MAX_LOG_LINES) logs.shift();
+    if (frame.t === 'log') {
+      if (logs.push({ level: frame.level, message: frame.message }) > MAX_LOG_LINES) logs.shift();
+    } else if (frame.t === 'chunk') {
+      last = frame.value;
+    } else {
+      terminal = frame.t === 'end' ? { t: 'final', value: last } : frame;
+    }
+    answer?.write(line);
   };
   const asyncTool = request.async.heartbeatUrl === undefined ? {} : { heartbeat: heartbeater(request.async) };
-  const call = new Call(request, { write, drain: true, receivedAt, asyncTool });
+  // A call that may answer inline streams its chunks; a background one only needs its last value.
+  const call = new Call(request, { write, drain: answer === null, receivedAt, asyncTool });
   inflight.set(request.callId, call);
   backgroundLogs.set(request.callId, logs);
   if (backgroundLogs.size > MAX_BACKGROUND_LOGS) backgroundLogs.delete(backgroundLogs.keys().next().value);
   // Pings go on while the outcome is being delivered: the call is not over for the server yet.
   const stopPinging = keepAlive(request.async);
+  const release = () => {
+    const open = answer;
+    answer = null;
+    return open;
+  };
+  let window = null;
+  if (answer === null) {
+    res.end(LAUNCHED);
+  } else {
+    res.flushHeaders();
+    window = setTimeout(() => release()?.end(LAUNCHED), request.async.inlineMs);
+    res.on('close', () => {
+      if (release() !== null) call.abort();
+    });
+  }
   call.start(cache).then(async () => {
-    await deliverCompletion(request.async, completionOf(terminal));
+    clearTimeout(window);
+    const open = release();
+    if (open !== null) open.end();
+    else await deliverCompletion(request.async, completionOf(terminal));
     stopPinging();
     inflight.delete(request.callId);
   });

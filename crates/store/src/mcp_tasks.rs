@@ -2,7 +2,9 @@
 //! detached call (`async_tool_results`) with no dispatch group, so it lives
 //! through server restarts, any server process can answer for it, and the
 //! runner completes it through the same completion route as a turn's
-//! detached call. Settling it continues nothing.
+//! detached call. Settling it continues nothing. A task is recorded before
+//! its call is launched; one whose call ends within the launch is
+//! discarded, since its client got the result and never the task.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, CallStatus, ToolId};
 use uuid::Uuid;
 
-use crate::{accounts, StoreError};
+use crate::StoreError;
 
 /// A task to record before its call is launched.
 #[derive(Debug, Clone)]
@@ -56,19 +58,32 @@ pub struct TaskRecord {
     pub updated_at: OffsetDateTime,
     /// When it is discarded (its TTL from creation).
     pub hard_expires_at: OffsetDateTime,
-    /// The poll interval it suggests, in milliseconds.
+    /// The longest poll interval it suggests, in milliseconds.
     pub task_poll_ms: i32,
+    /// How long it has existed, in milliseconds, as the database saw it when read.
+    pub age_ms: i64,
 }
 
-/// Records a task of `account`; returns its id.
+/// A task the reaper expired: its call may still run on its runner.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct ExpiredTask {
+    /// The task id.
+    pub id: Uuid,
+    /// Its account.
+    pub account_id: String,
+    /// The uploaded tool it calls.
+    pub tool_id: Option<Uuid>,
+}
+
+/// Records a task of `account`; returns its id. One statement: the account
+/// owns the uploaded tool the task calls, so it is recorded already (a call
+/// answered inline pays for every round trip here).
 pub async fn insert(
     pool: &PgPool,
     account: &AccountId,
     task: &NewTask,
 ) -> Result<Uuid, StoreError> {
     let id = Uuid::now_v7();
-    let mut tx = pool.begin().await?;
-    accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
         "INSERT INTO async_tool_results \
              (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, \
@@ -90,9 +105,8 @@ pub async fn insert(
             .unwrap_or(i32::MAX)
             .max(1),
     )
-    .execute(&mut *tx)
+    .execute(pool)
     .await?;
-    tx.commit().await?;
     Ok(id)
 }
 
@@ -103,7 +117,8 @@ pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRec
         "SELECT id, tool_name, tool_id, status, response, error, progress, created_at, \
              GREATEST(created_at, COALESCE(settled_at, created_at), \
                       COALESCE(last_heartbeat_at, created_at)) AS updated_at, \
-             hard_expires_at, task_poll_ms \
+             hard_expires_at, task_poll_ms, \
+             (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint AS age_ms \
          FROM async_tool_results \
          WHERE account_id = $1 AND id = $2 AND group_id IS NULL \
            AND (status = 'pending' OR hard_expires_at > now())",
@@ -111,6 +126,37 @@ pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRec
     .bind(account.as_str())
     .bind(id)
     .fetch_one(pool)
+    .await?)
+}
+
+/// Forgets one of `account`'s tasks whose call answered in its launch: no
+/// client knows its id, and its result went out with the call.
+pub async fn discard(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(
+        "DELETE FROM async_tool_results WHERE account_id = $1 AND id = $2 AND group_id IS NULL",
+    )
+    .bind(account.as_str())
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Expires up to `limit` tasks still working at their deadline (their TTL)
+/// and returns them, so their calls can be stopped on their runners: no
+/// client can reach a task after its TTL. Safe to run from several servers
+/// at once: rows are claimed with `SKIP LOCKED`.
+pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<Vec<ExpiredTask>, StoreError> {
+    Ok(sqlx::query_as(
+        "UPDATE async_tool_results SET status = 'expired', settled_at = now(), \
+             error = 'the task did not complete within its TTL' \
+         WHERE id IN (SELECT id FROM async_tool_results \
+                      WHERE group_id IS NULL AND status = 'pending' AND expires_at <= now() \
+                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, account_id, tool_id",
+    )
+    .bind(limit)
+    .fetch_all(pool)
     .await?)
 }
 

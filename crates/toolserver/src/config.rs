@@ -860,9 +860,16 @@ pub struct McpConfig {
     /// Seconds an MCP task lives, and is kept, from its creation (`TOOLSERVER_MCP_TASK_TTL_SECS`).
     #[arg(long, env = "TOOLSERVER_MCP_TASK_TTL_SECS", default_value_t = 3600)]
     pub mcp_task_ttl_secs: u64,
-    /// Poll interval MCP tasks suggest, in milliseconds (`TOOLSERVER_MCP_TASK_POLL_MS`).
+    /// Longest poll interval an MCP task suggests, in milliseconds; a task
+    /// suggests half its age, at least half the inline window
+    /// (`TOOLSERVER_MCP_TASK_POLL_MS`).
     #[arg(long, env = "TOOLSERVER_MCP_TASK_POLL_MS", default_value_t = 1000)]
     pub mcp_task_poll_ms: u64,
+    /// Milliseconds a call of a client that takes tasks may take and still
+    /// answer inline; one that runs longer becomes a task (0: every such
+    /// call of an uploaded tool does) (`TOOLSERVER_MCP_TASK_INLINE_MS`).
+    #[arg(long, env = "TOOLSERVER_MCP_TASK_INLINE_MS", default_value_t = 250)]
+    pub mcp_task_inline_ms: u64,
     /// Tools per `tools/list` page (`TOOLSERVER_MCP_PAGE_SIZE`).
     #[arg(long, env = "TOOLSERVER_MCP_PAGE_SIZE", default_value_t = 100)]
     pub mcp_page_size: u32,
@@ -871,7 +878,8 @@ pub struct McpConfig {
     #[arg(long, env = "TOOLSERVER_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
     /// Authorization servers the OAuth protected-resource metadata names,
-    /// comma-separated; empty (the default): the JWT issuer, if one is set
+    /// comma-separated http(s) URLs; empty (the default): the JWT issuer
+    /// when it is an http(s) URL, else this server's public origin
     /// (`TOOLSERVER_MCP_AUTHORIZATION_SERVERS`).
     #[arg(
         long,

@@ -117,7 +117,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let api = ApiSettings {
         cors,
         max_socket_requests: config.agents.ws_max_requests.max(1),
-        mcp: mcp_settings(config),
+        mcp: mcp_settings(config)?,
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
     let nats = connect_nats(&config.agents).await?;
@@ -216,21 +216,42 @@ async fn serve_metrics(
     }
 }
 
-/// The MCP server's settings; its metadata names the JWT issuer unless
-/// authorization servers are set.
-fn mcp_settings(config: &ServeConfig) -> McpSettings {
+/// The MCP server's settings; its metadata names the configured
+/// authorization servers, else the JWT issuer when it is an http(s) URL,
+/// else (an empty list) the server's own origin. A configured
+/// authorization server that is not an http(s) URL fails the start.
+fn mcp_settings(config: &ServeConfig) -> anyhow::Result<McpSettings> {
     let mcp = &config.mcp;
+    if let Some(bad) = mcp
+        .mcp_authorization_servers
+        .iter()
+        .find(|server| !is_http_url(server))
+    {
+        anyhow::bail!("TOOLSERVER_MCP_AUTHORIZATION_SERVERS: {bad:?} is not an http(s) URL");
+    }
     let authorization_servers = match mcp.mcp_authorization_servers.is_empty() {
-        true => config.auth.jwt_issuer.iter().cloned().collect(),
+        true => config
+            .auth
+            .jwt_issuer
+            .iter()
+            .filter(|issuer| is_http_url(issuer))
+            .cloned()
+            .collect(),
         false => mcp.mcp_authorization_servers.clone(),
     };
-    McpSettings {
+    Ok(McpSettings {
         task_ttl: Duration::from_secs(mcp.mcp_task_ttl_secs.max(1)),
         task_poll_interval: Duration::from_millis(mcp.mcp_task_poll_ms.max(1)),
+        task_inline_window: Duration::from_millis(mcp.mcp_task_inline_ms),
         page_size: mcp.mcp_page_size.max(1),
         allowed_hosts: mcp.mcp_allowed_hosts.clone(),
         authorization_servers,
-    }
+    })
+}
+
+/// Whether `raw` is an absolute http(s) URL.
+fn is_http_url(raw: &str) -> bool {
+    Url::parse(raw).is_ok_and(|url| matches!(url.scheme(), "http" | "https"))
 }
 
 /// Connects to NATS when `TOOLSERVER_NATS_URL` is set.
@@ -727,4 +748,55 @@ fn reqwest_client() -> anyhow::Result<reqwest::Client> {
         .timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn serve(args: &[&str]) -> ServeConfig {
+        let argv = ["toolserver", "serve"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Serve(config)) => *config,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_metadata_names_the_configured_servers_else_an_http_issuer_else_none() {
+        let configured = serve(&[
+            "--mcp-authorization-servers",
+            "https://as.example.com",
+            "--jwt-issuer",
+            "https://issuer.example.com",
+        ]);
+        assert_eq!(
+            mcp_settings(&configured).unwrap().authorization_servers,
+            ["https://as.example.com"]
+        );
+        let issuer = serve(&["--jwt-issuer", "https://issuer.example.com"]);
+        assert_eq!(
+            mcp_settings(&issuer).unwrap().authorization_servers,
+            ["https://issuer.example.com"]
+        );
+        // An issuer that is no URL leaves the metadata to name the server's origin.
+        let named = serve(&["--jwt-issuer", "platform"]);
+        assert!(mcp_settings(&named)
+            .unwrap()
+            .authorization_servers
+            .is_empty());
+    }
+
+    #[test]
+    fn an_authorization_server_that_is_no_http_url_stops_the_start() {
+        let config = serve(&["--mcp-authorization-servers", "issuer-without-scheme"]);
+        let err = mcp_settings(&config).unwrap_err().to_string();
+        assert!(
+            err.contains("TOOLSERVER_MCP_AUTHORIZATION_SERVERS"),
+            "{err}"
+        );
+    }
 }

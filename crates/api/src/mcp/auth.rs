@@ -2,6 +2,8 @@
 //! is 401 with `WWW-Authenticate` naming the OAuth protected-resource
 //! metadata (RFC 9728), which names the authorization server(s) that issue
 //! tokens for this server, so MCP clients that do OAuth discovery find it.
+//! With none configured it names this server's own origin, since the
+//! document must name one.
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, HeaderValue};
@@ -53,23 +55,48 @@ fn challenge(state: &AppState, had_token: bool) -> String {
     }
 }
 
-/// `GET /.well-known/oauth-protected-resource[/mcp]`: what `/mcp` is and
-/// who issues its tokens.
-pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
-    let servers = &state.settings().mcp.authorization_servers;
-    let mut document = json!({
-        "resource": public(&state, "/mcp"),
+/// `GET /.well-known/oauth-protected-resource/mcp`: the metadata of `/mcp`,
+/// the resource a client discovers from `/mcp`'s challenge.
+pub async fn endpoint_metadata(State(state): State<AppState>) -> Json<Value> {
+    Json(metadata(&state, public(&state, "/mcp")))
+}
+
+/// `GET /.well-known/oauth-protected-resource`: the metadata of the server
+/// as a whole, whose resource is its public URL (its origin), as RFC 9728
+/// §3.3 has it for a well-known URL without a path suffix.
+pub async fn origin_metadata(State(state): State<AppState>) -> Json<Value> {
+    Json(metadata(&state, public(&state, "")))
+}
+
+/// The metadata document of `resource`: its authorization servers are the
+/// configured ones, or this server's own origin (MCP's authorization spec
+/// requires at least one).
+fn metadata(state: &AppState, resource: String) -> Value {
+    let configured = &state.settings().mcp.authorization_servers;
+    let servers = match configured.is_empty() {
+        true => vec![origin(state)],
+        false => configured.clone(),
+    };
+    json!({
+        "resource": resource,
         "resource_name": "toolserver",
+        "authorization_servers": servers,
         "bearer_methods_supported": ["header"],
-    });
-    if !servers.is_empty() {
-        document["authorization_servers"] = json!(servers);
-    }
-    Json(document)
+    })
 }
 
 /// `path` on this server's public URL.
 fn public(state: &AppState, path: &str) -> String {
     let base = state.harness().settings().public_url.as_str();
     format!("{}{path}", base.trim_end_matches('/'))
+}
+
+/// This server's public origin (`scheme://host[:port]`).
+fn origin(state: &AppState) -> String {
+    state
+        .harness()
+        .settings()
+        .public_url
+        .origin()
+        .ascii_serialization()
 }

@@ -1,7 +1,8 @@
 //! The MCP server of one request's account: `tools/list`, `tools/call`
-//! (inline, with each `yield` as a progress notification, or as a task
-//! when the client takes tasks and the tool can run detached), `tasks/get`
-//! and `tasks/cancel`. A tool that fails is a tool error (`isError`); an
+//! (inline, with each `yield` as a progress notification; when the client
+//! takes tasks and the tool can run detached, a call that does not end
+//! within the inline window becomes a task), `tasks/get` and
+//! `tasks/cancel`. A tool that fails is a tool error (`isError`); an
 //! unknown tool, a bad cursor or an unknown task is a protocol error.
 
 use std::borrow::Cow;
@@ -10,19 +11,19 @@ use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
     GetTaskParams, GetTaskResult, Implementation, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-    ServerConfig,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolserver_domain::{AccountId, ToolId};
-use toolserver_harness::lifecycle::TaskTerms;
+use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
 use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use toolserver_store::{mcp_tasks, tools, StoreError};
 use uuid::Uuid;
 
 use super::auth::McpCaller;
+use super::progress::Progress;
 use super::wire;
 use crate::state::AppState;
 
@@ -69,9 +70,8 @@ impl AccountServer {
         input: Value,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let progress_token = context.meta.get_progress_token();
+        let mut progress = Progress::of(context);
         let mut events = tool.call(context.id.to_string(), input);
-        let mut yields = 0u32;
         loop {
             let event = tokio::select! {
                 event = events.next() => event,
@@ -80,17 +80,7 @@ impl AccountServer {
                 }
             };
             match event {
-                Some(ToolEvent::Snapshot(value)) => {
-                    yields += 1;
-                    if let Some(token) = &progress_token {
-                        let mut progress =
-                            ProgressNotificationParam::new(token.clone(), f64::from(yields));
-                        progress.message = Some(value.to_string());
-                        if let Err(err) = context.peer.notify_progress(progress).await {
-                            tracing::debug!(error = %err, "could not send a progress notification");
-                        }
-                    }
-                }
+                Some(ToolEvent::Snapshot(value)) => progress.send(&value).await,
                 Some(ToolEvent::Output(value)) => return wire::output(value),
                 Some(ToolEvent::Failed(error)) => return wire::failure(error),
                 Some(ToolEvent::Launched) | None => {
@@ -99,6 +89,61 @@ impl AccountServer {
                 Some(ToolEvent::Log { .. }) => {}
             }
         }
+    }
+
+    /// Calls the uploaded `tool` for a client that takes tasks: the call
+    /// answers inline when it ends within the inline window (with progress
+    /// as [`Self::call_inline`]), and is the task otherwise.
+    async fn call_as_task(
+        &self,
+        account: &AccountId,
+        tool: &RegisteredTool,
+        tool_id: ToolId,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let settings = &self.state.settings().mcp;
+        let terms = TaskTerms {
+            ttl: settings.task_ttl,
+            poll_interval: settings.task_poll_interval,
+            inline_window: settings.task_inline_window,
+        };
+        let lifecycle = self.state.lifecycle();
+        let TaskLaunch { id, mut events } = lifecycle
+            .launch_task(account, tool, tool_id, input, terms)
+            .await
+            .map_err(store_error)?;
+        let mut progress = Progress::of(context);
+        let answer = loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = context.ct.cancelled() => {
+                    drop(events);
+                    lifecycle.abandon_task(account, tool_id, id).await.map_err(store_error)?;
+                    return Ok(wire::failure("the call was cancelled").into());
+                }
+            };
+            match event {
+                Some(ToolEvent::Snapshot(value)) => progress.send(&value).await,
+                Some(ToolEvent::Log { .. }) => {}
+                Some(ToolEvent::Output(value)) => break wire::output(value),
+                Some(ToolEvent::Failed(error)) => break wire::failure(error),
+                None => break wire::failure("the tool ended without a result"),
+                Some(ToolEvent::Launched) => {
+                    let record = lifecycle
+                        .task_started(account, id)
+                        .await
+                        .map_err(task_error)?;
+                    let task = wire::task(&record, settings.task_inline_window);
+                    return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+                }
+            }
+        };
+        lifecycle
+            .answered_inline(account, id)
+            .await
+            .map_err(store_error)?;
+        Ok(answer.into())
     }
 }
 
@@ -113,7 +158,8 @@ impl ServerHandler for AccountServer {
             .with_server_info(Implementation::new("toolserver", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "The tools of your toolserver account. Uploaded tools run in your account's \
-                 runners; a client that takes tasks gets a task for each uploaded tool call.",
+                 runners; a client that takes tasks gets a task for an uploaded tool call \
+                 that does not end within a moment.",
             )
     }
 
@@ -173,20 +219,8 @@ impl ServerHandler for AccountServer {
             .is_some_and(|capabilities| capabilities.supports_tasks());
         match tool.tool_id {
             Some(tool_id) if takes_tasks && tool.detachable() => {
-                let settings = &self.state.settings().mcp;
-                let terms = TaskTerms {
-                    ttl: settings.task_ttl,
-                    poll_interval: settings.task_poll_interval,
-                };
-                let record = self
-                    .state
-                    .lifecycle()
-                    .start_task(&account, &tool, tool_id, input, terms)
+                self.call_as_task(&account, &tool, tool_id, input, &context)
                     .await
-                    .map_err(store_error)?;
-                Ok(CallToolResponse::Task(CreateTaskResult::new(wire::task(
-                    &record,
-                ))))
             }
             _ => Ok(self.call_inline(&tool, input, &context).await.into()),
         }
@@ -202,7 +236,8 @@ impl ServerHandler for AccountServer {
         let record = mcp_tasks::get(self.state.pool(), &account, id)
             .await
             .map_err(task_error)?;
-        Ok(GetTaskResult::new(wire::detailed(&record)))
+        let inline_window = self.state.settings().mcp.task_inline_window;
+        Ok(GetTaskResult::new(wire::detailed(&record, inline_window)))
     }
 
     async fn cancel_task(

@@ -7,6 +7,8 @@
 
 mod auth;
 mod handler;
+mod progress;
+mod task_name;
 mod wire;
 
 use std::sync::Arc;
@@ -30,13 +32,17 @@ pub const MCP_PATH: &str = "/mcp";
 pub struct McpSettings {
     /// How long a task lives (and is kept) from its creation.
     pub task_ttl: Duration,
-    /// The poll interval tasks suggest to their clients.
+    /// The longest poll interval tasks suggest to their clients.
     pub task_poll_interval: Duration,
+    /// A task-augmented call that ends within this long answers inline;
+    /// only one that does not becomes a task. Zero: every such call does.
+    pub task_inline_window: Duration,
     /// Tools per `tools/list` page.
     pub page_size: u32,
     /// `Host` values `/mcp` accepts; empty: any (requests need a token).
     pub allowed_hosts: Vec<String>,
-    /// Authorization servers the protected-resource metadata names.
+    /// Authorization servers the protected-resource metadata names; empty:
+    /// this server's own origin.
     pub authorization_servers: Vec<String>,
 }
 
@@ -45,6 +51,7 @@ impl Default for McpSettings {
         Self {
             task_ttl: Duration::from_secs(3600),
             task_poll_interval: Duration::from_secs(1),
+            task_inline_window: Duration::from_millis(250),
             page_size: 100,
             allowed_hosts: Vec::new(),
             authorization_servers: Vec::new(),
@@ -73,12 +80,19 @@ pub fn routes(state: AppState) -> Router {
         .route_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            task_name::name_tasks,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             auth::authenticate,
         ))
         .merge(
             Router::new()
-                .route(METADATA_PATH, get(auth::metadata))
-                .route(&format!("{METADATA_PATH}{MCP_PATH}"), get(auth::metadata))
+                .route(METADATA_PATH, get(auth::origin_metadata))
+                .route(
+                    &format!("{METADATA_PATH}{MCP_PATH}"),
+                    get(auth::endpoint_metadata),
+                )
                 .with_state(state),
         )
 }

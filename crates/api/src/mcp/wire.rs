@@ -1,6 +1,7 @@
 //! Our tools, outputs and tasks in MCP's terms.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, ContentBlock, DetailedTask, JsonObject, MetaObject, Task, TaskPayload,
@@ -58,7 +59,7 @@ pub fn failure(message: impl Into<String>) -> CallToolResult {
 }
 
 /// A stored task as `tasks/get` answers it.
-pub fn detailed(record: &TaskRecord) -> DetailedTask {
+pub fn detailed(record: &TaskRecord, inline_window: Duration) -> DetailedTask {
     let payload = match record.status {
         CallStatus::Pending => TaskPayload::Working,
         CallStatus::Completed => TaskPayload::Completed {
@@ -86,11 +87,13 @@ pub fn detailed(record: &TaskRecord) -> DetailedTask {
         },
         CallStatus::Cancelled => TaskPayload::Cancelled,
     };
-    DetailedTask::new(task(record), payload)
+    DetailedTask::new(task(record, inline_window), payload)
 }
 
-/// The task's base fields.
-pub fn task(record: &TaskRecord) -> Task {
+/// The task's base fields. Its poll interval follows its age: half of it
+/// (the call is as likely to run on as long again), at least half the
+/// inline window and at most the task's longest interval.
+pub fn task(record: &TaskRecord, inline_window: Duration) -> Task {
     let ttl = (record.hard_expires_at - record.created_at).whole_milliseconds();
     let mut task = Task::new(
         record.id.to_string(),
@@ -99,13 +102,23 @@ pub fn task(record: &TaskRecord) -> Task {
         timestamp(record.updated_at),
     )
     .with_ttl_ms(u64::try_from(ttl).unwrap_or(0))
-    .with_poll_interval_ms(u64::try_from(record.task_poll_ms).unwrap_or(1));
+    .with_poll_interval_ms(poll_interval_ms(record, inline_window));
     if record.status == CallStatus::Pending {
         if let Some(progress) = &record.progress {
             task = task.with_status_message(progress.to_string());
         }
     }
     task
+}
+
+/// The poll interval `record` suggests now, in milliseconds.
+fn poll_interval_ms(record: &TaskRecord, inline_window: Duration) -> u64 {
+    let longest = u64::try_from(record.task_poll_ms).unwrap_or(1).max(1);
+    let shortest = u64::try_from(inline_window.as_millis() / 2)
+        .unwrap_or(u64::MAX)
+        .clamp(1, longest);
+    let half_age = u64::try_from(record.age_ms / 2).unwrap_or(0);
+    half_age.clamp(shortest, longest)
 }
 
 fn status(status: CallStatus) -> TaskStatus {
@@ -126,4 +139,45 @@ fn result_object(result: CallToolResult) -> JsonObject {
 
 fn timestamp(at: OffsetDateTime) -> String {
     at.format(&Rfc3339).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+    use time::OffsetDateTime;
+    use toolserver_domain::CallStatus;
+    use toolserver_store::mcp_tasks::TaskRecord;
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn aged(age_ms: i64) -> TaskRecord {
+        let now = OffsetDateTime::now_utc();
+        TaskRecord {
+            id: Uuid::nil(),
+            tool_name: "slow".into(),
+            tool_id: None,
+            status: CallStatus::Pending,
+            response: None::<Value>,
+            error: None,
+            progress: None,
+            created_at: now,
+            updated_at: now,
+            hard_expires_at: now,
+            task_poll_ms: 1000,
+            age_ms,
+        }
+    }
+
+    #[test]
+    fn a_task_suggests_half_its_age_within_its_bounds() {
+        let window = Duration::from_millis(250);
+        assert_eq!(poll_interval_ms(&aged(0), window), 125);
+        assert_eq!(poll_interval_ms(&aged(600), window), 300);
+        assert_eq!(poll_interval_ms(&aged(60_000), window), 1000);
+        // Without an inline window a new task may be polled at once.
+        assert_eq!(poll_interval_ms(&aged(0), Duration::ZERO), 1);
+        // A window longer than twice the longest interval is capped by it.
+        assert_eq!(poll_interval_ms(&aged(0), Duration::from_secs(5)), 1000);
+    }
 }

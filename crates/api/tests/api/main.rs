@@ -20,6 +20,7 @@ mod invoke;
 mod lifecycle;
 mod live;
 mod mcp;
+mod mcp_python;
 mod openapi;
 mod real_client;
 mod resume;

@@ -156,12 +156,19 @@ async fn a_task_is_polled_to_completion_and_another_account_cannot_see_it(pool: 
     let app = LiveApp::start(pool).await;
     app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
         .await;
-    let created = mcp(&app, Some(ACCOUNT_A), &["task", "slow", r#"{"ms":3000}"#]).await;
+    let created = mcp(&app, Some(ACCOUNT_A), &["task", "slow", r#"{"ms":4000}"#]).await;
     assert_eq!(created["resultType"], "task", "{created}");
     assert_eq!(created["status"], "working", "{created}");
     assert_eq!(created["ttlMs"], 3_600_000, "{created}");
-    assert_eq!(created["pollIntervalMs"], 1000, "{created}");
+    let interval = created["pollIntervalMs"].as_u64().unwrap();
+    assert!((125..=1000).contains(&interval), "{created}");
     let id = created["taskId"].as_str().unwrap().to_owned();
+
+    let waited = mcp(&app, Some(ACCOUNT_A), &["wait", &id]).await;
+    let task = &waited["task"];
+    assert_eq!(task["status"], "completed", "{waited}");
+    assert_eq!(task["result"]["structuredContent"], json!({"slept": 4000}));
+    assert_eq!(waited["seen"][0], "working", "{waited}");
 
     // Another account's task id is not found, for reading and cancelling.
     let foreign = mcp(&app, Some(ACCOUNT_B), &["get", &id]).await;
@@ -173,12 +180,6 @@ async fn a_task_is_polled_to_completion_and_another_account_cannot_see_it(pool: 
     let foreign = mcp(&app, Some(ACCOUNT_B), &["cancel", &id]).await;
     assert_eq!(foreign["error"]["code"], -32602, "{foreign}");
     assert_eq!(names(&mcp(&app, Some(ACCOUNT_B), &["list"]).await).len(), 0);
-
-    let waited = mcp(&app, Some(ACCOUNT_A), &["wait", &id]).await;
-    let task = &waited["task"];
-    assert_eq!(task["status"], "completed", "{waited}");
-    assert_eq!(task["result"]["structuredContent"], json!({"slept": 3000}));
-    assert_eq!(waited["seen"][0], "working", "{waited}");
 }
 
 #[sqlx::test(migrations = "../../migrations")]
@@ -411,8 +412,22 @@ async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
 }
 
 /// One JSON-RPC request of the 2026-07-28 revision (no `initialize`: the
-/// version, client and capabilities travel with every request).
+/// version, client and capabilities travel with every request), with the
+/// `Mcp-Name` header a conforming client sends.
 async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &str) -> Value {
+    let named = params.get("name").or_else(|| params.get("taskId"));
+    let name = named.and_then(Value::as_str).map(str::to_owned);
+    revision_request(app, method, params, version, name.as_deref()).await
+}
+
+/// One JSON-RPC request of `version`, with `Mcp-Name: name` when given.
+async fn revision_request(
+    app: &LiveApp,
+    method: &str,
+    params: Value,
+    version: &str,
+    name: Option<&str>,
+) -> Value {
     let mut params = params;
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": version,
@@ -428,8 +443,7 @@ async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", version)
         .header("mcp-method", method);
-    let named = params.get("name").or_else(|| params.get("taskId"));
-    if let Some(name) = named.and_then(Value::as_str) {
+    if let Some(name) = name {
         request = request.header("mcp-name", name);
     }
     let response = request
@@ -463,7 +477,7 @@ async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(po
     let created = current_revision(
         &app,
         "tools/call",
-        json!({"name": "slow", "arguments": {"ms": 10}}),
+        json!({"name": "slow", "arguments": {"ms": 1000}}),
         "2026-07-28",
     )
     .await;
@@ -480,7 +494,7 @@ async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(po
     assert_eq!(task["result"]["status"], "completed", "{task}");
     assert_eq!(
         task["result"]["result"]["structuredContent"],
-        json!({"slept": 10})
+        json!({"slept": 1000})
     );
 
     let refused = current_revision(&app, "tools/list", json!({}), "2025-03-26").await;
@@ -533,4 +547,67 @@ async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) 
         turn.body
     );
     assert_eq!(turn.of_type("finish")[0]["finishReason"], "tool-calls");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_task_request_without_mcp_name_is_taken_as_its_params_name_it(pool: PgPool) {
+    let app = LiveApp::start(pool).await;
+    app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
+        .await;
+    let created = current_revision(
+        &app,
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 3000}}),
+        "2026-07-28",
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+
+    let unnamed = |method: &'static str| {
+        let (app, id) = (&app, id.clone());
+        async move { revision_request(app, method, json!({"taskId": id}), "2026-07-28", None).await }
+    };
+    let polled = unnamed("tasks/get").await;
+    assert_eq!(polled["result"]["status"], "working", "{polled}");
+    assert_eq!(polled["result"]["taskId"], id.as_str(), "{polled}");
+
+    // A header that names another task is refused, before the task is touched.
+    let mismatched = revision_request(
+        &app,
+        "tasks/cancel",
+        json!({"taskId": id}),
+        "2026-07-28",
+        Some("another-task"),
+    )
+    .await;
+    assert_eq!(mismatched["error"]["code"], -32020, "{mismatched}");
+
+    let cancelled = unnamed("tasks/cancel").await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let after = unnamed("tasks/get").await;
+    assert_eq!(after["result"]["status"], "cancelled", "{after}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_task_still_working_at_its_ttl_is_stopped_on_its_runner(pool: PgPool) {
+    let mut api = toolserver_api::ApiSettings::default();
+    api.mcp.task_ttl = Duration::from_secs(2);
+    let app = LiveApp::start_settings(pool, api, crate::live::fast_lifecycle()).await;
+    let tool = app
+        .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
+        .await;
+    let created = mcp(&app, Some(ACCOUNT_A), &["task", "hangs", "{}"]).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 1).await,
+        "the call never started"
+    );
+    // No client polls it: at its TTL the runner call is stopped all the same.
+    assert!(
+        app.comes_to_inflight(ACCOUNT_A, &tool, 0).await,
+        "the runner call outlived its task's TTL"
+    );
+    let gone = mcp(&app, Some(ACCOUNT_A), &["get", &id]).await;
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
 }

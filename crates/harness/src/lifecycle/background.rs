@@ -19,7 +19,8 @@ const REAP_BATCH: i64 = 500;
 /// What one reaper pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapReport {
-    /// Calls past their deadline (or heartbeat deadline), now `expired`.
+    /// Calls past their deadline (or heartbeat deadline) and MCP tasks past
+    /// their TTL (their runner calls stopped), now `expired`.
     pub expired: u64,
     /// Calls whose runner stopped pinging, queued to launch again.
     pub relaunched: u64,
@@ -137,7 +138,8 @@ impl Lifecycle {
         }
     }
 
-    /// One reaper pass: expires calls past their deadline, launches again
+    /// One reaper pass: expires calls past their deadline (stopping the
+    /// runner calls of MCP tasks past their TTL), launches again
     /// (or fails) calls whose runner went silent, seals groups left open,
     /// fails turns whose job used up its attempts or that have no way on,
     /// recovers conversations held by turns of dead processes, and removes
@@ -146,7 +148,8 @@ impl Lifecycle {
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
-        let expired = async_results::expire_due(pool, REAP_BATCH).await?;
+        let expired = self.expire_tasks(REAP_BATCH).await?
+            + async_results::expire_due(pool, REAP_BATCH).await?;
         let relaunched = async_results::relaunch_silent_runners(
             pool,
             settings.max_call_launches,

@@ -74,7 +74,7 @@ pub use launch::DetachedStart;
 pub use lease::{ConversationLease, LeaseError};
 pub use process::ServerProcess;
 pub use status::AccountStatus;
-pub use tasks::TaskTerms;
+pub use tasks::{TaskLaunch, TaskTerms};
 
 use crate::stream::StreamHub;
 use crate::Harness;

@@ -187,6 +187,20 @@ async fn a_detached_call_whose_launch_broke_after_a_frame_is_not_sent_again() {
 }
 
 #[tokio::test]
+async fn an_accepted_launch_that_may_answer_inline_is_not_sent_again_when_it_breaks_silent() {
+    let fake = Fake::default();
+    fake.relaunched.lock().unwrap().push(Frame::Launched);
+    let mut request = detached();
+    if let Some(meta) = request.async_meta.as_mut() {
+        meta["inlineMs"] = json!(250);
+    }
+    let frames = relay(&fake, request, silent()).await;
+    assert!(is_only_error(&frames, "RunnerCrashed"), "{frames:?}");
+    // [kills, one-shot runs, relaunches]
+    assert_eq!(counts(&fake), [1, 0, 0]);
+}
+
+#[tokio::test]
 async fn a_plain_call_the_worker_never_accepted_runs_in_the_one_shot_runner() {
     let fake = Fake::default();
     let unreachable = Err(SandboxError::Transport("connection refused".into()));

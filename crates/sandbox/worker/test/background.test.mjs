@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deferred, health, invoke, invokeRequest, makeBundle, sendJson, startHub, startTestWorker } from './helpers.mjs';
+import { deferred, health, invoke, invokeRequest, makeBundle, openInvoke, sendJson, startHub, startTestWorker } from './helpers.mjs';
 
 const TEST = { timeout: 15_000 };
 
@@ -243,10 +243,85 @@ test('heartbeat and liveness fields are validated', TEST, async (t) => {
     [{ ...base, livenessIntervalMs: 0 }, /async\.livenessIntervalMs/],
     [{ ...base, livenessIntervalMs: 1.5 }, /async\.livenessIntervalMs/],
     [{ ...base, livenessIntervalMs: '1000' }, /async\.livenessIntervalMs/],
+    [{ ...base, inlineMs: 0 }, /async\.inlineMs/],
+    [{ ...base, inlineMs: '250' }, /async\.inlineMs/],
   ];
   for (const [async, error] of cases) {
     const { status, body } = await sendJson(socket, 'POST', '/invoke', invokeRequest(gatedTool, { async }));
     assert.equal(status, 400, JSON.stringify(async));
     assert.match(body.error, error);
   }
+});
+
+// Yields once, waits for input.gate when one is given, yields again and ends.
+const steppingTool = makeBundle(`
+export default {
+  async *execute(ctx, input) {
+    yield { step: 1 };
+    if (input.gate) await (await fetch(input.gate)).text();
+    yield { step: 2 };
+  },
+};
+`);
+
+function inlineFor(hub, input, inlineMs) {
+  return invokeRequest(steppingTool, {
+    input,
+    async: { completeUrl: `${hub.url}/complete`, completionToken: 'job-token-3', inlineMs },
+  });
+}
+
+test('a detached call that ends within inlineMs answers in its launch and posts nothing', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  const posted = [];
+  hub.handle('/complete', async (req, res) => {
+    posted.push(await bodyOf(req));
+    res.end('{}');
+  });
+  const frames = await invoke(socket, inlineFor(hub, {}, 2000));
+  assert.deepEqual(frames, [{ t: 'chunk', value: { step: 1 } }, { t: 'chunk', value: { step: 2 } }, { t: 'end' }]);
+  await until(async () => (await health(socket)).inflight === 0);
+  // A completion would be posted at once; none is.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.deepEqual(posted, []);
+});
+
+test('a detached call that outlives inlineMs sends its chunks so far, then launched, and posts its outcome', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  const gate = deferred();
+  hub.handle('/gate', async (req, res) => {
+    await gate.promise;
+    res.end('go');
+  });
+  const posted = [];
+  hub.handle('/complete', async (req, res) => {
+    posted.push(await bodyOf(req));
+    res.end('{}');
+  });
+  const frames = await invoke(socket, inlineFor(hub, { gate: `${hub.url}/gate` }, 100));
+  assert.deepEqual(frames, [{ t: 'chunk', value: { step: 1 } }, { t: 'launched' }]);
+  assert.equal((await health(socket)).inflight, 1, 'the same call goes on in the background');
+  gate.resolve();
+  await until(() => posted.length === 1);
+  assert.deepEqual(posted, [{ status: 'completed', response: { step: 2 } }]);
+});
+
+test('a launch given up inside its inline window stops the call, which posts that it failed', TEST, async (t) => {
+  const { socket } = await startTestWorker(t);
+  const hub = await startHub(t);
+  hub.handle('/gate', () => {});
+  const posted = [];
+  hub.handle('/complete', async (req, res) => {
+    posted.push(await bodyOf(req));
+    res.end('{}');
+  });
+  const call = await openInvoke(socket, inlineFor(hub, { gate: `${hub.url}/gate` }, 60_000));
+  assert.deepEqual(await call.next(), { t: 'chunk', value: { step: 1 } });
+  await hub.hits('/gate');
+  call.res.destroy();
+  await until(() => posted.length === 1);
+  assert.deepEqual(posted, [{ status: 'failed', error: 'the call ended without a result' }]);
+  await until(async () => (await health(socket)).inflight === 0);
 });
