@@ -13,7 +13,7 @@ use toolserver_store::mcp_tasks::{self, NewTask, TaskRecord};
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
-use super::detacher::{async_meta, job_token};
+use super::detacher::{async_meta, job_token, FIRST_LAUNCH};
 use super::Lifecycle;
 use crate::tools::RegisteredTool;
 use crate::turn::{launch, Launch};
@@ -53,7 +53,7 @@ impl Lifecycle {
         };
         let id = mcp_tasks::insert(pool, account, &task).await?;
         let public_url = &self.0.harness.settings().public_url;
-        let launched = match async_meta(public_url, settings, id, &token) {
+        let launched = match async_meta(public_url, settings, id, FIRST_LAUNCH, &token) {
             Ok(meta) => launch(tool, id.to_string(), input, meta).await,
             Err(error) => Launch::Failed(error),
         };
