@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::{Frame, InvokeRequest, ReservationKey, SandboxError};
 
@@ -16,6 +16,28 @@ pub struct RunnerInfo {
     pub name: String,
     /// False when an already-running runner was reused.
     pub started: bool,
+}
+
+/// A detached call a runner's worker had launched and not yet finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchedCall {
+    /// The call's id, as sent.
+    pub call_id: String,
+    /// The async metadata it was launched with (the caller's own).
+    pub async_meta: Value,
+}
+
+/// A runner's worker that exited, and the detached calls it took with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerExit {
+    /// The runner's name.
+    pub runner: String,
+    /// How the worker ended, in words a model can read (e.g. "killed by
+    /// signal 9 (SIGKILL)").
+    pub cause: String,
+    /// The detached calls it was still running (or delivering the outcome
+    /// of); their outcomes will not come.
+    pub calls: Vec<LaunchedCall>,
 }
 
 /// Runs tool calls in runners addressed by reservation key.
@@ -40,4 +62,12 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Stops the runner for `key` (its cache survives for the next start).
     async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError>;
+
+    /// The exits of workers that still ran detached calls, as this process
+    /// sees them happen. A backend that cannot see its workers exit (the
+    /// default) answers a closed channel; their calls are then settled when
+    /// their runner's pings stop.
+    fn exits(&self) -> broadcast::Receiver<RunnerExit> {
+        broadcast::channel(1).1
+    }
 }

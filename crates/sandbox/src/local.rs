@@ -11,6 +11,10 @@
 //!
 //! A worker never outlives the server: its stdin is a pipe the server holds
 //! (`--lifeline-stdin`), and under bubblewrap `--die-with-parent` kills it too.
+//! The server, its parent, watches each worker until it exits (`process.rs`):
+//! the exit is reaped at once and announced with the detached calls the
+//! worker took with it ([`Executor::exits`]), so they settle at once rather
+//! than when their pings are missed.
 //!
 //! Isolation: the worker gets an empty environment except `PATH`, `HOME`,
 //! `TMPDIR`, `NODE_ENV` and its cache root, and, when the server is root,
@@ -21,6 +25,8 @@
 //! worker sources, a private `/tmp` and its own directory. Its network
 //! namespace holds only loopback; its one way out is the egress proxy
 //! (`egress.rs`) on `egress.sock` in its directory.
+
+mod process;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -33,8 +39,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::process::Command;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::identity::{give_tree, RunnerIdentities};
 use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
@@ -43,9 +49,10 @@ use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::seccomp::SeccompFilters;
 use crate::{
     CallWatch, EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream,
-    InvokeRequest, Limit, LimitBreach, ReservationKey, RunnerInfo, RunnerLimits, SandboxError,
-    WorkerAssets, WorkerClient,
+    InvokeRequest, LaunchedCall, Limit, LimitBreach, ReservationKey, RunnerExit, RunnerInfo,
+    RunnerLimits, SandboxError, WorkerAssets, WorkerClient,
 };
+use process::{ExitNotice, WorkerProcess};
 
 /// How much the local backend isolates a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +105,13 @@ struct Inner {
     /// The cgroup controllers runners get.
     cgroups: CgroupSupport,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
+    /// Where workers' exits are announced.
+    exits: broadcast::Sender<RunnerExit>,
 }
+
+/// Exits announced but not yet taken, per subscriber, before the oldest
+/// are dropped (their calls then settle when their pings are missed).
+const EXIT_BACKLOG: usize = 1024;
 
 struct Runner {
     name: String,
@@ -107,11 +120,11 @@ struct Runner {
     egress: EgressScope,
     /// The egress socket's listener, once served.
     egress_listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    process: tokio::sync::Mutex<Option<Child>>,
-    /// The live worker's pid, signalled by [`Runner::kill`] without waiting
-    /// for `process` (a health check may hold it while the worker spins).
-    /// Cleared before the child is reaped, so a reused pid is never signalled.
-    pid: Mutex<Option<u32>>,
+    /// Held while its worker is started, replaced or stopped for idling.
+    starting: tokio::sync::Mutex<()>,
+    /// Its worker, once started (it may have exited since). Read without
+    /// `starting`, so [`Runner::kill`] never waits for a health check.
+    worker: Mutex<Option<Arc<WorkerProcess>>>,
     last_used: Mutex<Instant>,
     inflight: AtomicUsize,
     /// The runner's cgroup, as its last worker started.
@@ -149,47 +162,35 @@ impl Runner {
             .unwrap_or_default()
     }
 
-    fn pid(&self) -> std::sync::MutexGuard<'_, Option<u32>> {
-        self.pid.lock().unwrap_or_else(PoisonError::into_inner)
+    fn worker_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<WorkerProcess>>> {
+        self.worker.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether `child` still runs; if not, it is reaped and its pid forgotten.
-    fn is_running(&self, child: &mut Child) -> bool {
-        let mut pid = self.pid();
-        let running = matches!(child.try_wait(), Ok(None));
-        if !running {
-            *pid = None;
-        }
-        running
+    /// Its worker, if one was started (it may have exited since).
+    fn worker(&self) -> Option<Arc<WorkerProcess>> {
+        self.worker_slot().clone()
     }
 
-    /// Kills `child` and waits for it, forgetting its pid first.
-    async fn reap(&self, mut child: Child) {
-        *self.pid() = None;
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-        metrics::runner_gone(BACKEND);
+    /// The pid of its worker while one runs.
+    fn live_pid(&self) -> Option<u32> {
+        self.worker().and_then(|worker| worker.pid())
     }
 
-    /// Kills the live worker at once (SIGKILL by pid, whoever holds the
-    /// process lock), then reaps it; a successor started meanwhile is left
-    /// alone.
+    /// Kills its worker at once (whoever holds `starting`) and waits until
+    /// it has exited.
     async fn kill(&self) {
-        let signalled = {
-            let pid = self.pid();
-            if let Some(raw) = *pid {
-                if let Some(target) = rustix::process::Pid::from_raw(raw as i32) {
-                    let _ = rustix::process::kill_process(target, rustix::process::Signal::KILL);
-                }
-            }
-            *pid
-        };
-        let Some(signalled) = signalled else { return };
-        let mut process = self.process.lock().await;
-        if process.as_ref().and_then(Child::id) == Some(signalled) {
-            if let Some(child) = process.take() {
-                self.reap(child).await;
-            }
+        if let Some(worker) = self.worker() {
+            self.kill_worker(&worker).await;
+        }
+    }
+
+    /// Kills `worker` and waits until it has exited; a successor started
+    /// meanwhile is left alone.
+    async fn kill_worker(&self, worker: &Arc<WorkerProcess>) {
+        worker.kill().await;
+        let mut slot = self.worker_slot();
+        if slot.as_ref().is_some_and(|now| Arc::ptr_eq(now, worker)) {
+            *slot = None;
         }
     }
 }
@@ -266,6 +267,7 @@ impl LocalExecutor {
                 identities,
                 cgroups,
                 runners: Mutex::new(HashMap::new()),
+                exits: broadcast::channel(EXIT_BACKLOG).0,
             }),
         })
     }
@@ -292,16 +294,10 @@ impl LocalExecutor {
         self.runner(key).socket()
     }
 
-    /// The pid of the running worker for `key`, if any.
+    /// The pid of the running worker for `key`, if any (under bubblewrap,
+    /// of the `bwrap` process the worker runs in).
     pub async fn worker_pid(&self, key: &ReservationKey) -> Option<u32> {
-        let runner = self.runner(key);
-        let mut process = runner.process.lock().await;
-        let child = process.as_mut()?;
-        if runner.is_running(child) {
-            child.id()
-        } else {
-            None
-        }
+        self.runner(key).live_pid()
     }
 
     /// Stops every worker idle for longer than the idle timeout. A worker
@@ -321,20 +317,24 @@ impl LocalExecutor {
             }
             // Held until the kill: a call that starts meanwhile waits for it
             // in `ensure_runner`, or had already raised the in-flight count.
-            let mut process = runner.process.lock().await;
-            if process.is_none() || !idle() {
+            let _starting = runner.starting.lock().await;
+            let Some(worker) = runner.worker() else {
+                continue;
+            };
+            if !idle() {
                 continue;
             }
-            if worker_busy(&runner.socket()).await {
+            if !worker.exited() && worker_busy(&runner.socket()).await {
                 tracing::debug!(runner = %runner.name, "idle runner still runs detached calls; kept");
                 runner.touch();
                 continue;
             }
-            tracing::info!(runner = %runner.name, "stopping idle runner");
-            metrics::runners_evicted(BACKEND, 1);
-            if let Some(child) = process.take() {
-                runner.reap(child).await;
+            if !worker.exited() {
+                tracing::info!(runner = %runner.name, "stopping idle runner");
+                metrics::runners_evicted(BACKEND, 1);
+                worker.kill().await;
             }
+            *runner.worker_slot() = None;
             self.inner.cgroups.remove(&runner.name);
         }
     }
@@ -372,8 +372,8 @@ impl LocalExecutor {
                     ),
                     egress_listener: Mutex::new(None),
                     name,
-                    process: tokio::sync::Mutex::new(None),
-                    pid: Mutex::new(None),
+                    starting: tokio::sync::Mutex::new(()),
+                    worker: Mutex::new(None),
                     ids: Mutex::new(None),
                     last_used: Mutex::new(Instant::now()),
                     inflight: AtomicUsize::new(0),
@@ -515,7 +515,7 @@ impl LocalExecutor {
         Ok(())
     }
 
-    async fn start(&self, runner: &Runner) -> Result<Child, SandboxError> {
+    async fn start(&self, runner: &Runner) -> Result<Arc<WorkerProcess>, SandboxError> {
         self.prepare_dirs(runner)?;
         self.serve_egress(runner)?;
         let socket = runner.socket();
@@ -550,31 +550,41 @@ impl LocalExecutor {
                 )));
             }
         }
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         tracing::info!(runner = %runner.name, pid = child.id(), "runner started");
-        Ok(child)
+        let notice = ExitNotice {
+            runner: runner.name.clone(),
+            exits: self.inner.exits.clone(),
+            bwrapped: self.inner.bwrap.is_some(),
+            cgroup: runner
+                .cgroup
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            backend: BACKEND,
+        };
+        Ok(WorkerProcess::watch(child, lines, notice))
     }
 
-    async fn ensure_runner(&self, runner: &Runner) -> Result<bool, SandboxError> {
-        let mut process = runner.process.lock().await;
-        let running = match process.as_mut() {
-            Some(child) => runner.is_running(child),
-            None => false,
-        };
-        if running && self.answers_health(runner).await {
-            return Ok(false);
-        }
-        if let Some(dead) = process.take() {
-            tracing::warn!(runner = %runner.name, "runner unhealthy; replacing it");
-            runner.reap(dead).await;
+    /// Makes sure `runner`'s worker runs and is healthy, starting one if
+    /// needed; the worker, and whether it was started now.
+    async fn ensure_runner(
+        &self,
+        runner: &Runner,
+    ) -> Result<(Arc<WorkerProcess>, bool), SandboxError> {
+        let _starting = runner.starting.lock().await;
+        if let Some(worker) = runner.worker() {
+            if !worker.exited() && self.answers_health(runner).await {
+                return Ok((worker, false));
+            }
+            tracing::warn!(runner = %runner.name, cause = worker.exit_cause(), "runner unhealthy; replacing it");
+            worker.kill().await;
         }
         let starting = Instant::now();
-        let child = self.start(runner).await?;
+        let worker = self.start(runner).await?;
         metrics::runner_started(BACKEND, starting.elapsed());
         metrics::runner_live(BACKEND);
-        *runner.pid() = child.id();
-        *process = Some(child);
-        Ok(true)
+        *runner.worker_slot() = Some(worker.clone());
+        Ok((worker, true))
     }
 
     /// Whether a running worker is healthy. One that does not answer within
@@ -596,6 +606,17 @@ impl LocalExecutor {
 struct LocalRunner {
     executor: LocalExecutor,
     runner: Arc<Runner>,
+    /// The worker the call was last sent to.
+    served_by: Mutex<Arc<WorkerProcess>>,
+}
+
+impl LocalRunner {
+    fn served_by(&self) -> Arc<WorkerProcess> {
+        self.served_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 #[async_trait]
@@ -605,7 +626,7 @@ impl RunnerControl for LocalRunner {
     }
 
     async fn kill_worker(&self) {
-        self.runner.kill().await;
+        self.runner.kill_worker(&self.served_by()).await;
     }
 
     async fn oneshot(
@@ -656,7 +677,11 @@ impl RunnerControl for LocalRunner {
         &self,
         request: &InvokeRequest,
     ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
-        self.executor.ensure_runner(&self.runner).await?;
+        let (worker, _) = self.executor.ensure_runner(&self.runner).await?;
+        *self
+            .served_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = worker;
         WorkerClient::new(self.runner.socket())
             .invoke(request)
             .await
@@ -674,7 +699,7 @@ impl RunnerControl for LocalRunner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let pid = *runner.pid();
+        let pid = runner.live_pid();
         Some(Arc::new(CallWatch::start(
             self.executor.inner.settings.limits.clone(),
             pid,
@@ -685,10 +710,30 @@ impl RunnerControl for LocalRunner {
     }
 
     async fn limit_broken(&self, breach: &LimitBreach) {
-        self.runner.kill().await;
+        self.runner.kill_worker(&self.served_by()).await;
         if breach.limit == Limit::Disk {
             self.executor.wipe_dirs(&self.runner);
         }
+    }
+
+    async fn call_launched(&self, request: &InvokeRequest) {
+        let meta = request.async_meta.clone().unwrap_or_default();
+        let Err(cause) = self.served_by().launched(&request.call_id, &meta) else {
+            return;
+        };
+        // Its worker exited before the launch was recorded: it went with it.
+        let _ = self.executor.inner.exits.send(RunnerExit {
+            runner: self.runner.name.clone(),
+            cause,
+            calls: vec![LaunchedCall {
+                call_id: request.call_id.clone(),
+                async_meta: meta,
+            }],
+        });
+    }
+
+    async fn exit_cause(&self) -> Option<String> {
+        self.served_by().exit_cause()
     }
 }
 
@@ -697,7 +742,7 @@ impl Executor for LocalExecutor {
     async fn ensure(&self, key: &ReservationKey) -> Result<RunnerInfo, SandboxError> {
         let runner = self.runner(key);
         runner.touch();
-        let started = self.ensure_runner(&runner).await?;
+        let (_, started) = self.ensure_runner(&runner).await?;
         Ok(RunnerInfo {
             name: runner.name.clone(),
             started,
@@ -717,10 +762,13 @@ impl Executor for LocalExecutor {
             let lifetime = Duration::from_millis(request.deadline_ms) + BUNDLE_URL_SLACK;
             runner.egress.admit(url, lifetime);
         }
-        if let Err(err) = self.ensure_runner(&runner).await {
-            runner.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(err);
-        }
+        let served_by = match self.ensure_runner(&runner).await {
+            Ok((worker, _)) => worker,
+            Err(err) => {
+                runner.inflight.fetch_sub(1, Ordering::SeqCst);
+                return Err(err);
+            }
+        };
         let client = WorkerClient::new(runner.socket());
         let sent = request.clone();
         let worker = async move { client.invoke(&sent).await };
@@ -728,6 +776,7 @@ impl Executor for LocalExecutor {
         let control = LocalRunner {
             executor: self.clone(),
             runner,
+            served_by: Mutex::new(served_by),
         };
         Ok(spawn_relay(control, request, worker, kill_grace))
     }
@@ -747,6 +796,10 @@ impl Executor for LocalExecutor {
     async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError> {
         self.runner(key).kill().await;
         Ok(())
+    }
+
+    fn exits(&self) -> broadcast::Receiver<RunnerExit> {
+        self.inner.exits.subscribe()
     }
 }
 

@@ -5,7 +5,8 @@
 //! call then runs once in the one-shot runner instead. A call the worker
 //! accepted and then broke off, with or without frames, may have run some of
 //! the tool's code: the worker is killed and the call ends in a
-//! `RunnerCrashed` error frame, never in a second execution. A worker that
+//! `RunnerCrashed` error frame (naming how the worker ended, where the
+//! backend knows), never in a second execution. A worker that
 //! refused the request (an HTTP error) gets it back as a `RunnerRefused`
 //! error frame. A detached call never goes to the one-shot runner (it would
 //! run its body in the foreground and nobody would post its completion):
@@ -21,8 +22,10 @@
 //! has the call checked while it runs and once more before its terminal
 //! frame goes out: a breach kills the worker and ends the call in a
 //! `LimitExceeded` error frame naming the limit, whatever the tool answered.
-//! Whatever the outcome, the runner hears that the call is over
-//! ([`RunnerControl::call_finished`]).
+//! A detached call's `launched` frame is recorded with the runner first
+//! ([`RunnerControl::call_launched`]), so a backend that sees its worker
+//! exit can name the calls that went with it. Whatever the outcome, the
+//! runner hears that the call is over ([`RunnerControl::call_finished`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -80,6 +83,18 @@ pub trait RunnerControl: Send + Sync + 'static {
     async fn limit_broken(&self, breach: &LimitBreach) {
         let _ = breach;
         self.kill_worker().await;
+    }
+
+    /// The detached call `request` runs in the background on the worker
+    /// that answered its launch (the default keeps no record).
+    async fn call_launched(&self, request: &InvokeRequest) {
+        let _ = request;
+    }
+
+    /// How the worker that last served this call ended, once it has (the
+    /// default does not know).
+    async fn exit_cause(&self) -> Option<String> {
+        None
     }
 }
 
@@ -161,9 +176,7 @@ async fn relay_call(
     let name = runner.runner_name();
     let refused = matches!(end, RelayEnd::Refused(_));
     match end {
-        RelayEnd::Done(terminal) => {
-            let _ = tx.send(terminal).await;
-        }
+        RelayEnd::Done(terminal) => finish(runner, request, terminal, tx).await,
         RelayEnd::Deadline => {
             tracing::warn!(runner = %name, call.id = %request.call_id, "worker missed the deadline; killing it");
             runner.kill_worker().await;
@@ -186,7 +199,11 @@ async fn relay_call(
         RelayEnd::Broken(reason) => {
             tracing::warn!(runner = %name, call.id = %request.call_id, %reason, relayed, "worker broke off a call it had accepted; not running it again");
             runner.kill_worker().await;
-            let message = format!("the runner's worker died during the call: {reason}");
+            let died = match runner.exit_cause().await {
+                Some(cause) => format!("the runner's worker died during the call ({cause})"),
+                None => "the runner's worker died during the call".to_owned(),
+            };
+            let message = format!("{died}: {reason}");
             let _ = tx.send(Frame::error("RunnerCrashed", message)).await;
         }
     }
@@ -264,7 +281,7 @@ async fn launch_again(
     let name = runner.runner_name();
     if already_launched(runner, request).await {
         tracing::warn!(runner = %name, call.id = %request.call_id, %reason, "the launched frame was lost; the worker runs the call");
-        let _ = tx.send(Frame::Launched).await;
+        finish(runner, request, Frame::Launched, tx).await;
         return;
     }
     let failed = |reason: String| {
@@ -281,9 +298,7 @@ async fn launch_again(
     runner.kill_worker().await;
     let retry = relay_frames(request, runner.relaunch(request), tx, kill_grace).await;
     match (retry.end, retry.frames) {
-        (RelayEnd::Done(terminal), _) => {
-            let _ = tx.send(terminal).await;
-        }
+        (RelayEnd::Done(terminal), _) => finish(runner, request, terminal, tx).await,
         (RelayEnd::Deadline, _) => {
             runner.kill_worker().await;
             let _ = tx.send(deadline_frame(request)).await;
@@ -294,13 +309,27 @@ async fn launch_again(
             } else {
                 failed(reason)
             };
-            let _ = tx.send(frame).await;
+            finish(runner, request, frame, tx).await;
         }
         (RelayEnd::Refused(reason) | RelayEnd::Broken(reason), _) => {
             runner.kill_worker().await;
             let _ = tx.send(Frame::error("RunnerCrashed", reason)).await;
         }
     }
+}
+
+/// Sends the call's terminal frame; a `launched` one is first recorded
+/// with the runner, whose worker now runs the call in the background.
+async fn finish(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    terminal: Frame,
+    tx: &mpsc::Sender<Frame>,
+) {
+    if terminal == Frame::Launched {
+        runner.call_launched(request).await;
+    }
+    let _ = tx.send(terminal).await;
 }
 
 /// Runs the one-shot fallback under the call's deadline plus grace.

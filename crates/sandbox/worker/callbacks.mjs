@@ -8,13 +8,19 @@
 // Every attempt has its own timeout (TOOLSERVER_CALLBACK_TIMEOUT_MS, default
 // 10 s), so an endpoint that never answers cannot hold a delivery forever.
 // Network errors, timeouts, 429 and 5xx are retried; any other answer is final.
+// An outcome is kept and its delivery tried again, with growing pauses, for
+// async.completionRetryMs (default 60 s) from the first attempt: a server
+// that stops answering for a while (paused, overloaded) still gets it when it
+// answers again.
 
+import { performance } from 'node:perf_hooks';
 import { positiveIntFromEnv } from './runtime.mjs';
 
 /** Milliseconds one callback attempt may take, answer body included. */
 export const CALLBACK_TIMEOUT_MS = positiveIntFromEnv('TOOLSERVER_CALLBACK_TIMEOUT_MS', 10_000);
-const DELIVERY_ATTEMPTS = 6;
+const DEFAULT_COMPLETION_RETRY_MS = 60_000;
 const DELIVERY_BACKOFF_MS = 200;
+const DELIVERY_BACKOFF_MAX_MS = 2_000;
 const HEARTBEAT_ATTEMPTS = 3;
 const HEARTBEAT_BACKOFF_MS = 100;
 const LIVENESS_BODY = JSON.stringify({ liveness: true });
@@ -52,15 +58,28 @@ async function post(url, token, body, attempts, backoffMs) {
   return outcome;
 }
 
-/** Posts a detached call's outcome to `completeUrl`; logs to stderr when it could not be delivered. */
-export async function deliverCompletion({ completeUrl, completionToken }, completion) {
-  const outcome = await post(
-    completeUrl,
-    completionToken,
-    JSON.stringify(completion),
-    DELIVERY_ATTEMPTS,
-    DELIVERY_BACKOFF_MS,
-  );
+// POSTs until an answer is final or `windowMs` has passed since the first
+// attempt (which always goes out); resolves with the last outcome.
+async function postWithin(url, token, body, windowMs) {
+  const until = performance.now() + windowMs;
+  let backoffMs = DELIVERY_BACKOFF_MS;
+  for (;;) {
+    const outcome = await postOnce(url, token, body);
+    const left = until - performance.now();
+    if (!retryable(outcome) || left <= 0) return outcome;
+    await sleep(Math.min(backoffMs, left));
+    backoffMs = Math.min(backoffMs * 2, DELIVERY_BACKOFF_MAX_MS);
+  }
+}
+
+/**
+ * Posts a detached call's outcome to `completeUrl`, for up to
+ * `completionRetryMs` while the server does not take it; logs to stderr when
+ * it could not be delivered.
+ */
+export async function deliverCompletion({ completeUrl, completionToken, completionRetryMs }, completion) {
+  const windowMs = completionRetryMs ?? DEFAULT_COMPLETION_RETRY_MS;
+  const outcome = await postWithin(completeUrl, completionToken, JSON.stringify(completion), windowMs);
   if (retryable(outcome)) {
     const reason = outcome.status === undefined ? outcome.error : `HTTP ${outcome.status}`;
     process.stderr.write(`worker: could not deliver the completion to ${completeUrl}: ${reason}\n`);

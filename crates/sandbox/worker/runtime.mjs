@@ -78,9 +78,11 @@ export function parseInvokeRequest(text) {
       throw new RequestError(`async.completionToken must be a non-empty string with async.${field}`);
     }
   }
-  const livenessIntervalMs = body.async?.livenessIntervalMs;
-  if (livenessIntervalMs !== undefined && (!isPositiveInt(livenessIntervalMs) || livenessIntervalMs > MAX_DEADLINE_MS)) {
-    throw new RequestError(`async.livenessIntervalMs must be an integer between 1 and ${MAX_DEADLINE_MS}`);
+  for (const field of ['livenessIntervalMs', 'completionRetryMs']) {
+    const value = body.async?.[field];
+    if (value !== undefined && (!isPositiveInt(value) || value > MAX_DEADLINE_MS)) {
+      throw new RequestError(`async.${field} must be an integer between 1 and ${MAX_DEADLINE_MS}`);
+    }
   }
   const inlineMs = body.async?.inlineMs;
   if (inlineMs !== undefined && (!isPositiveInt(inlineMs) || inlineMs > MAX_DEADLINE_MS)) {

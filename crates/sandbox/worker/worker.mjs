@@ -17,6 +17,10 @@
 //   GET  /health                 -> {"ok":true,"pid",...counters,"inflight"}; inflight counts
 //                                   background calls until their outcome is delivered
 //
+// Its stdout tells its parent: one {"ready":true,"pid"} line once it listens, then
+// {"done":"<callId>"} as each background call is over (its outcome delivered, or
+// given up), so a parent that sees the worker exit knows which calls went with it.
+//
 // In a Kubernetes runner pod the same API is also served on the pod network,
 // behind the runner's bearer secret (channel.mjs).
 
@@ -152,6 +156,7 @@ function launch(request, receivedAt, res) {
     else await deliverCompletion(request.async, completionOf(terminal));
     stopPinging();
     inflight.delete(request.callId);
+    process.stdout.write(`${JSON.stringify({ done: request.callId })}\n`);
   });
 }
 

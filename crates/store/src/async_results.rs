@@ -14,11 +14,14 @@
 //!
 //! A call leaves `pending` once: by its completion, by `async_status` stop,
 //! by its deadline (`expires_at`, which each tool heartbeat moves up to the
-//! hard cap `hard_expires_at`), or when its runner stops pinging before
-//! `alive_until` (the runner died, with its server or alone). A call
-//! launched by a release whose runners never pinged has no `alive_until`;
-//! its runner counts as silent from the upgrade (`legacy_runner_since`, see
-//! `migrations/0015_in_flight_at_upgrade.sql`).
+//! hard cap `hard_expires_at`), or when its runner is lost ([`LostRunners`]):
+//! it stops pinging before `alive_until` (its server stopped answering, or
+//! the runner went with it), or the server running it saw it exit. A lost
+//! call is launched again when safe to repeat, else it fails with a reason
+//! that says which.
+//! A call launched by a release whose runners never pinged has no
+//! `alive_until`; its runner counts as silent from the upgrade
+//! (`legacy_runner_since`, see `migrations/0015_in_flight_at_upgrade.sql`).
 
 use std::time::Duration;
 
@@ -461,6 +464,7 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
     settle_due(
         pool,
         "expires_at <= now()",
+        None,
         CallStatus::Expired,
         "the call did not complete before it expired",
         limit,
@@ -468,9 +472,62 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
     .await
 }
 
-/// What the model is told of a call whose runner stopped pinging.
-pub const SILENT_RUNNER_ERROR: &str = "the runner of this call stopped before it reported an \
-     outcome (it was killed or restarted); the call was not run again";
+/// Pending calls whose runner is lost, and how that was learned.
+#[derive(Debug, Clone, Copy)]
+pub enum LostRunners<'a> {
+    /// Calls whose runner has not pinged before `alive_until`: any
+    /// process's reaper finds them. The runner may still run; what is known
+    /// is that nothing was heard from it for the liveness timeout.
+    Silent,
+    /// Calls whose worker the server running them saw exit: each is named
+    /// with the launch it was (so a call launched again since is left
+    /// alone), and `cause` says how the worker ended.
+    Exited {
+        /// Each call's id and launch number.
+        calls: &'a [(Uuid, i32)],
+        /// How the worker ended, e.g. "killed by signal 9 (SIGKILL)".
+        cause: &'a str,
+    },
+}
+
+impl LostRunners<'_> {
+    /// The SQL condition naming these calls; `Exited` binds the ids and
+    /// launches ([`Self::binds`]) as `$4` and `$5`.
+    fn condition(&self) -> &'static str {
+        match self {
+            Self::Silent => "alive_until <= now()",
+            Self::Exited { .. } => {
+                "(id, launches) IN (SELECT * FROM unnest($4::uuid[], $5::int[]))"
+            }
+        }
+    }
+
+    /// The ids and launches an `Exited` condition binds.
+    fn binds(&self) -> Option<(Vec<Uuid>, Vec<i32>)> {
+        match self {
+            Self::Silent => None,
+            Self::Exited { calls, .. } => Some(calls.iter().copied().unzip()),
+        }
+    }
+
+    /// What the model reads of a call that failed for this.
+    fn reason(&self) -> String {
+        match self {
+            Self::Silent => SILENT_RUNNER_ERROR.to_owned(),
+            Self::Exited { cause, .. } => format!(
+                "the tool's runner exited ({cause}) before it reported the call's outcome; the \
+                 call was not run again"
+            ),
+        }
+    }
+}
+
+/// What the model is told of a call whose runner was not heard from for
+/// the liveness timeout: the runner may still run, but its pings stopped
+/// reaching any server.
+pub const SILENT_RUNNER_ERROR: &str = "no ping from the runner of this call was heard within \
+     its liveness timeout before it reported an outcome (the server running it stopped \
+     answering, or the runner was lost with it); the call was not run again";
 
 /// What the model is told of a call launched before the server was upgraded
 /// whose runner (of a release that never pinged) sent no outcome within the
@@ -479,27 +536,22 @@ pub const LEGACY_RUNNER_ERROR: &str = "the runner of this call stopped answering
      started before the server was upgraded, never reported that it was still running, and \
      sent no outcome after the upgrade; the call was not run again";
 
-/// Fails up to `limit` pending calls whose runner stopped pinging (it died,
-/// with its server or alone) and that may not be launched again (not safe
-/// to repeat, or launched `max_launches` times): the model reads why.
-/// Returns how many.
+/// Fails up to `limit` pending calls whose runner is lost and that may not
+/// be launched again (not safe to repeat, or launched `max_launches` times):
+/// the model reads why. Returns how many.
 #[tracing::instrument(skip(pool))]
-pub async fn fail_silent_runners(
+pub async fn fail_lost_runners(
     pool: &PgPool,
+    lost: LostRunners<'_>,
     max_launches: i32,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    settle_due(
-        pool,
-        &format!(
-            "alive_until <= now() AND \
-             (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))"
-        ),
-        CallStatus::Failed,
-        SILENT_RUNNER_ERROR,
-        limit,
-    )
-    .await
+    let due = format!(
+        "{} AND (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))",
+        lost.condition()
+    );
+    let reason = lost.reason();
+    settle_due(pool, &due, lost.binds(), CallStatus::Failed, &reason, limit).await
 }
 
 /// Fails up to `limit` pending calls launched before the server was
@@ -520,6 +572,7 @@ pub async fn fail_legacy_runners(
              AND legacy_runner_since <= now() - make_interval(secs => {})",
             liveness.as_secs_f64()
         ),
+        None,
         CallStatus::Failed,
         LEGACY_RUNNER_ERROR,
         limit,
@@ -527,77 +580,87 @@ pub async fn fail_legacy_runners(
     .await
 }
 
-/// Queues a `relaunch` job for up to `limit` pending calls whose runner
-/// stopped pinging, that are safe to repeat and were launched fewer than
+/// Queues a `relaunch` job for up to `limit` pending calls whose runner is
+/// lost, that are safe to repeat and were launched fewer than
 /// `max_launches` times; each gets `liveness` to be launched again.
 /// Returns how many.
 #[tracing::instrument(skip(pool))]
-pub async fn relaunch_silent_runners(
+pub async fn relaunch_lost_runners(
     pool: &PgPool,
+    lost: LostRunners<'_>,
     max_launches: i32,
     liveness: Duration,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let queued = sqlx::query(
+    let sql = format!(
         "WITH due AS ( \
              UPDATE async_tool_results SET launches = launches + 1, \
                  alive_until = now() + make_interval(secs => $2) \
              WHERE id IN (SELECT id FROM async_tool_results \
-                          WHERE status = 'pending' AND alive_until <= now() \
+                          WHERE status = 'pending' AND {} \
                             AND group_id IS NOT NULL AND safe_to_repeat AND launches < $1 \
                           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
              RETURNING id, account_id, group_id) \
          INSERT INTO continuation_outbox (id, kind, turn_id, account_id, call_id) \
          SELECT gen_random_uuid(), 'relaunch', g.turn_id, due.account_id, due.id \
          FROM due JOIN dispatch_groups g ON g.id = due.group_id",
-    )
-    .bind(max_launches)
-    .bind(liveness.as_secs_f64())
-    .bind(limit)
-    .execute(pool)
-    .await?;
-    Ok(queued.rows_affected())
+        lost.condition()
+    );
+    let query = sqlx::query(&sql)
+        .bind(max_launches)
+        .bind(liveness.as_secs_f64())
+        .bind(limit);
+    let query = match lost.binds() {
+        Some((ids, launches)) => query.bind(ids).bind(launches),
+        None => query,
+    };
+    Ok(query.execute(pool).await?.rows_affected())
 }
 
 /// Gives a pending call a new job token (the hash of it) before it is
-/// launched again; false when the call is no longer pending.
+/// launched again; the launch it will be, or `None` when the call is no
+/// longer pending.
 pub async fn rotate_token(
     pool: &PgPool,
     id: Uuid,
     token_sha256: [u8; 32],
-) -> Result<bool, StoreError> {
-    let rotated = sqlx::query(
-        "UPDATE async_tool_results SET token_sha256 = $2 WHERE id = $1 AND status = 'pending'",
+) -> Result<Option<i32>, StoreError> {
+    let rotated: Option<(i32,)> = sqlx::query_as(
+        "UPDATE async_tool_results SET token_sha256 = $2 WHERE id = $1 AND status = 'pending' \
+         RETURNING launches",
     )
     .bind(id)
     .bind(token_sha256.as_slice())
-    .execute(pool)
+    .fetch_optional(pool)
     .await?;
-    Ok(rotated.rows_affected() == 1)
+    Ok(rotated.map(|(launch,)| launch))
 }
 
 /// Settles up to `limit` pending calls matching `due` (a fixed SQL
-/// condition) as `status` with `error`, and lets their groups continue.
+/// condition, which may name `binds` as `$4` and `$5`) as `status` with
+/// `error`, and lets their groups continue.
 async fn settle_due(
     pool: &PgPool,
     due: &str,
+    binds: Option<(Vec<Uuid>, Vec<i32>)>,
     status: CallStatus,
     error: &str,
     limit: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
-    let settled: Vec<(Option<Uuid>,)> = sqlx::query_as(&format!(
+    let sql = format!(
         "UPDATE async_tool_results SET status = $1, settled_at = now(), error = $2 \
          WHERE id IN (SELECT id FROM async_tool_results \
                       WHERE status = 'pending' AND {due} \
                       ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING group_id"
-    ))
-    .bind(status)
-    .bind(error)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
+    );
+    let query = sqlx::query_as(&sql).bind(status).bind(error).bind(limit);
+    let query = match binds {
+        Some((ids, launches)) => query.bind(ids).bind(launches),
+        None => query,
+    };
+    let settled: Vec<(Option<Uuid>,)> = query.fetch_all(&mut *tx).await?;
     let mut groups: Vec<Uuid> = settled.iter().filter_map(|(g,)| *g).collect();
     groups.sort();
     for group_id in &groups {

@@ -691,6 +691,15 @@ pub struct AgentsConfig {
         default_value_t = 2_000
     )]
     pub runner_liveness_interval_ms: u64,
+    /// Milliseconds a runner keeps a detached call's outcome and tries
+    /// again to deliver it while the server does not take it (it stopped
+    /// answering, or answers 429/5xx) (`TOOLSERVER_COMPLETION_RETRY_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_COMPLETION_RETRY_MS",
+        default_value_t = 300_000
+    )]
+    pub completion_retry_ms: u64,
     /// Launches of one detached call that is safe to repeat, in all, before
     /// a dead runner fails it (`TOOLSERVER_MAX_CALL_LAUNCHES`).
     #[arg(long, env = "TOOLSERVER_MAX_CALL_LAUNCHES", default_value_t = 3)]

@@ -425,6 +425,9 @@ fn stream_settings(
     }
 }
 
+/// The longest completion retry a runner accepts (its bound on durations).
+const MAX_COMPLETION_RETRY_MS: u64 = (1 << 31) - 1;
+
 fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
     let ms = |value: u64| Duration::from_millis(value.max(1));
     LifecycleSettings {
@@ -437,6 +440,7 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
         reaper_interval: ms(agents.async_reaper_ms.max(10)),
         liveness_timeout: ms(agents.runner_liveness_timeout_ms),
         liveness_interval: ms(agents.runner_liveness_interval_ms),
+        completion_retry: ms(agents.completion_retry_ms.min(MAX_COMPLETION_RETRY_MS)),
         max_call_launches: agents.max_call_launches.max(1),
         process_liveness: ms(agents.process_liveness_ms.max(300)),
         unsealed_group_grace: Duration::from_secs(agents.unsealed_group_grace_secs),

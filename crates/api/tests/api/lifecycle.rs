@@ -501,9 +501,24 @@ async fn defect10_a_turn_settles_under_the_id_of_the_run_that_ended_it(pool: PgP
     );
 }
 
+/// Fast test settings whose runners are only judged silent after a
+/// minute: a call settled sooner was settled by its worker's exit.
+fn minute_of_liveness() -> toolserver_harness::HarnessSettings {
+    let settings = crate::live::fast_lifecycle();
+    toolserver_harness::HarnessSettings {
+        lifecycle: toolserver_harness::lifecycle::LifecycleSettings {
+            liveness_timeout: Duration::from_secs(60),
+            ..settings.lifecycle.clone()
+        },
+        ..settings
+    }
+}
+
 #[sqlx::test(migrations = "../../migrations")]
-async fn a_call_whose_runner_dies_fails_at_once_and_its_group_continues(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+async fn a_call_whose_worker_is_killed_fails_at_once_naming_the_exit_and_its_group_continues(
+    pool: PgPool,
+) {
+    let app = LiveApp::start_with(pool.clone(), None, minute_of_liveness()).await;
     let (tool, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -520,15 +535,56 @@ async fn a_call_whose_runner_dies_fails_at_once_and_its_group_continues(pool: Pg
     let id = start_async(&app, &agent, "conv-runner-dies", "go").await;
     wait_for_status(&app, &id, "waiting").await;
     kill_worker(&app, &tool).await;
-    let started = std::time::Instant::now();
-    let done = wait_for_status(&app, &id, "completed").await;
+    // Well within the minute the reaper would wait for its pings.
+    let done = wait_for_status_within(&app, &id, "completed", Duration::from_secs(30)).await;
+    let (status, error): (String, String) =
+        sqlx::query_as("SELECT status::text, error FROM async_tool_results")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "failed");
     assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "failed within the liveness timeout, not the TTL"
+        error.starts_with("the tool's runner exited (killed by signal 9 (SIGKILL))"),
+        "{error}"
     );
     let text = text_of(&done["messages"]);
-    assert!(text.contains("stopped before it reported"), "{done}");
+    assert!(text.contains("runner exited (killed by signal 9"), "{done}");
     assert!(text.contains("Heard about it."), "{done}");
+    assert_eq!(app.model.request_count("runner-dies"), 3, "continued once");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_call_safe_to_repeat_is_launched_again_at_once_when_its_worker_is_killed(pool: PgPool) {
+    let app = LiveApp::start_with(pool.clone(), None, minute_of_liveness()).await;
+    let (tool, agent) = async_agent(
+        &app,
+        ("repeatable", REPEATABLE),
+        "repeat-exit",
+        json!({"safeToRepeat": true}),
+        vec![
+            Reply::tool_call("c1", "repeatable", json!({"ms": 3000})),
+            Reply::text("Started."),
+            Reply::error(500, "step 2 is the injected result"),
+            Reply::text("Done after all."),
+        ],
+    )
+    .await;
+    let id = start_async(&app, &agent, "conv-repeat-exit", "go").await;
+    wait_for_status(&app, &id, "waiting").await;
+    kill_worker(&app, &tool).await;
+    let done = wait_for_status_within(&app, &id, "completed", Duration::from_secs(30)).await;
+    let (status, launches): (String, i32) =
+        sqlx::query_as("SELECT status::text, launches FROM async_tool_results")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (status.as_str(), launches),
+        ("completed", 2),
+        "launched once more"
+    );
+    assert!(text_of(&done["messages"]).contains("Done after all."));
+    assert_eq!(app.model.request_count("repeat-exit"), 3);
 }
 
 #[sqlx::test(migrations = "../../migrations")]

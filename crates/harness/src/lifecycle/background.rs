@@ -1,10 +1,18 @@
 //! The loops every process runs: the job loop (claims jobs and runs them,
-//! up to a bound at once) and the reaper (ends every wait that ran out).
-//! Both stop at [`Lifecycle::shutdown`].
+//! up to a bound at once), the reaper (ends every wait that ran out) and
+//! the exit loop (`exits.rs`). All stop at [`Lifecycle::shutdown`].
+//!
+//! The reaper judges a runner lost when nothing was heard from it for the
+//! liveness timeout. A process that itself stalled (paused, starved) longer
+//! than the liveness interval cannot have heard its runners meanwhile: its
+//! reaper leaves silent runners alone for one liveness timeout after the
+//! stall, so their pings (and finished outcomes) can land first.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::Semaphore;
+use toolserver_store::async_results::LostRunners;
 use toolserver_store::{
     async_results, async_turns, jobs, mcp_tasks, processes, turn_streams, StoreError,
 };
@@ -58,13 +66,14 @@ impl ReapReport {
 }
 
 impl Lifecycle {
-    /// Starts the job loop and the reaper.
+    /// Starts the job loop, the reaper and the exit loop.
     pub fn start_background(&self) {
-        let (jobs, reaper) = (self.clone(), self.clone());
+        let (jobs, reaper, exits) = (self.clone(), self.clone(), self.clone());
         self.0.tasks.spawn(async move { jobs.job_loop().await });
         self.0
             .tasks
             .spawn(async move { reaper.reaper_loop().await });
+        self.0.tasks.spawn(async move { exits.exit_loop().await });
     }
 
     async fn job_loop(&self) {
@@ -111,12 +120,27 @@ impl Lifecycle {
         // The first tick is immediate; the first pass comes one interval in.
         ticks.tick().await;
         let stop = self.0.stop.clone();
+        let mut last_pass = Instant::now();
+        let mut silence_judged_from = last_pass;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            match self.reap_once().await {
+            let settings = self.settings();
+            let late = last_pass.elapsed().saturating_sub(settings.reaper_interval);
+            if late > settings.liveness_interval {
+                silence_judged_from = Instant::now() + settings.liveness_timeout;
+                tracing::warn!(
+                    stalled_ms = late.as_millis() as u64,
+                    "this process stalled and may not have heard its runners' pings; \
+                     silent runners are judged again after the liveness timeout"
+                );
+            }
+            let judge_silence = Instant::now() >= silence_judged_from;
+            let reaped = self.reap(judge_silence).await;
+            last_pass = Instant::now();
+            match reaped {
                 Ok(report) if report != ReapReport::default() => {
                     report.count();
                     tracing::info!(
@@ -146,22 +170,25 @@ impl Lifecycle {
     /// turn streams past their retention, MCP tasks past their TTL and the
     /// rows of processes dead longer than the streams' retention.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
+        self.reap(true).await
+    }
+
+    /// [`Self::reap_once`], leaving silent runners alone unless
+    /// `judge_silence`.
+    async fn reap(&self, judge_silence: bool) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
         let expired = self.expire_tasks(REAP_BATCH).await?
             + async_results::expire_due(pool, REAP_BATCH).await?;
-        let relaunched = async_results::relaunch_silent_runners(
-            pool,
-            settings.max_call_launches,
-            settings.liveness_timeout,
-            REAP_BATCH,
-        )
-        .await?;
-        let silent_runners =
-            async_results::fail_silent_runners(pool, settings.max_call_launches, REAP_BATCH)
-                .await?
-                + async_results::fail_legacy_runners(pool, settings.liveness_timeout, REAP_BATCH)
+        let (relaunched, silent_runners) = if judge_silence {
+            let (relaunched, silent) = self.settle_lost(LostRunners::Silent).await?;
+            let legacy =
+                async_results::fail_legacy_runners(pool, settings.liveness_timeout, REAP_BATCH)
                     .await?;
+            (relaunched, silent + legacy)
+        } else {
+            (0, 0)
+        };
         let sealed_groups =
             async_results::seal_orphaned_groups(pool, settings.unsealed_group_grace, REAP_BATCH)
                 .await?;
@@ -186,6 +213,30 @@ impl Lifecycle {
             purged_tasks,
             recovered_conversations,
         })
+    }
+
+    /// Launches again the calls of lost runners that are safe to repeat
+    /// (under the launch bound) and fails the others, their groups
+    /// continuing as with any settlement: the one path for silent runners
+    /// and for workers seen to exit. Returns (relaunched, failed).
+    pub(super) async fn settle_lost(
+        &self,
+        lost: LostRunners<'_>,
+    ) -> Result<(u64, u64), StoreError> {
+        let pool = self.pool();
+        let settings = self.settings();
+        let relaunched = async_results::relaunch_lost_runners(
+            pool,
+            lost,
+            settings.max_call_launches,
+            settings.liveness_timeout,
+            REAP_BATCH,
+        )
+        .await?;
+        let failed =
+            async_results::fail_lost_runners(pool, lost, settings.max_call_launches, REAP_BATCH)
+                .await?;
+        Ok((relaunched, failed))
     }
 
     async fn announce(&self, settled: &[Uuid]) {

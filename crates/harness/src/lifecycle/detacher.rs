@@ -15,6 +15,9 @@ use uuid::Uuid;
 use super::LifecycleSettings;
 use crate::turn::{DetachedCall, Detacher};
 
+/// The launch number of a call's first launch.
+pub(super) const FIRST_LAUNCH: i32 = 1;
+
 /// The [`Detacher`] of one job's run.
 pub(super) struct GroupDetacher {
     pub(super) pool: PgPool,
@@ -35,13 +38,16 @@ pub(super) fn job_token() -> (String, [u8; 32]) {
     (token, hash)
 }
 
-/// The `async` metadata a runner gets with the detached call `id`: where
-/// to post its outcome and heartbeats, with which token, how often to ping,
-/// and the call's idempotency key (the same on every launch of the call).
+/// The `async` metadata a runner gets with launch `launch` (1 for the
+/// first) of the detached call `id`: where to post its outcome and
+/// heartbeats, with which token, how often to ping, how long to keep trying
+/// to deliver its outcome, and the call's idempotency key (the same on
+/// every launch of the call).
 pub(super) fn async_meta(
     public_url: &Url,
     settings: &LifecycleSettings,
     id: Uuid,
+    launch: i32,
     token: &str,
 ) -> Result<Value, String> {
     let route = |action: &str| {
@@ -61,6 +67,8 @@ pub(super) fn async_meta(
         "completionToken": token,
         "heartbeatUrl": heartbeat_url.as_str(),
         "livenessIntervalMs": settings.liveness_interval.as_millis() as u64,
+        "completionRetryMs": settings.completion_retry.as_millis() as u64,
+        "launch": launch,
     }))
 }
 
@@ -100,7 +108,7 @@ impl Detacher for GroupDetacher {
         ids.into_iter()
             .zip(tokens)
             .map(|(id, token)| {
-                let meta = async_meta(&self.public_url, &self.settings, id, &token)?;
+                let meta = async_meta(&self.public_url, &self.settings, id, FIRST_LAUNCH, &token)?;
                 Ok((id.to_string(), meta))
             })
             .collect()

@@ -33,7 +33,10 @@
 //! that stopped renewing it lapses within [`LifecycleSettings::claim`]
 //! either way), and another takes the job. A chat turn whose process died
 //! is stored as far as its stream was recorded, marked interrupted, by the
-//! next taker of its conversation or the reaper ([`recover`]). A retried job whose earlier attempt launched
+//! next taker of its conversation or the reaper ([`recover`]). A runner's
+//! worker that this process sees exit takes its detached calls with it:
+//! they settle at once (`exits.rs`), as the reaper settles those of a
+//! runner gone silent. A retried job whose earlier attempt launched
 //! detached calls does not run the model again: it seals that attempt's
 //! groups, which continue when their calls settle; otherwise it runs again
 //! from the stored conversation, with the same request keys. The reaper
@@ -48,6 +51,7 @@
 mod background;
 mod detacher;
 mod error;
+mod exits;
 mod launch;
 mod lease;
 mod process;
@@ -100,6 +104,9 @@ pub struct LifecycleSettings {
     pub liveness_timeout: Duration,
     /// How often runners ping while a detached call runs.
     pub liveness_interval: Duration,
+    /// How long a runner keeps trying to deliver a detached call's outcome
+    /// the server does not take (it stopped answering, or answers 429/5xx).
+    pub completion_retry: Duration,
     /// A call safe to repeat is launched at most this many times in all.
     pub max_call_launches: i32,
     /// A server process that has not renewed its liveness row for this long
@@ -124,6 +131,7 @@ impl Default for LifecycleSettings {
             reaper_interval: Duration::from_secs(1),
             liveness_timeout: Duration::from_secs(10),
             liveness_interval: Duration::from_secs(2),
+            completion_retry: Duration::from_secs(300),
             max_call_launches: 3,
             process_liveness: Duration::from_secs(3),
             unsealed_group_grace: Duration::from_secs(30),

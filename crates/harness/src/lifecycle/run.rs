@@ -329,12 +329,18 @@ impl Lifecycle {
             return Ok(Ran::Dropped("the call to launch again had settled"));
         };
         let (token, hash) = job_token();
-        if !async_results::rotate_token(pool, call.id, hash).await? {
+        let Some(launch_number) = async_results::rotate_token(pool, call.id, hash).await? else {
             self.finish_job(job).await?;
             return Ok(Ran::Dropped("the call to launch again had settled"));
-        }
+        };
         let settings = self.0.harness.settings();
-        let meta = async_meta(&settings.public_url, &settings.lifecycle, call.id, &token);
+        let meta = async_meta(
+            &settings.public_url,
+            &settings.lifecycle,
+            call.id,
+            launch_number,
+            &token,
+        );
         let launched = match (checked.registry.get(&call.tool_name), meta) {
             (None, _) => Launch::Failed(format!("{} is no longer enabled", call.tool_name)),
             (_, Err(error)) => Launch::Failed(error),

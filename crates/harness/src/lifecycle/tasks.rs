@@ -23,7 +23,7 @@ use toolserver_store::mcp_tasks::{self, NewTask, TaskRecord};
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
-use super::detacher::{async_meta, job_token};
+use super::detacher::{async_meta, job_token, FIRST_LAUNCH};
 use super::Lifecycle;
 use crate::tools::{RegisteredTool, ToolEvent, ToolEvents};
 
@@ -75,7 +75,7 @@ impl Lifecycle {
         };
         let id = mcp_tasks::insert(self.pool(), account, &task).await?;
         let public_url = &self.0.harness.settings().public_url;
-        let events = match async_meta(public_url, settings, id, &token) {
+        let events = match async_meta(public_url, settings, id, FIRST_LAUNCH, &token) {
             Ok(mut meta) => {
                 let window = u64::try_from(terms.inline_window.as_millis()).unwrap_or(u64::MAX);
                 if window > 0 {

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod calls;
+mod exits;
 mod lifecycle;
 mod limits;
 mod support;

@@ -234,6 +234,27 @@ test('a completion endpoint that never answers is tried again after the attempt 
   assert.deepEqual(posted[1], { status: 'completed', response: { done: 'j4', resultId: 'r-1' } });
 });
 
+test('an outcome is kept and delivered to a server that stops answering for a while', { timeout: 30_000 }, async (t) => {
+  const { socket } = await startTestWorker(t, { env: { TOOLSERVER_CALLBACK_TIMEOUT_MS: '200' } });
+  const hub = await startHub(t);
+  hub.handle('/gate', (req, res) => res.end('go'));
+  // Like a paused server: for 8 s no attempt is answered (each one times out).
+  const answersFrom = Date.now() + 8_000;
+  const posted = [];
+  hub.handle('/complete', async (req, res) => {
+    posted.push(await bodyOf(req));
+    if (Date.now() >= answersFrom) res.end('{}');
+  });
+  const request = detached(hub, { job: 'j5' });
+  request.async.completionRetryMs = 20_000;
+  assert.deepEqual(await invoke(socket, request), [{ t: 'launched' }]);
+  await until(() => Date.now() >= answersFrom && posted.length > 0);
+  const attemptsWhilePaused = posted.length;
+  await until(() => posted.length > attemptsWhilePaused);
+  assert.deepEqual(posted.at(-1), { status: 'completed', response: { done: 'j5', resultId: 'r-1' } });
+  await until(async () => (await health(socket)).inflight === 0);
+});
+
 test('heartbeat and liveness fields are validated', TEST, async (t) => {
   const { socket } = await startTestWorker(t);
   const base = { completeUrl: 'http://127.0.0.1:9/complete', completionToken: 't' };
@@ -245,6 +266,8 @@ test('heartbeat and liveness fields are validated', TEST, async (t) => {
     [{ ...base, livenessIntervalMs: '1000' }, /async\.livenessIntervalMs/],
     [{ ...base, inlineMs: 0 }, /async\.inlineMs/],
     [{ ...base, inlineMs: '250' }, /async\.inlineMs/],
+    [{ ...base, completionRetryMs: 0 }, /async\.completionRetryMs/],
+    [{ ...base, completionRetryMs: 'soon' }, /async\.completionRetryMs/],
   ];
   for (const [async, error] of cases) {
     const { status, body } = await sendJson(socket, 'POST', '/invoke', invokeRequest(gatedTool, { async }));

@@ -382,7 +382,10 @@ async fn calls_launched_before_a_crash_fail_fast_and_their_group_continues_once(
     let answer = setup.status(&server, &id).await;
     let text = answer["messages"].to_string();
     assert!(text.contains("Both runners died."), "{answer}");
-    assert!(text.contains("stopped before it reported"), "{answer}");
+    assert!(
+        text.contains("no ping from the runner of this call was heard"),
+        "{answer}"
+    );
     let parts = answer["messages"].as_array().unwrap().last().unwrap()["parts"].clone();
     let restored: Vec<&Value> = parts
         .as_array()

@@ -11,6 +11,7 @@ mod interrupted;
 mod kubernetes;
 mod mcp_tasks;
 mod metrics;
+mod runner_exits;
 mod serve;
 mod settings;
 mod stream_failover;
