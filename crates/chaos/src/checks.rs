@@ -5,7 +5,9 @@
 //!   only the server can), its state changed after it was terminal, the
 //!   status answer and the stored conversation disagree, the user message is
 //!   missing, a planned call has no part or never settled, a launched call's
-//!   result was never delivered, or the final answer is missing.
+//!   result was never delivered, or the final answer is missing. When later
+//!   turns share the conversation, the stored conversation must extend what
+//!   the status answer showed instead of equalling it.
 //! - **duplicated**: a pass of the turn ran the model under more than one
 //!   distinct `Idempotency-Key` (requests without one count one each; a
 //!   repeated key is a retry, which is allowed), or the conversation holds a
@@ -32,6 +34,9 @@ pub struct Observed<'a> {
     pub conversation: &'a Answer,
     /// The model requests of the turn.
     pub model_calls: &'a [ModelCall],
+    /// Whether other turns write to the same conversation (so it may have
+    /// grown since this turn settled).
+    pub shared: bool,
 }
 
 /// What is wrong with one turn (empty lists: nothing).
@@ -90,7 +95,12 @@ pub fn judge(plan: &TurnPlan, observed: &Observed<'_>) -> Verdict {
         return verdict;
     }
     let stored = &observed.conversation.body["messages"];
-    if *stored != observed.first["messages"] {
+    let agree = if observed.shared {
+        extends(stored, &observed.first["messages"])
+    } else {
+        *stored == observed.first["messages"]
+    };
+    if !agree {
         verdict
             .lost
             .push("GET /async and the stored conversation disagree".to_owned());
@@ -101,6 +111,23 @@ pub fn judge(plan: &TurnPlan, observed: &Observed<'_>) -> Verdict {
         &mut verdict,
     );
     verdict
+}
+
+/// Whether the `stored` messages are the `snapshot` ones with more written
+/// after them: the same messages, the last one possibly with more parts,
+/// then possibly more messages.
+fn extends(stored: &Value, snapshot: &Value) -> bool {
+    let (Some(stored), Some(snapshot)) = (stored.as_array(), snapshot.as_array()) else {
+        return false;
+    };
+    let Some((last, earlier)) = snapshot.split_last() else {
+        return true;
+    };
+    let (Some(now), true) = (stored.get(earlier.len()), stored.starts_with(earlier)) else {
+        return false;
+    };
+    let parts = |message: &Value| message["parts"].as_array().cloned().unwrap_or_default();
+    now["id"] == last["id"] && now["role"] == last["role"] && parts(now).starts_with(&parts(last))
 }
 
 /// One pass ran the model once: one distinct key per phase.
@@ -348,8 +375,19 @@ mod tests {
 
     fn keyed(phase: Phase, key: &str) -> ModelCall {
         ModelCall {
-            phase,
             key: Some(key.into()),
+            ..unkeyed(phase)
+        }
+    }
+
+    fn unkeyed(phase: Phase) -> ModelCall {
+        ModelCall {
+            phase,
+            key: None,
+            seq: 0,
+            last_user: Some("t1x0".into()),
+            last_user_answered: true,
+            shape: String::new(),
         }
     }
 
@@ -363,6 +401,7 @@ mod tests {
                 later: &ok(first.clone()),
                 conversation: &ok(json!({"messages": messages})),
                 model_calls,
+                shared: false,
             },
         )
     }
@@ -381,6 +420,44 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_conversation_may_grow_after_the_turn_but_not_change() {
+        let snapshot = good_messages();
+        let first = json!({"status": "completed", "messages": snapshot});
+        let verdict_of_stored = |stored: &Value, shared: bool| {
+            let ok = |body: Value| Answer { status: 200, body };
+            judge(
+                &plan(),
+                &Observed {
+                    first: &first,
+                    later: &ok(first.clone()),
+                    conversation: &ok(json!({"messages": stored})),
+                    model_calls: &passes(),
+                    shared,
+                },
+            )
+        };
+        let mut grown = good_messages();
+        grown[1]["parts"]
+            .as_array_mut()
+            .expect("parts")
+            .push(json!({"type": "step-start"}));
+        grown.as_array_mut().expect("messages").push(json!(
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "next"}]}
+        ));
+        assert_eq!(verdict_of_stored(&grown, true), Verdict::default());
+        assert_eq!(
+            verdict_of_stored(&grown, false).lost,
+            vec!["GET /async and the stored conversation disagree"]
+        );
+        let mut changed = grown;
+        changed[0]["id"] = json!("another");
+        assert_eq!(
+            verdict_of_stored(&changed, true).lost,
+            vec!["GET /async and the stored conversation disagree"]
+        );
+    }
+
+    #[test]
     fn a_repeated_key_is_a_retry_and_a_new_key_a_duplicate() {
         let mut calls = passes();
         calls.push(keyed(Phase::Continuation, "j2.0"));
@@ -389,14 +466,7 @@ mod tests {
         calls.push(keyed(Phase::Continuation, "j3.0"));
         let verdict = verdict_of(good_messages(), &calls);
         assert_eq!(verdict.duplicated.len(), 1, "{verdict:?}");
-        let unkeyed = vec![
-            ModelCall {
-                phase: Phase::Continuation,
-                key: None,
-            };
-            2
-        ];
-        let verdict = verdict_of(good_messages(), &unkeyed);
+        let verdict = verdict_of(good_messages(), &vec![unkeyed(Phase::Continuation); 2]);
         assert_eq!((verdict.unkeyed, verdict.duplicated.len()), (2, 1));
     }
 
@@ -471,6 +541,7 @@ mod tests {
                 later: &later,
                 conversation: &none,
                 model_calls: &[],
+                shared: false,
             },
         );
         assert!(verdict.failed);
@@ -490,6 +561,7 @@ mod tests {
                 },
                 conversation: &stale,
                 model_calls: &passes(),
+                shared: false,
             },
         );
         assert!(verdict.lost[0].contains("disagree"), "{verdict:?}");

@@ -23,6 +23,10 @@ pub struct ChaosConfig {
     pub kill_window: Duration,
     /// Most detached turns started per trial (at least one is).
     pub max_turns: usize,
+    /// The share of trials (0 to 1, drawn at random per trial) that run two
+    /// turns back to back on one conversation with the kill between them
+    /// instead of concurrent turns on conversations of their own.
+    pub back_to_back_share: f64,
     /// Most async tool calls (siblings) the model makes in one turn's first pass.
     pub max_siblings: usize,
     /// How long a killed server's runner processes may outlive it.
@@ -36,7 +40,8 @@ pub struct ChaosConfig {
 
 impl ChaosConfig {
     /// The defaults of the CI-sized run: 20 trials, 30 s to settle, kills
-    /// within 2 s, 1-3 turns of 1-20 siblings each.
+    /// within 2 s, 1-3 turns of 1-20 siblings each, a quarter of the trials
+    /// back to back.
     pub fn new(binary: PathBuf, database_url: String) -> Self {
         Self {
             binary,
@@ -46,6 +51,7 @@ impl ChaosConfig {
             settle_timeout: Duration::from_secs(30),
             kill_window: Duration::from_secs(2),
             max_turns: 3,
+            back_to_back_share: 0.25,
             max_siblings: 20,
             leak_grace: Duration::from_secs(3),
             server_env: Vec::new(),

@@ -9,16 +9,23 @@
 //! turn reached exactly one terminal state within the settle timeout, that
 //! each pass ran the model once (one distinct `Idempotency-Key`), that
 //! `GET /async/{id}` agrees with the stored conversation, and that the
-//! killed server's runner processes died with it. At the end both servers
-//! are stopped with SIGTERM and no runner may outlive them.
+//! killed server's runner processes died with it. A share of the trials
+//! runs two turns back to back on one conversation instead, the second sent
+//! to the surviving server right after the kill ([`back_to_back`]): they
+//! also measure how soon after the kill the second turn is accepted, and
+//! check that the conversation reads in the order things happened
+//! ([`order`]). At the end both servers are stopped with SIGTERM and no
+//! runner may outlive them.
 //!
 //! Only the public HTTP API, the process table and the model's requests are
 //! looked at, so any server version can be tried.
 
 pub mod api;
+pub mod back_to_back;
 pub mod checks;
 pub mod config;
 pub mod model;
+pub mod order;
 pub mod plan;
 pub mod procs;
 pub mod servers;
@@ -36,6 +43,7 @@ pub use config::ChaosConfig;
 pub use summary::Summary;
 
 use crate::api::Api;
+use crate::back_to_back::BackToBackRecord;
 use crate::model::ChaosModel;
 use crate::servers::Server;
 use crate::trial::{Cluster, Outcome, TrialReport, TurnRecord};
@@ -141,6 +149,7 @@ async fn run_in(
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(config.seed);
     let mut turns: Vec<TurnRecord> = Vec::new();
+    let mut pairs: Vec<BackToBackRecord> = Vec::new();
     let mut settles = Vec::new();
     let mut leaked = 0;
     for index in 0..config.trials {
@@ -149,8 +158,17 @@ async fn run_in(
         leaked += report.leaked.len();
         settles.extend(report.settle);
         turns.extend(report.turns);
+        pairs.extend(report.back_to_back);
     }
     tokio::time::sleep(FINAL_PAUSE).await;
+    for pair in &mut pairs {
+        for reason in back_to_back::check_order(&cluster, pair).await {
+            if !pair.misordered.contains(&reason) {
+                eprintln!("chaos: {} at the end of the run: {reason}", pair.name());
+                pair.misordered.push(reason);
+            }
+        }
+    }
     for turn in &mut turns {
         let again = trial::examine(&cluster, turn).await;
         for reason in again.lost.iter().chain(&again.duplicated) {
@@ -187,13 +205,28 @@ async fn run_in(
     if unplanned > 0 {
         eprintln!("chaos: the model got {unplanned} requests without a turn plan");
     }
-    Ok(summarize(
-        config.trials,
-        &turns,
-        settles,
-        leaked,
-        unclean_stops,
-    ))
+    let mut summary = summarize(config.trials, &turns, settles, leaked, unclean_stops);
+    add_back_to_back(&mut summary, &pairs);
+    Ok(summary)
+}
+
+/// The back-to-back trials' counts and figures.
+fn add_back_to_back(summary: &mut Summary, pairs: &[BackToBackRecord]) {
+    let mut accepted: Vec<Duration> = pairs
+        .iter()
+        .filter_map(|pair| pair.accepted_after_kill)
+        .collect();
+    accepted.sort();
+    summary.back_to_back = pairs.len();
+    summary.misordered = pairs
+        .iter()
+        .filter(|pair| !pair.misordered.is_empty())
+        .count();
+    summary.accept_p50 = accepted
+        .get(accepted.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    summary.accept_max = accepted.last().copied().unwrap_or_default();
 }
 
 /// Adds the reasons of `again` not yet in `verdict`; counters come from `again`.
@@ -247,7 +280,7 @@ fn summarize(
         settle_p50: settles.get(settles.len() / 2).copied().unwrap_or_default(),
         settle_max: settles.last().copied().unwrap_or_default(),
         unclean_stops,
-        wall: Duration::ZERO,
+        ..Summary::default()
     }
 }
 
@@ -299,6 +332,20 @@ fn print_trial(index: usize, trials: usize, report: &TrialReport) {
             "chaos:   leaked: pid {} outlived server {}: {}",
             process.pid, report.kill.0, process.cmdline
         );
+    }
+    if let Some(pair) = &report.back_to_back {
+        let accepted = match pair.accepted_after_kill {
+            Some(after) => format!("accepted {} ms after the kill", after.as_millis()),
+            None => "NOT ACCEPTED".to_owned(),
+        };
+        eprintln!(
+            "chaos:   back to back on one conversation ({} on {}, {} on the survivor): {accepted}, \
+             {} busy answers first",
+            pair.first.marker, pair.first_on, pair.second.marker, pair.busy
+        );
+        for reason in &pair.misordered {
+            eprintln!("chaos:   {} misordered: {reason}", pair.name());
+        }
     }
 }
 

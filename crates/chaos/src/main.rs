@@ -1,6 +1,7 @@
 //! `toolserver-chaos`: crash trials of detached turns against a `toolserver`
-//! binary. Prints `trials=N lost=L duplicated=D stuck=S leaked=K` (and a
-//! line of figures) and exits 1 when any of those counts is not zero.
+//! binary. Prints `trials=N lost=L duplicated=D stuck=S leaked=K
+//! misordered=M` (and a line of figures) and exits 1 when any of those
+//! counts is not zero.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,8 @@ use toolserver_chaos::{run, ChaosConfig};
 
 /// Crash trials: two servers on one scratch database, a scripted model,
 /// detached turns with async calls, a random server SIGKILLed and restarted
-/// per trial; checks nothing is lost, duplicated, stuck or leaked.
+/// per trial; checks nothing is lost, duplicated, stuck, leaked or
+/// misordered.
 #[derive(Debug, Parser)]
 #[command(name = "toolserver-chaos")]
 struct Args {
@@ -44,12 +46,23 @@ struct Args {
     /// Most async calls per turn.
     #[arg(long, default_value_t = 20)]
     max_siblings: usize,
+    /// The share of trials (0 to 1) that run two turns back to back on one
+    /// conversation with the kill between them (1: every trial).
+    #[arg(long, default_value_t = 0.25, value_parser = share)]
+    back_to_back_share: f64,
     /// An extra server setting, `NAME=VALUE` (repeatable).
     #[arg(long = "server-env", value_parser = name_value)]
     server_env: Vec<(String, String)>,
     /// Keep the run's directory (server logs, data dirs) even when clean.
     #[arg(long)]
     keep_dir: bool,
+}
+
+fn share(raw: &str) -> Result<f64, String> {
+    raw.parse::<f64>()
+        .ok()
+        .filter(|share| (0.0..=1.0).contains(share))
+        .ok_or_else(|| format!("expected a number from 0 to 1, got {raw:?}"))
 }
 
 fn name_value(raw: &str) -> Result<(String, String), String> {
@@ -78,6 +91,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     config.kill_window = Duration::from_millis(args.kill_window_ms);
     config.max_turns = args.max_turns;
     config.max_siblings = args.max_siblings;
+    config.back_to_back_share = args.back_to_back_share;
     config.server_env = args.server_env;
     config.keep_dir = args.keep_dir;
     let summary = run(config)

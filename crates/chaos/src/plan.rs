@@ -152,6 +152,11 @@ impl TurnPlan {
         })
     }
 
+    /// Whether `call_id` names one of this turn's calls (`<marker>c<index>`).
+    pub fn owns_call(&self, call_id: &str) -> bool {
+        call_marker(call_id) == Some(self.marker.as_str())
+    }
+
     /// What the model answers once the results arrived.
     pub fn final_text(&self) -> String {
         format!("done {}", self.marker)
@@ -161,6 +166,15 @@ impl TurnPlan {
     pub fn interim_text(&self) -> String {
         format!("started {}", self.marker)
     }
+}
+
+/// The marker of the turn whose call `call_id` is (`t3x1c4` is `t3x1`'s),
+/// or `None` for an id the chaos model does not give.
+pub fn call_marker(call_id: &str) -> Option<&str> {
+    let (marker, index) = call_id.rsplit_once('c')?;
+    let (trial, turn) = marker.strip_prefix('t')?.split_once('x')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    (digits(trial) && digits(turn) && digits(index)).then_some(marker)
 }
 
 #[cfg(test)]
@@ -176,6 +190,19 @@ mod tests {
             let plan = TurnPlan::random(&mut rng, 3, turn, 20);
             assert!((1..=20).contains(&plan.calls.len()));
             assert_eq!(TurnPlan::parse(&plan.user_text()), Some(plan));
+        }
+    }
+
+    #[test]
+    fn a_call_id_names_its_turn() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let plan = TurnPlan::random(&mut rng, 12, 1, 5);
+        for call in &plan.calls {
+            assert_eq!(call_marker(&call.id), Some("t12x1"));
+            assert!(plan.owns_call(&call.id));
+        }
+        for other in ["call_0190", "t12x1", "t12x1c", "tAx1c0", "t12x1c0x", "c3"] {
+            assert_eq!(call_marker(other), None, "{other}");
         }
     }
 

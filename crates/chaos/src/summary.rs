@@ -1,5 +1,6 @@
 //! The counts of a run, printed as
-//! `trials=N lost=L duplicated=D stuck=S leaked=K` and a line of figures.
+//! `trials=N lost=L duplicated=D stuck=S leaked=K misordered=M` and a line
+//! of figures.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,6 +18,16 @@ pub struct Summary {
     pub stuck: usize,
     /// Runner processes alive after their server died or stopped.
     pub leaked: usize,
+    /// Conversations of back-to-back trials that do not read in the order
+    /// things happened (see [`crate::order`]).
+    pub misordered: usize,
+    /// Back-to-back trials run.
+    pub back_to_back: usize,
+    /// Median time from a kill to the acceptance of the next turn on the
+    /// conversation (back-to-back trials whose second turn was accepted).
+    pub accept_p50: Duration,
+    /// Longest such time.
+    pub accept_max: Duration,
     /// Detached turns started.
     pub turns: usize,
     /// Async calls the model made in the turns' first passes.
@@ -40,9 +51,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Whether nothing was lost, duplicated, stuck or leaked.
+    /// Whether nothing was lost, duplicated, stuck, leaked or misordered.
     pub fn is_clean(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.stuck == 0 && self.leaked == 0
+        self.lost == 0
+            && self.duplicated == 0
+            && self.stuck == 0
+            && self.leaked == 0
+            && self.misordered == 0
     }
 }
 
@@ -50,13 +65,14 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "trials={} lost={} duplicated={} stuck={} leaked={}",
-            self.trials, self.lost, self.duplicated, self.stuck, self.leaked
+            "trials={} lost={} duplicated={} stuck={} leaked={} misordered={}",
+            self.trials, self.lost, self.duplicated, self.stuck, self.leaked, self.misordered
         )?;
         write!(
             f,
             "turns={} calls={} unlaunched_calls={} failed_turns={} model_retries={} \
-             unkeyed_model_requests={} settle_p50_ms={} settle_max_ms={} unclean_stops={} wall_s={:.1}",
+             unkeyed_model_requests={} settle_p50_ms={} settle_max_ms={} back_to_back_trials={} \
+             accept_after_kill_p50_ms={} accept_after_kill_max_ms={} unclean_stops={} wall_s={:.1}",
             self.turns,
             self.calls,
             self.unlaunched,
@@ -65,6 +81,9 @@ impl fmt::Display for Summary {
             self.unkeyed,
             self.settle_p50.as_millis(),
             self.settle_max.as_millis(),
+            self.back_to_back,
+            self.accept_p50.as_millis(),
+            self.accept_max.as_millis(),
             self.unclean_stops,
             self.wall.as_secs_f64()
         )
@@ -85,9 +104,17 @@ mod tests {
         let text = summary.to_string();
         assert_eq!(
             text.lines().next(),
-            Some("trials=3 lost=0 duplicated=0 stuck=1 leaked=0")
+            Some("trials=3 lost=0 duplicated=0 stuck=1 leaked=0 misordered=0")
         );
         assert!(!summary.is_clean());
         assert!(Summary::default().is_clean());
+        let misordered = Summary {
+            misordered: 1,
+            ..Summary::default()
+        };
+        assert!(!misordered.is_clean());
+        assert!(misordered
+            .to_string()
+            .starts_with("trials=0 lost=0 duplicated=0 stuck=0 leaked=0 misordered=1\n"));
     }
 }

@@ -1,6 +1,8 @@
-//! One trial: start 1-N detached turns across both servers, SIGKILL a
-//! random server at a random moment, restart it on the same port and data
-//! directory, wait for every turn to reach a terminal state, and judge each.
+//! One trial: start 1-N detached turns across both servers (or, in a back
+//! to back trial, one turn and a second on the same conversation after the
+//! kill: see [`crate::back_to_back`]), SIGKILL a random server at a random
+//! moment, restart it on the same port and data directory, wait for every
+//! turn to reach a terminal state, and judge each.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,6 +11,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::api::{Answer, Api};
+use crate::back_to_back::{self, BackToBackRecord};
 use crate::checks::{judge, Observed, Verdict};
 use crate::config::ChaosConfig;
 use crate::model::ChaosModel;
@@ -42,7 +45,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// `GET {path}` from server `first`, else from the other one.
-    async fn get(&self, first: usize, path: &str) -> Option<Answer> {
+    pub(crate) async fn get(&self, first: usize, path: &str) -> Option<Answer> {
         for at in [first, 1 - first] {
             if let Ok(answer) = self.api.get(&self.servers[at].base, path).await {
                 return Some(answer);
@@ -76,6 +79,8 @@ pub struct TurnRecord {
     pub conversation_id: String,
     /// The server slot it was started on.
     pub server: usize,
+    /// Whether other turns of the trial write to the same conversation.
+    pub shared: bool,
     /// How it ended.
     pub outcome: Outcome,
     /// The verdict (after settling, then again at the end of the run).
@@ -93,10 +98,41 @@ pub struct TrialReport {
     pub settle: Option<Duration>,
     /// The killed server's name and how long after the starts it died.
     pub kill: (String, Duration),
+    /// What a back-to-back trial saw of its conversation (`None` for a
+    /// trial of concurrent turns on conversations of their own).
+    pub back_to_back: Option<BackToBackRecord>,
 }
 
-/// Runs trial `index`.
+/// A server killed in a trial: which, when, and what it left running.
+pub(crate) struct Killed {
+    /// Its slot.
+    pub victim: usize,
+    /// How long after the trial's turns were started it died.
+    pub after_start: Duration,
+    /// When it was killed.
+    pub at: Instant,
+    /// Its runner processes right after the kill.
+    pub orphans: Vec<Process>,
+}
+
+/// Runs trial `index`: back to back turns on one conversation in
+/// [`ChaosConfig::back_to_back_share`] of the trials, concurrent turns on
+/// conversations of their own in the others.
 pub async fn run_trial(
+    cluster: &mut Cluster,
+    config: &ChaosConfig,
+    rng: &mut impl Rng,
+    index: usize,
+) -> Result<TrialReport, ChaosError> {
+    if rng.gen_bool(config.back_to_back_share.clamp(0.0, 1.0)) {
+        back_to_back::run(cluster, config, rng, index).await
+    } else {
+        run_concurrent(cluster, config, rng, index).await
+    }
+}
+
+/// 1-N turns started across both servers, each on its own conversation.
+async fn run_concurrent(
     cluster: &mut Cluster,
     config: &ChaosConfig,
     rng: &mut impl Rng,
@@ -107,22 +143,54 @@ pub async fn run_trial(
         .map(|turn| TurnPlan::random(rng, index, turn, config.max_siblings))
         .collect();
     let victim = rng.gen_range(0..2);
-    let kill_window = u64::try_from(config.kill_window.as_millis()).unwrap_or(u64::MAX);
-    let kill_after = Duration::from_millis(rng.gen_range(0..=kill_window));
+    let kill_after = kill_moment(rng, config);
 
     let mut turns = Vec::with_capacity(count);
     for (turn, plan) in plans.into_iter().enumerate() {
-        turns.push(start_turn(cluster, index, (index + turn) % 2, plan).await);
+        let conversation_id = format!("chaos-{}-{}", cluster.tag, plan.marker);
+        turns.push(start_turn(cluster, index, (index + turn) % 2, plan, conversation_id).await);
     }
     let started = Instant::now();
     tokio::time::sleep(kill_after).await;
-    let kill_at = started.elapsed();
+    let killed = kill(cluster, victim, started).await?;
+    restart_and_judge(cluster, config, turns, killed).await
+}
+
+/// A uniformly random moment within the kill window.
+pub(crate) fn kill_moment(rng: &mut impl Rng, config: &ChaosConfig) -> Duration {
+    let window = u64::try_from(config.kill_window.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rng.gen_range(0..=window))
+}
+
+/// SIGKILLs server `victim` (the trial's turns were started at `started`).
+pub(crate) async fn kill(
+    cluster: &mut Cluster,
+    victim: usize,
+    started: Instant,
+) -> Result<Killed, ChaosError> {
+    let after_start = started.elapsed();
+    let at = Instant::now();
     let server = &mut cluster.servers[victim];
     server.kill().await?;
-    let orphans = procs::mentioning(&server.runner_needle());
-    server.start(&cluster.api).await?;
+    Ok(Killed {
+        victim,
+        after_start,
+        at,
+        orphans: procs::mentioning(&server.runner_needle()),
+    })
+}
+
+/// Restarts the killed server, waits for every turn to settle, and judges
+/// each; the runners the killed server left must die within the grace time.
+pub(crate) async fn restart_and_judge(
+    cluster: &mut Cluster,
+    config: &ChaosConfig,
+    mut turns: Vec<TurnRecord>,
+    killed: Killed,
+) -> Result<TrialReport, ChaosError> {
+    cluster.servers[killed.victim].start(&cluster.api).await?;
     let restarted = Instant::now();
-    let watch = tokio::spawn(procs::survivors(orphans, config.leak_grace));
+    let watch = tokio::spawn(procs::survivors(killed.orphans, config.leak_grace));
 
     let settled_at = settle(cluster, &mut turns, restarted + config.settle_timeout).await;
     for turn in turns
@@ -137,7 +205,7 @@ pub async fn run_trial(
             "stuck": status.map(|answer| answer.body),
             "modelRequests": cluster.model.calls_of(&turn.plan.marker).len(),
         });
-        write_evidence(cluster, turn, &evidence);
+        write_evidence(cluster, &turn.plan.marker, &evidence);
     }
     tokio::time::sleep(RECHECK_AFTER).await;
     for turn in &mut turns {
@@ -154,12 +222,22 @@ pub async fn run_trial(
         turns,
         leaked,
         settle,
-        kill: (cluster.servers[victim].name.clone(), kill_at),
+        kill: (
+            cluster.servers[killed.victim].name.clone(),
+            killed.after_start,
+        ),
+        back_to_back: None,
     })
 }
 
-async fn start_turn(cluster: &Cluster, trial: usize, server: usize, plan: TurnPlan) -> TurnRecord {
-    let conversation_id = format!("chaos-{}-{}", cluster.tag, plan.marker);
+/// `POST /agents/{agent}/async` of `plan`'s user message on conversation
+/// `conversation_id` to server `server`.
+pub(crate) async fn post_turn(
+    cluster: &Cluster,
+    server: usize,
+    plan: &TurnPlan,
+    conversation_id: &str,
+) -> Result<Answer, reqwest::Error> {
     let body = json!({
         "id": conversation_id,
         "messages": [{"id": format!("u-{}", plan.marker), "role": "user",
@@ -167,28 +245,54 @@ async fn start_turn(cluster: &Cluster, trial: usize, server: usize, plan: TurnPl
         "trigger": "submit-message",
     });
     let path = format!("/agents/{}/async", cluster.agent);
-    let answer = cluster
+    cluster
         .api
         .post(&cluster.servers[server].base, &path, &body)
-        .await;
-    let (status_id, outcome) = match answer {
-        Ok(answer) => match answer.body["statusId"].as_str() {
-            Some(id) if answer.is_success() => (id.to_owned(), Outcome::Stuck("running".into())),
-            _ => (
-                String::new(),
-                Outcome::NotStarted(format!("{} {}", answer.status, answer.body)),
-            ),
-        },
-        Err(err) => (String::new(), Outcome::NotStarted(err.to_string())),
-    };
-    TurnRecord {
-        trial,
-        plan,
-        status_id,
-        conversation_id,
-        server,
-        outcome,
-        verdict: Verdict::default(),
+        .await
+}
+
+async fn start_turn(
+    cluster: &Cluster,
+    trial: usize,
+    server: usize,
+    plan: TurnPlan,
+    conversation_id: String,
+) -> TurnRecord {
+    let answer = post_turn(cluster, server, &plan, &conversation_id).await;
+    TurnRecord::started(trial, server, plan, conversation_id, answer)
+}
+
+impl TurnRecord {
+    /// A turn as its start request left it (`shared` false).
+    pub(crate) fn started(
+        trial: usize,
+        server: usize,
+        plan: TurnPlan,
+        conversation_id: String,
+        answer: Result<Answer, reqwest::Error>,
+    ) -> Self {
+        let (status_id, outcome) = match answer {
+            Ok(answer) => match answer.body["statusId"].as_str() {
+                Some(id) if answer.is_success() => {
+                    (id.to_owned(), Outcome::Stuck("running".into()))
+                }
+                _ => (
+                    String::new(),
+                    Outcome::NotStarted(format!("{} {}", answer.status, answer.body)),
+                ),
+            },
+            Err(err) => (String::new(), Outcome::NotStarted(err.to_string())),
+        };
+        Self {
+            trial,
+            plan,
+            status_id,
+            conversation_id,
+            server,
+            outcome,
+            shared: false,
+            verdict: Verdict::default(),
+        }
     }
 }
 
@@ -257,6 +361,7 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
             later: &later,
             conversation: &conversation,
             model_calls: &model_calls,
+            shared: turn.shared,
         },
     );
     if !verdict.lost.is_empty() || !verdict.duplicated.is_empty() {
@@ -266,7 +371,7 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
             .collect();
         write_evidence(
             cluster,
-            turn,
+            &turn.plan.marker,
             &json!({
                 "plan": turn.plan.user_text(),
                 "statusId": turn.status_id,
@@ -283,11 +388,10 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
     verdict
 }
 
-/// Writes what was seen of a turn with a problem (best effort: a report aid).
-fn write_evidence(cluster: &Cluster, turn: &TurnRecord, evidence: &Value) {
-    let path = cluster
-        .evidence_dir
-        .join(format!("{}.json", turn.plan.marker));
+/// Writes what was seen of a turn or conversation with a problem, as
+/// `<name>.json` (best effort: a report aid).
+pub(crate) fn write_evidence(cluster: &Cluster, name: &str, evidence: &Value) {
+    let path = cluster.evidence_dir.join(format!("{name}.json"));
     let written = std::fs::create_dir_all(&cluster.evidence_dir).and_then(|()| {
         let text = serde_json::to_string_pretty(evidence).unwrap_or_default();
         std::fs::write(&path, text)
