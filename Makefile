@@ -56,7 +56,7 @@ bench: test-deps
 
 ## Crash trials of detached turns on the release binary: two servers on one
 ## scratch database, a random one SIGKILLed and restarted per trial. Prints
-## `trials=N lost=L duplicated=D stuck=S leaked=K`; fails on any non-zero count.
+## `trials=N lost=L duplicated=D stuck=S leaked=K misordered=M`; fails on any non-zero count.
 ## TRIALS=1000 for a long run; CHAOS_FLAGS adds options (e.g. --seed 7).
 chaos: test-deps
 	cargo build --release -p toolserver -p toolserver-chaos
