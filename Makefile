@@ -11,8 +11,10 @@ FUZZ_SECONDS ?= 1800
 
 .PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi clean kind-test
 
-## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token.
+## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token,
+## runners isolated by bubblewrap (installed here when root and missing).
 run:
+	bash scripts/ensure-bubblewrap.sh
 	cargo run -p toolserver -- serve
 
 build:

@@ -4,8 +4,8 @@
 # binary, Node.js, the AI SDK client test's packages, Chromium and the
 # browser test's packages, the tool CLI's packages, the MCP clients (the
 # TypeScript SDK's packages and a virtualenv with the Python SDK), kubectl (the manifest
-# tests render deploy/kubernetes with `kubectl kustomize`) and Helm's library
-# (they lint and render deploy/helm with it). Installs missing pieces from
+# tests render deploy/kubernetes with `kubectl kustomize`), bubblewrap (it
+# isolates runners) and Helm's library (they lint and render deploy/helm with it). Installs missing pieces from
 # Debian's packages, crates.io, the npm registry and PyPI when run as root.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -144,12 +144,14 @@ ensure_mcp_python_client() {
   cp "$requirements" "$installed"
 }
 
-# Optional: runners use bubblewrap when it works; install it so tests cover it.
+# Bubblewrap isolates runners: the servers the tests start with a JWT secret
+# refuse to start without it.
 ensure_bubblewrap() {
-  if command -v bwrap >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
-    return
+  bash "$REPO_ROOT/scripts/ensure-bubblewrap.sh"
+  if ! command -v bwrap >/dev/null 2>&1; then
+    echo "test-services: the tests need bubblewrap; install it by hand" >&2
+    exit 1
   fi
-  apt_install bubblewrap || echo "test-services: bubblewrap unavailable; runners use plain processes" >&2
 }
 
 # The API fuzzer (make fuzz-api, and its CI-sized run in make test), pinned, from PyPI.

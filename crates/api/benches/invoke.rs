@@ -61,7 +61,8 @@ async fn main() {
         idle_timeout: Duration::from_secs(3600),
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
-        isolation: IsolationMode::Auto,
+        isolation: IsolationMode::PreferBwrap,
+        bwrap_binary: "bwrap".into(),
         egress: Default::default(),
         limits: Default::default(),
     })

@@ -57,6 +57,7 @@ async fn harness(pool: PgPool, tavily: url::Url) -> (Harness, tempfile::TempDir)
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(1),
         isolation: toolserver_sandbox::IsolationMode::None,
+        bwrap_binary: "bwrap".into(),
         egress: Default::default(),
         limits: Default::default(),
     })

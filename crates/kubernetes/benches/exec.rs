@@ -118,6 +118,7 @@ async fn main() {
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_secs(2),
         isolation: IsolationMode::None,
+        bwrap_binary: "bwrap".into(),
         egress: Default::default(),
         limits: Default::default(),
     })

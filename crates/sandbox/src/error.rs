@@ -17,6 +17,10 @@ pub enum SandboxError {
     /// The runner answered something that is not the protocol.
     #[error("runner protocol error: {0}")]
     Protocol(String),
+    /// Runners were to be isolated by bubblewrap, which cannot work on this
+    /// machine (the reason says why).
+    #[error("runners cannot be isolated: {0}")]
+    Unisolated(String),
     /// Local filesystem work for the runner failed.
     #[error("runner I/O error: {0}")]
     Io(#[from] std::io::Error),

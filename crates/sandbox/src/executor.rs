@@ -70,4 +70,11 @@ pub trait Executor: Send + Sync + 'static {
     fn exits(&self) -> broadcast::Receiver<RunnerExit> {
         broadcast::channel(1).1
     }
+
+    /// What an operator must know about how runners are held, in words
+    /// (e.g. that they are not isolated); `GET /readyz` lists them. Empty
+    /// (the default) when nothing is amiss.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

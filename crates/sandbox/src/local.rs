@@ -24,8 +24,10 @@
 //! merged-`/usr` links), the CA certificates, the Node installation, the
 //! worker sources, a private `/tmp` and its own directory. Its network
 //! namespace holds only loopback; its one way out is the egress proxy
-//! (`egress.rs`) on `egress.sock` in its directory.
+//! (`egress.rs`) on `egress.sock` in its directory. Whether bubblewrap is
+//! used, required or switched off is settled at start (`isolation.rs`).
 
+mod isolation;
 mod process;
 
 use std::collections::HashMap;
@@ -52,18 +54,9 @@ use crate::{
     InvokeRequest, LaunchedCall, Limit, LimitBreach, ReservationKey, RunnerExit, RunnerInfo,
     RunnerLimits, SandboxError, WorkerAssets, WorkerClient,
 };
+pub use isolation::IsolationMode;
+use isolation::{Isolation, BWRAP_NAMESPACES};
 use process::{ExitNotice, WorkerProcess};
-
-/// How much the local backend isolates a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IsolationMode {
-    /// Use bubblewrap when it works on this machine, else plain processes.
-    Auto,
-    /// Require bubblewrap; refuse to start workers without it.
-    Bwrap,
-    /// Plain child processes (environment and user isolation only).
-    None,
-}
 
 /// Settings of the local backend; each is a server setting.
 #[derive(Debug, Clone)]
@@ -80,6 +73,8 @@ pub struct LocalSettings {
     pub kill_grace: Duration,
     /// Isolation level.
     pub isolation: IsolationMode,
+    /// The bubblewrap executable, looked up on `PATH` when it is a bare name.
+    pub bwrap_binary: PathBuf,
     /// Where isolated workers' connections may go.
     pub egress: EgressSettings,
     /// What each runner may use.
@@ -104,6 +99,8 @@ struct Inner {
     identities: Option<RunnerIdentities>,
     /// The cgroup controllers runners get.
     cgroups: CgroupSupport,
+    /// What an operator must know about how runners are held.
+    warnings: Vec<String>,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
     /// Where workers' exits are announced.
     exits: broadcast::Sender<RunnerExit>,
@@ -196,7 +193,11 @@ impl Runner {
 }
 
 impl LocalExecutor {
-    /// Prepares the backend: installs the worker sources and probes isolation.
+    /// Prepares the backend: installs the worker sources and settles
+    /// isolation. With [`IsolationMode::Bwrap`], a machine where bubblewrap
+    /// cannot build a worker's sandbox is refused
+    /// ([`SandboxError::Unisolated`]); workers left unisolated are logged
+    /// at error level and listed by [`Executor::warnings`].
     pub fn new(mut settings: LocalSettings) -> Result<Self, SandboxError> {
         // Workers run in their own directory, so every path handed to them is absolute.
         settings.root = std::path::absolute(&settings.root)?;
@@ -210,21 +211,10 @@ impl LocalExecutor {
             std::fs::set_permissions(&settings.root, std::fs::Permissions::from_mode(0o711))?;
         }
         let view = host_view(&settings.node_binary, assets.dir());
-        let bwrap = match settings.isolation {
-            IsolationMode::None => None,
-            IsolationMode::Auto => probe_bwrap(run_as, &view),
-            IsolationMode::Bwrap => Some(probe_bwrap(run_as, &view).ok_or_else(|| {
-                SandboxError::Start(
-                    "bubblewrap isolation was required but bwrap cannot build a sandbox with its own network namespace here".into(),
-                )
-            })?),
-        };
-        if bwrap.is_none() {
-            tracing::warn!(
-                isolation = ?settings.isolation,
-                "RUNNERS ARE NOT ISOLATED: uploaded code runs as a plain process that sees the host's files and network \
-                 (bubblewrap with unprivileged namespaces is unavailable or switched off); do not serve untrusted tenants like this"
-            );
+        let Isolation { bwrap, warnings } =
+            isolation::settle(settings.isolation, &settings.bwrap_binary, run_as, &view)?;
+        for warning in &warnings {
+            tracing::error!(isolation = ?settings.isolation, "{warning}");
         }
         tracing::info!(
             root = %settings.root.display(),
@@ -266,6 +256,7 @@ impl LocalExecutor {
                 egress,
                 identities,
                 cgroups,
+                warnings,
                 runners: Mutex::new(HashMap::new()),
                 exits: broadcast::channel(EXIT_BACKLOG).0,
             }),
@@ -801,18 +792,11 @@ impl Executor for LocalExecutor {
     fn exits(&self) -> broadcast::Receiver<RunnerExit> {
         self.inner.exits.subscribe()
     }
-}
 
-/// The namespaces every bubblewrapped worker gets to itself, and its tie to
-/// the server's life.
-const BWRAP_NAMESPACES: [&str; 6] = [
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-net",
-    "--die-with-parent",
-    "--new-session",
-];
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings.clone()
+    }
+}
 
 /// This backend's name in metrics.
 const BACKEND: &str = "local";
@@ -902,30 +886,6 @@ fn refuse_untraversable(root: &Path, uid: u32) -> Result<(), SandboxError> {
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Finds `bwrap` on `PATH` and checks it can build a worker's sandbox here
-/// (namespaces included) as the worker's user.
-fn probe_bwrap(run_as: Option<(u32, u32)>, view: &[String]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let bwrap = std::env::split_paths(&path)
-        .map(|dir| dir.join("bwrap"))
-        .find(|candidate| candidate.exists())?;
-    let mut probe = std::process::Command::new(&bwrap);
-    probe
-        .args(view)
-        .args(BWRAP_NAMESPACES)
-        .args(["--", "/usr/bin/true"]);
-    if let Some((uid, gid)) = run_as {
-        use std::os::unix::process::CommandExt;
-        probe.uid(uid).gid(gid);
-    }
-    let works = probe
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    works.then_some(bwrap)
 }
 
 /// How long the reaper waits for a worker's `/health`.

@@ -314,14 +314,20 @@ pub struct LogConfig {
     pub otlp_service_name: String,
 }
 
-/// Isolation of local runners.
+/// Isolation of local runners. Uploaded code never runs unisolated unless
+/// asked for (`none`), or on the development secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RunnerIsolation {
-    /// bubblewrap when it works here, else plain processes.
+    /// Bubblewrap, or refuse to start without it. Only a server on the
+    /// generated development secret (no JWT secret, key, JWKS URL, issuer
+    /// or audience configured: `make run`) starts without it, with runners
+    /// unisolated and a loud warning.
     Auto,
-    /// Require bubblewrap.
+    /// Bubblewrap, or refuse to start without it.
     Bwrap,
-    /// Plain processes (environment and user isolation only).
+    /// Plain processes (environment and user isolation only): uploaded code
+    /// sees the host's files and network. Warned about at start and in
+    /// `GET /readyz`.
     None,
 }
 
@@ -377,7 +383,9 @@ pub struct RunnerConfig {
     /// Directory of local runners (`TOOLSERVER_RUNNER_DIR`, default `<data dir>/runners`).
     #[arg(long, env = "TOOLSERVER_RUNNER_DIR")]
     pub runner_dir: Option<PathBuf>,
-    /// `auto`, `bwrap` or `none` (`TOOLSERVER_RUNNER_ISOLATION`).
+    /// `auto` (bubblewrap, or refuse to start unless on the development
+    /// secret), `bwrap` (bubblewrap, or refuse to start) or `none` (plain
+    /// processes, warned about) (`TOOLSERVER_RUNNER_ISOLATION`).
     #[arg(
         long,
         env = "TOOLSERVER_RUNNER_ISOLATION",
@@ -385,6 +393,10 @@ pub struct RunnerConfig {
         default_value = "auto"
     )]
     pub runner_isolation: RunnerIsolation,
+    /// The bubblewrap executable that isolates local runners, looked up on
+    /// `PATH` when it is a bare name (`TOOLSERVER_BWRAP_BINARY`).
+    #[arg(long, env = "TOOLSERVER_BWRAP_BINARY", default_value = "bwrap")]
+    pub bwrap_binary: PathBuf,
     /// What the egress proxy lets runners reach.
     #[command(flatten)]
     pub egress: EgressConfig,

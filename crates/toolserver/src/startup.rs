@@ -1,5 +1,7 @@
-//! Building the running server from its configuration: database (external or
-//! embedded), migrations, bundle store, token verification, then the listener.
+//! Building the running server from its configuration: token verification,
+//! the runner backend (refusing to start where runners cannot be isolated,
+//! see [`crate::runner_isolation`]), database (external or embedded),
+//! migrations, bundle store, then the listener.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,8 +28,7 @@ use toolserver_kubernetes::{
     SharedEgress,
 };
 use toolserver_sandbox::{
-    EgressKey, EgressProxy, EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings,
-    RunnerLimits,
+    EgressKey, EgressProxy, EgressSettings, Executor, LocalExecutor, LocalSettings, RunnerLimits,
 };
 use toolserver_store::PoolSettings;
 use url::Url;
@@ -35,11 +36,12 @@ use url::Url;
 use crate::config::{
     AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, ChannelKind,
     CorsConfig, DatabaseConfig, EgressConfig, EgressProxyConfig, ExecutorKind, JwtAlgorithm,
-    LimitsConfig, RunnerConfig, RunnerIsolation, ServeConfig, TurnChunks,
+    LimitsConfig, RunnerConfig, ServeConfig, TurnChunks,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::keys;
 use crate::metrics_endpoint::{self, MetricsListen, MetricsServer};
+use crate::runner_isolation;
 use crate::telemetry::{self, Telemetry};
 
 /// Lifetime of the development token printed at start.
@@ -108,12 +110,14 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         None => Url::parse(&format!("http://{}", config.bind))?,
     };
     let cors = cors_settings(&config.cors)?;
+    let on_dev_secret = uses_development_secret(&config.auth, &config.database);
+    let auth = authenticator(&config.auth, &config.database, on_dev_secret)?;
+    // Before the database: a server that may not run tools refuses at once.
+    let development = runner_isolation::development_server(&config.auth, on_dev_secret);
+    let (executor, runner_reaper) =
+        executor(&config.runners, &config.database, &public_url, development).await?;
     let db = open_database(&config.database).await?;
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
-    let dev_mode = config.database.database_url.is_none();
-    let auth = authenticator(&config.auth, &config.database, dev_mode)?;
-    let (executor, runner_reaper) =
-        executor(&config.runners, &config.database, &public_url).await?;
     let api = ApiSettings {
         cors,
         max_socket_requests: config.agents.ws_max_requests.max(1),
@@ -448,15 +452,17 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
     }
 }
 
-/// The configured runner backend and its idle reaper.
+/// The configured runner backend and its idle reaper; `development` lets
+/// local runners go unisolated under `auto` (see [`runner_isolation`]).
 async fn executor(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,
+    development: bool,
 ) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
     Ok(match config.executor {
         ExecutorKind::Local => {
-            let executor = local_executor(config, db, public_url)?;
+            let executor = local_executor(config, db, public_url, development)?;
             let reaper = executor.spawn_reaper();
             (Arc::new(executor), reaper)
         }
@@ -523,6 +529,7 @@ fn local_executor(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,
+    development: bool,
 ) -> anyhow::Result<LocalExecutor> {
     let root = config
         .runner_dir
@@ -534,15 +541,15 @@ fn local_executor(
         idle_timeout: Duration::from_secs(config.runner_idle_secs),
         start_timeout: Duration::from_millis(config.runner_start_timeout_ms),
         kill_grace: Duration::from_millis(config.runner_kill_grace_ms),
-        isolation: match config.runner_isolation {
-            RunnerIsolation::Auto => IsolationMode::Auto,
-            RunnerIsolation::Bwrap => IsolationMode::Bwrap,
-            RunnerIsolation::None => IsolationMode::None,
-        },
+        isolation: runner_isolation::mode(config.runner_isolation, development),
+        bwrap_binary: config.bwrap_binary.clone(),
         egress: egress_settings(&config.egress, Some(public_url.clone())),
         limits: runner_limits(config),
     };
-    Ok(LocalExecutor::new(settings)?)
+    let executor = LocalExecutor::new(settings)
+        .map_err(|err| runner_isolation::explain(err, config.runner_isolation))?;
+    runner_isolation::announce(&executor, config.runner_isolation);
+    Ok(executor)
 }
 
 /// The egress proxy's settings, with `callback_base` for the job callbacks.
@@ -669,10 +676,20 @@ async fn bundle_store(
     }
 }
 
+/// Whether tokens are verified with the generated development secret: HS256
+/// with no secret, key file or JWKS URL, on the embedded database.
+fn uses_development_secret(config: &AuthConfig, db: &DatabaseConfig) -> bool {
+    config.jwt_algorithm == JwtAlgorithm::Hs256
+        && config.jwt_secret.is_none()
+        && config.jwt_public_key_file.is_none()
+        && config.jwt_jwks_url.is_none()
+        && db.database_url.is_none()
+}
+
 fn authenticator(
     config: &AuthConfig,
     db: &DatabaseConfig,
-    dev_mode: bool,
+    on_dev_secret: bool,
 ) -> anyhow::Result<Authenticator> {
     let algorithm = match config.jwt_algorithm {
         JwtAlgorithm::Hs256 => Algorithm::HS256,
@@ -695,7 +712,7 @@ fn authenticator(
         (Algorithm::HS256, Some(secret), None, None) => {
             KeySource::Static(Arc::new(DecodingKey::from_secret(secret.as_bytes())))
         }
-        (Algorithm::HS256, None, None, None) if dev_mode => {
+        (Algorithm::HS256, None, None, None) if on_dev_secret => {
             KeySource::Static(Arc::new(DecodingKey::from_secret(
                 dev_secret(config, db)?.as_bytes(),
             )))

@@ -96,7 +96,8 @@ pub fn local_executor(dir: &std::path::Path, public_url: Option<url::Url>) -> Lo
         idle_timeout: std::time::Duration::from_secs(300),
         start_timeout: std::time::Duration::from_secs(10),
         kill_grace: std::time::Duration::from_millis(500),
-        isolation: IsolationMode::Auto,
+        isolation: IsolationMode::PreferBwrap,
+        bwrap_binary: "bwrap".into(),
         egress: toolserver_sandbox::EgressSettings {
             callback_base: public_url,
             ..Default::default()

@@ -309,7 +309,7 @@ export default {
 
 #[tokio::test]
 async fn each_runner_runs_as_a_user_of_its_own_that_keeps_others_out() {
-    for isolation in [IsolationMode::Auto, IsolationMode::None] {
+    for isolation in [IsolationMode::PreferBwrap, IsolationMode::None] {
         let h = Harness::with(|settings| settings.isolation = isolation);
         if !h.executor.runs_as_own_users() {
             eprintln!("skipped: the server is not root, so runners cannot get users of their own");

@@ -3,6 +3,7 @@
 
 mod calls;
 mod exits;
+mod isolation;
 mod lifecycle;
 mod limits;
 mod support;

@@ -23,7 +23,8 @@ pub fn settings(root: &std::path::Path) -> LocalSettings {
         idle_timeout: Duration::from_secs(300),
         start_timeout: Duration::from_secs(10),
         kill_grace: Duration::from_millis(500),
-        isolation: IsolationMode::Auto,
+        isolation: IsolationMode::PreferBwrap,
+        bwrap_binary: "bwrap".into(),
         egress: Default::default(),
         limits: Default::default(),
     }

@@ -1,6 +1,7 @@
 //! Tests of the toolserver program: the embedded database, crash safety,
-//! the kubernetes executor behind the unchanged API, the settings that
-//! packaging files and the README refer to, and upgrades with work in flight.
+//! the kubernetes executor behind the unchanged API, runner isolation at
+//! start, the settings that packaging files and the README refer to, and
+//! upgrades with work in flight.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod chaos;
@@ -8,6 +9,7 @@ mod crash;
 mod egress_proxy;
 mod embedded;
 mod interrupted;
+mod isolation;
 mod kubernetes;
 mod mcp_tasks;
 mod metrics;
