@@ -83,6 +83,9 @@ fn error_response(status: StatusCode, message: String) -> Response {
             code: code_for_status(status).to_owned(),
             message,
             field: None,
+            limit: None,
+            value: None,
+            retry_after_ms: None,
         },
     };
     (status, Json(body)).into_response()

@@ -15,6 +15,8 @@ use toolserver_harness::stream::StreamError;
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
 
+use crate::admission::{AdmissionError, Refusal};
+
 /// Longest error message sent, in bytes; longer ones end in `…`.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
@@ -61,6 +63,10 @@ pub enum ApiError {
     /// 422: well-formed input that breaks a rule.
     #[error(transparent)]
     Validation(#[from] ValidationError),
+    /// 429: a limit of the account is reached; `Retry-After` says when to
+    /// try again, the body names the limit and its value.
+    #[error(transparent)]
+    TooManyRequests(#[from] Refusal),
     /// 408: the request did not finish within the configured timeout.
     #[error("request timed out")]
     Timeout,
@@ -89,6 +95,16 @@ pub struct ErrorDetail {
     /// The request field at fault, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// On a 429: the limit reached (`concurrentCalls`, `callsPerMinute`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// On a 429: the limit's value for the account.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<u32>,
+    /// On a 429: milliseconds until a retry may pass (`Retry-After` in
+    /// whole seconds, rounded up).
+    #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The internal cause of a 5xx, attached to the response for logging.
@@ -121,6 +137,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Timeout => StatusCode::REQUEST_TIMEOUT,
+            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -145,6 +162,7 @@ pub fn code_for_status(status: StatusCode) -> &'static str {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         StatusCode::UNPROCESSABLE_ENTITY => "validation_failed",
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
+        StatusCode::TOO_MANY_REQUESTS => "limit_exceeded",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         s if s.is_server_error() => "internal",
         _ => "error",
@@ -163,6 +181,10 @@ impl IntoResponse for ApiError {
             Self::Unavailable(cause) | Self::Internal(cause) => Some(cause.clone()),
             _ => None,
         };
+        let refusal = match &self {
+            Self::TooManyRequests(refusal) => Some(refusal),
+            _ => None,
+        };
         // Messages may quote input (a mistyped value, a schema violation);
         // the quote is cut so an error never echoes a large request back.
         let body = ErrorBody {
@@ -170,6 +192,11 @@ impl IntoResponse for ApiError {
                 code: code.to_owned(),
                 message: abbreviate(&self.to_string(), MAX_MESSAGE_BYTES),
                 field: field.map(|f| abbreviate(&f, MAX_FIELD_BYTES)),
+                limit: refusal.map(|refusal| refusal.kind.name().to_owned()),
+                value: refusal.map(|refusal| refusal.value),
+                retry_after_ms: refusal.map(|refusal| {
+                    u64::try_from(refusal.retry_after.as_millis()).unwrap_or(u64::MAX)
+                }),
             },
         };
         let mut response = (status, Json(body)).into_response();
@@ -177,6 +204,13 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(refusal) = refusal {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(refusal.retry_after_secs()),
+            );
+            crate::metrics::refused(refusal);
         }
         if let Some(cause) = cause {
             response.extensions_mut().insert(ErrorCause(cause));
@@ -252,6 +286,15 @@ impl From<StreamError> for ApiError {
         match err {
             StreamError::Store(store) => store.into(),
             StreamError::Log(log) => Self::Unavailable(log.to_string()),
+        }
+    }
+}
+
+impl From<AdmissionError> for ApiError {
+    fn from(err: AdmissionError) -> Self {
+        match err {
+            AdmissionError::Refused(refusal) => Self::TooManyRequests(refusal),
+            AdmissionError::Store(store) => store.into(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! a bearer-token extractor, and the OpenAPI document generated from the
 //! same route definitions.
 
+pub mod admission;
 pub mod auth;
 pub mod cors;
 pub mod edge;
@@ -15,6 +16,7 @@ pub mod openapi;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod usage;
 
 use axum::Router;
 use utoipa::OpenApi;
@@ -30,6 +32,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::agents::routes())
         .merge(routes::conversations::routes())
         .merge(routes::sandbox_jobs::routes())
+        .merge(routes::operator::routes())
+        .merge(routes::accounts::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

@@ -3,6 +3,7 @@
 //! route is the template the request matched (`/tools/{toolId}`), or
 //! `unmatched`, and an unusual method is `other`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
@@ -10,10 +11,36 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::admission::Refusal;
+
 /// Requests answered, by `route`, `method` and `status`.
 pub const REQUESTS: &str = "toolserver_http_requests_total";
 /// Seconds to the response head, by `route`, `method` and `status`.
 pub const REQUEST_SECONDS: &str = "toolserver_http_request_duration_seconds";
+
+/// Requests refused by admission, by `limit` (and `account`, when an
+/// operator turned that label on).
+pub const REFUSALS: &str = "toolserver_admission_refusals_total";
+
+/// Whether refusals carry an `account` label (off: one series per limit,
+/// whatever the number of accounts).
+static ACCOUNT_LABEL: AtomicBool = AtomicBool::new(false);
+
+/// Turns the `account` label of per-account series on or off.
+pub fn label_accounts(on: bool) {
+    ACCOUNT_LABEL.store(on, Ordering::Relaxed);
+}
+
+/// Counts one refusal.
+pub fn refused(refusal: &Refusal) {
+    let limit = ("limit", refusal.kind.name().to_owned());
+    if ACCOUNT_LABEL.load(Ordering::Relaxed) {
+        let account = ("account", refusal.account.as_str().to_owned());
+        metrics::counter!(REFUSALS, &[limit, account]).increment(1);
+    } else {
+        metrics::counter!(REFUSALS, &[limit]).increment(1);
+    }
+}
 
 /// Gives the request series their help text (once the recorder is installed).
 pub fn describe() {
@@ -25,6 +52,10 @@ pub fn describe() {
         REQUEST_SECONDS,
         metrics::Unit::Seconds,
         "Seconds from a request to its response head, by route template, method and status."
+    );
+    metrics::describe_counter!(
+        REFUSALS,
+        "Requests refused by admission, by the limit reached."
     );
 }
 

@@ -47,6 +47,13 @@ pub async fn spawn_turns(
                 let Some(reply) = message.reply else { return };
                 let answer = match start(&state, &message.payload, reply.as_str()).await {
                     Ok(status_id) => json!({"statusId": status_id, "status": "running"}),
+                    Err(ApiError::TooManyRequests(refusal)) => json!({"error": {
+                        "code": "limit_exceeded",
+                        "message": refusal.to_string(),
+                        "limit": refusal.kind.name(),
+                        "value": refusal.value,
+                        "retryAfterMs": refusal.retry_after.as_millis() as u64,
+                    }}),
                     Err(err) => json!({"error": {"code": err.code(), "message": err.to_string()}}),
                 };
                 publish(&client, reply.to_string(), &answer).await;
@@ -62,6 +69,7 @@ async fn start(state: &AppState, payload: &[u8], reply: &str) -> Result<Uuid, Ap
             message: format!("not a turn request: {err}"),
         })?;
     let account = state.auth().authenticate(&request.token).await?;
+    state.admission().detached_turn(&account).await?;
     let turn = start_turn(state, &account, &request.agent_id, request.request).await?;
     launch(state, account, turn, Some(reply)).await
 }

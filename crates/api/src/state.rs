@@ -11,10 +11,12 @@ use toolserver_sandbox::Executor;
 use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
 use toolserver_harness::Harness;
 
-use crate::auth::Authenticator;
+use crate::admission::{Admission, AdmissionSettings};
+use crate::auth::{Authenticator, OperatorKey};
 use crate::cors::CorsSettings;
 use crate::mcp::McpSettings;
 use crate::nats::NatsReplies;
+use crate::usage::UsageMeter;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
 #[derive(Debug, Clone)]
@@ -47,6 +49,12 @@ pub struct ApiSettings {
     pub max_socket_requests: usize,
     /// The MCP server.
     pub mcp: McpSettings,
+    /// Per-account limits checked before work starts.
+    pub admission: AdmissionSettings,
+    /// The key of the operator routes; `None`: they are switched off.
+    pub operator_key: Option<OperatorKey>,
+    /// How often runner usage is added to the stored period totals.
+    pub usage_flush_interval: Duration,
 }
 
 impl Default for ApiSettings {
@@ -66,6 +74,9 @@ impl Default for ApiSettings {
             cors: None,
             max_socket_requests: 16,
             mcp: McpSettings::default(),
+            admission: AdmissionSettings::default(),
+            operator_key: None,
+            usage_flush_interval: Duration::from_secs(10),
         }
     }
 }
@@ -82,6 +93,8 @@ struct Inner {
     settings: ApiSettings,
     harness: Arc<Harness>,
     lifecycle: Lifecycle,
+    admission: Arc<Admission>,
+    usage: Arc<UsageMeter>,
 }
 
 impl AppState {
@@ -101,7 +114,15 @@ impl AppState {
             None => Arc::new(NoListener),
         };
         let lifecycle = Lifecycle::new(pool.clone(), harness.clone(), executor.clone(), listener);
+        let admission = Arc::new(Admission::new(pool.clone(), settings.admission.clone()));
+        if admission.enabled() {
+            admission.spawn_listener();
+        }
+        let usage = Arc::new(UsageMeter::new(pool.clone(), executor.clone()));
+        usage.spawn_flusher(settings.usage_flush_interval);
         Self(Arc::new(Inner {
+            admission,
+            usage,
             pool,
             bundles,
             executor,
@@ -120,6 +141,16 @@ impl AppState {
     /// The detached-turn lifecycle.
     pub fn lifecycle(&self) -> &Lifecycle {
         &self.0.lifecycle
+    }
+
+    /// Per-account admission.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.0.admission
+    }
+
+    /// Runner usage per account and period.
+    pub fn usage(&self) -> &Arc<UsageMeter> {
+        &self.0.usage
     }
 
     /// The database pool.

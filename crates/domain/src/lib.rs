@@ -6,6 +6,7 @@ pub mod agent;
 pub mod digest;
 pub mod egress;
 pub mod lifecycle;
+pub mod limits;
 pub mod network;
 mod prefixed_id;
 pub mod tool;
@@ -19,5 +20,6 @@ pub use agent::{
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
 pub use lifecycle::{CallStatus, TurnStatus};
+pub use limits::{AccountLimits, LimitKind, LimitOverrides};
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::{refuse_nul, refuse_nul_text, ValidationError};

@@ -40,6 +40,17 @@ pub struct RunnerExit {
     pub calls: Vec<LaunchedCall>,
 }
 
+/// What one account's runners use, as this process saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunnerUsage {
+    /// Runners of the account alive now.
+    pub live_runners: usize,
+    /// CPU time its runners used since this process started.
+    pub cpu: std::time::Duration,
+    /// Bytes the egress proxy carried for it since this process started.
+    pub egress_bytes: u64,
+}
+
 /// Runs tool calls in runners addressed by reservation key.
 #[async_trait]
 pub trait Executor: Send + Sync + 'static {
@@ -75,6 +86,20 @@ pub trait Executor: Send + Sync + 'static {
     /// (e.g. that they are not isolated); `GET /readyz` lists them. Empty
     /// (the default) when nothing is amiss.
     fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// What `account`'s runners use (zeros for a backend that cannot tell).
+    fn usage(&self, account: &toolserver_domain::AccountId) -> RunnerUsage {
+        self.usage_all()
+            .into_iter()
+            .find_map(|(of, usage)| (&of == account).then_some(usage))
+            .unwrap_or_default()
+    }
+
+    /// What every account's runners used, for each account whose runners
+    /// ran in this process (none for a backend that cannot tell).
+    fn usage_all(&self) -> Vec<(toolserver_domain::AccountId, RunnerUsage)> {
         Vec::new()
     }
 }

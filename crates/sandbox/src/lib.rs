@@ -23,7 +23,7 @@ pub use assets::WorkerAssets;
 pub use client::{WorkerClient, WorkerConnection};
 pub use egress::{EgressGrant, EgressKey, EgressProxy, EgressScope, EgressSettings};
 pub use error::SandboxError;
-pub use executor::{Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo};
+pub use executor::{Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo, RunnerUsage};
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};
 pub use limits::{CallWatch, Limit, LimitBreach, RunnerLimits};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};

@@ -2,6 +2,8 @@
 //! data takes the [`AccountId`](toolserver_domain::AccountId) and filters by
 //! it, so another account's rows are indistinguishable from missing ones.
 
+pub mod account_limits;
+pub mod account_usage;
 pub mod accounts;
 pub mod agents;
 pub mod async_results;

@@ -56,6 +56,9 @@ pub struct ServeConfig {
     /// The MCP server and MCP servers agents use.
     #[command(flatten)]
     pub mcp: McpConfig,
+    /// Per-account limits and the operator routes.
+    #[command(flatten)]
+    pub accounts: AccountsConfig,
     /// Logging settings.
     #[command(flatten)]
     pub log: LogConfig,
@@ -912,6 +915,85 @@ pub struct McpConfig {
     /// (`TOOLSERVER_MCP_LIST_TTL_SECS`).
     #[arg(long, env = "TOOLSERVER_MCP_LIST_TTL_SECS", default_value_t = 60)]
     pub mcp_list_ttl_secs: u64,
+}
+
+/// What each account may use (the defaults; an operator overrides them per
+/// account), and the operator routes that change them.
+#[derive(Debug, Clone, Args)]
+pub struct AccountsConfig {
+    /// Whether requests are checked against their account's limits before
+    /// work starts (`TOOLSERVER_ADMISSION`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_ADMISSION",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub admission: bool,
+    /// Runner calls (direct invokes, MCP `tools/call`) an account may have in
+    /// flight at once, per server process (`TOOLSERVER_ACCOUNT_CONCURRENT_CALLS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_ACCOUNT_CONCURRENT_CALLS",
+        default_value_t = 16
+    )]
+    pub account_concurrent_calls: u32,
+    /// Turns (chat SSE, WebSocket) an account may have streaming at once, per
+    /// server process (`TOOLSERVER_ACCOUNT_OPEN_TURNS`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_OPEN_TURNS", default_value_t = 64)]
+    pub account_open_turns: u32,
+    /// Detached turns (HTTP or NATS) an account may have unfinished
+    /// (`TOOLSERVER_ACCOUNT_PENDING_DETACHED`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_ACCOUNT_PENDING_DETACHED",
+        default_value_t = 256
+    )]
+    pub account_pending_detached: u32,
+    /// Runners an account may have alive at once, per server process
+    /// (`TOOLSERVER_ACCOUNT_LIVE_RUNNERS`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_LIVE_RUNNERS", default_value_t = 8)]
+    pub account_live_runners: u32,
+    /// MCP tasks an account may have unsettled (`TOOLSERVER_ACCOUNT_MCP_TASKS`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_MCP_TASKS", default_value_t = 64)]
+    pub account_mcp_tasks: u32,
+    /// Runner calls an account may start per minute, per server process
+    /// (`TOOLSERVER_ACCOUNT_CALLS_PER_MINUTE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_ACCOUNT_CALLS_PER_MINUTE",
+        default_value_t = 6000
+    )]
+    pub account_calls_per_minute: u32,
+    /// Runner calls an account may start at once after a quiet spell
+    /// (`TOOLSERVER_ACCOUNT_CALL_BURST`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_CALL_BURST", default_value_t = 600)]
+    pub account_call_burst: u32,
+    /// Turns an account may start per minute, per server process
+    /// (`TOOLSERVER_ACCOUNT_TURNS_PER_MINUTE`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_ACCOUNT_TURNS_PER_MINUTE",
+        default_value_t = 600
+    )]
+    pub account_turns_per_minute: u32,
+    /// Turns an account may start at once after a quiet spell
+    /// (`TOOLSERVER_ACCOUNT_TURN_BURST`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_TURN_BURST", default_value_t = 100)]
+    pub account_turn_burst: u32,
+    /// The key of the operator routes (`/operator/...`), at least 16 bytes;
+    /// unset: the routes answer 403 (`TOOLSERVER_OPERATOR_KEY`).
+    #[arg(long, env = "TOOLSERVER_OPERATOR_KEY", hide_env_values = true)]
+    pub operator_key: Option<String>,
+    /// Whether per-account metric series carry an `account` label (one
+    /// series per account: mind the cardinality) (`TOOLSERVER_METRICS_ACCOUNT_LABEL`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_METRICS_ACCOUNT_LABEL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub metrics_account_label: bool,
 }
 
 /// One `name=ip` of `TOOLSERVER_RUNNER_EGRESS_TEST_HOSTS`.

@@ -10,12 +10,14 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use sqlx::PgPool;
+use toolserver_api::admission::AdmissionSettings;
+use toolserver_api::auth::OperatorKey;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::cors::CorsSettings;
 use toolserver_api::mcp::McpSettings;
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
-use toolserver_domain::{AgentLimits, ToolLimits};
+use toolserver_domain::{AccountLimits, AgentLimits, ToolLimits};
 use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
@@ -34,9 +36,9 @@ use toolserver_store::PoolSettings;
 use url::Url;
 
 use crate::config::{
-    AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind, ChannelKind,
-    CorsConfig, DatabaseConfig, EgressConfig, EgressProxyConfig, ExecutorKind, JwtAlgorithm,
-    LimitsConfig, RunnerConfig, ServeConfig, TurnChunks,
+    AccountsConfig, AgentsConfig, AuthConfig, BundleBackend, BundleConfig, CacheVolumeKind,
+    ChannelKind, CorsConfig, DatabaseConfig, EgressConfig, EgressProxyConfig, ExecutorKind,
+    JwtAlgorithm, LimitsConfig, RunnerConfig, ServeConfig, TurnChunks,
 };
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::keys;
@@ -122,8 +124,11 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         cors,
         max_socket_requests: config.agents.ws_max_requests.max(1),
         mcp: mcp_settings(config)?,
+        admission: admission_settings(&config.accounts),
+        operator_key: operator_key(&config.accounts)?,
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
+    toolserver_api::metrics::label_accounts(config.accounts.metrics_account_label);
     let nats = connect_nats(&config.agents).await?;
     let chunks = chunk_store(&config.agents, nats.as_ref()).await?;
     let harness = harness(
@@ -594,6 +599,32 @@ fn runner_limits(config: &RunnerConfig) -> RunnerLimits {
         cpu_per_call: Duration::from_millis(config.runner_cpu_ms_per_call),
         check_interval: Duration::from_millis(config.runner_limit_check_ms.max(10)),
     }
+}
+
+fn admission_settings(config: &AccountsConfig) -> AdmissionSettings {
+    AdmissionSettings {
+        enabled: config.admission,
+        defaults: AccountLimits {
+            concurrent_calls: config.account_concurrent_calls,
+            open_turns: config.account_open_turns,
+            pending_detached: config.account_pending_detached,
+            live_runners: config.account_live_runners,
+            mcp_tasks: config.account_mcp_tasks,
+            calls_per_minute: config.account_calls_per_minute,
+            call_burst: config.account_call_burst,
+            turns_per_minute: config.account_turns_per_minute,
+            turn_burst: config.account_turn_burst,
+        },
+    }
+}
+
+fn operator_key(config: &AccountsConfig) -> anyhow::Result<Option<OperatorKey>> {
+    config
+        .operator_key
+        .clone()
+        .map(OperatorKey::new)
+        .transpose()
+        .map_err(|err| anyhow::anyhow!("TOOLSERVER_OPERATOR_KEY: {err}"))
 }
 
 fn api_settings(

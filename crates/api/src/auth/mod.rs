@@ -4,6 +4,7 @@
 //! rejected with 401, never treated as anonymous.
 
 mod jwks;
+mod operator;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use toolserver_domain::AccountId;
 use crate::error::ApiError;
 use crate::state::AppState;
 pub use jwks::JwksKeys;
+pub use operator::{Operator, OperatorKey};
 
 /// Where verification keys come from.
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
-    GetTaskParams, GetTaskResult, Implementation, InitializeResult, ListToolsResult,
+    ErrorCode, GetTaskParams, GetTaskResult, Implementation, InitializeResult, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
@@ -25,6 +25,7 @@ use uuid::Uuid;
 use super::auth::McpCaller;
 use super::progress::Progress;
 use super::wire;
+use crate::admission::AdmissionError;
 use crate::state::AppState;
 
 /// The revisions served: the current one and the one before it.
@@ -217,12 +218,17 @@ impl ServerHandler for AccountServer {
         let takes_tasks = context
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
+        let admission = self.state.admission();
         match tool.tool_id {
             Some(tool_id) if takes_tasks && tool.detachable() => {
+                admission.mcp_task(&account).await.map_err(refused)?;
                 self.call_as_task(&account, &tool, tool_id, input, &context)
                     .await
             }
-            _ => Ok(self.call_inline(&tool, input, &context).await.into()),
+            _ => {
+                let _permit = admission.call(&account).await.map_err(refused)?;
+                Ok(self.call_inline(&tool, input, &context).await.into())
+            }
         }
     }
 
@@ -255,6 +261,28 @@ impl ServerHandler for AccountServer {
         Ok(())
     }
 }
+
+/// A refused call as MCP answers it: a JSON-RPC error in the server range
+/// whose data names the limit, its value and when to retry.
+fn refused(err: AdmissionError) -> McpError {
+    match err {
+        AdmissionError::Refused(refusal) => McpError::new(
+            ErrorCode(LIMIT_EXCEEDED),
+            refusal.to_string(),
+            Some(serde_json::json!({
+                "code": "limit_exceeded",
+                "limit": refusal.kind.name(),
+                "value": refusal.value,
+                "retryAfterMs": u64::try_from(refusal.retry_after.as_millis()).unwrap_or(u64::MAX),
+            })),
+        ),
+        AdmissionError::Store(err) => store_error(err),
+    }
+}
+
+/// The JSON-RPC error code of a call refused by admission (the range
+/// -32000..-32099 is the server's own).
+pub const LIMIT_EXCEEDED: i32 = -32029;
 
 /// The account the request authenticated as.
 fn caller(context: &RequestContext<RoleServer>) -> Result<AccountId, McpError> {

@@ -22,6 +22,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use crate::state::AppState;
 
 pub use auth::{McpCaller, METADATA_PATH};
+pub use handler::LIMIT_EXCEEDED;
 
 /// Where the MCP endpoint is served. It and the metadata routes are
 /// described in `contract.yaml` (the SDK's service carries no annotation).

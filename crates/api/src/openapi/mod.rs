@@ -28,6 +28,8 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "agents", description = "Agents, their turns (AI SDK UI message streams) and conversations"),
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "async", description = "Completion of detached async tool calls"),
+        (name = "accounts", description = "The calling account's limits and usage"),
+        (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),
         (name = "mcp", description = "The account as an MCP server (streamable HTTP), and its OAuth protected-resource metadata"),
     ),
@@ -45,6 +47,15 @@ impl Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The operator key (TOOLSERVER_OPERATOR_KEY)"))
                     .build(),
             ),
         );

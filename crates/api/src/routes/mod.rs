@@ -1,8 +1,10 @@
 //! One module per resource, each exposing its routes; merged in [`crate::api_router`].
 
+pub mod accounts;
 pub mod agents;
 pub mod bundles;
 pub mod conversations;
 pub mod health;
+pub mod operator;
 pub mod sandbox_jobs;
 pub mod tools;

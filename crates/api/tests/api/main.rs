@@ -3,6 +3,7 @@
 //! a real `s3s-fs`), and real token verification.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod admission;
 mod agents;
 mod auth;
 mod browser;

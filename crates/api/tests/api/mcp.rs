@@ -18,7 +18,7 @@ const ECHO: &str =
     "export default { async execute(ctx, input) { return { echoed: input.text }; } };";
 const COUNTS: &str = "export default { async *execute(ctx, input) { for (let i = 1; i <= input.to; i++) { yield { count: i }; await new Promise(r => setTimeout(r, 30)); } } };";
 const THROWS: &str = "export default { async execute() { throw new Error('the tool broke'); } };";
-const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
+pub(crate) const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
 const HANGS: &str = "export default { async execute(ctx) { await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
 
 fn client_dir() -> PathBuf {
@@ -421,7 +421,7 @@ async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &
 }
 
 /// One JSON-RPC request of `version`, with `Mcp-Name: name` when given.
-async fn revision_request(
+pub(crate) async fn revision_request(
     app: &LiveApp,
     method: &str,
     params: Value,

@@ -21,7 +21,7 @@ use crate::detached::{start_async, wait_for_status};
 use crate::live::LiveApp;
 use crate::support::*;
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
 
@@ -71,21 +71,21 @@ async fn connect(
     Ok((socket, protocol))
 }
 
-async fn open(app: &LiveApp, agent: &str) -> Socket {
+pub(crate) async fn open(app: &LiveApp, agent: &str) -> Socket {
     connect(app, agent, Credential::Subprotocol(ACCOUNT_A))
         .await
         .expect("the socket opens")
         .0
 }
 
-async fn send(socket: &mut Socket, frame: Value) {
+pub(crate) async fn send(socket: &mut Socket, frame: Value) {
     socket
         .send(Message::Text(frame.to_string().into()))
         .await
         .unwrap();
 }
 
-fn send_frame(request_id: &str, conversation: &str, text: &str) -> Value {
+pub(crate) fn send_frame(request_id: &str, conversation: &str, text: &str) -> Value {
     json!({
         "type": "send",
         "requestId": request_id,
@@ -119,16 +119,16 @@ async fn next(socket: &mut Socket) -> Option<Value> {
 
 /// What one request was answered with.
 #[derive(Debug, Default)]
-struct Answer {
+pub(crate) struct Answer {
     started: bool,
     chunks: Vec<Value>,
     sequences: Vec<i64>,
-    last: String,
+    pub(crate) last: String,
 }
 
 /// Reads frames of `request_id` until its last one (`end`, `error` or
 /// `no-active`).
-async fn answer(socket: &mut Socket, request_id: &str) -> Answer {
+pub(crate) async fn answer(socket: &mut Socket, request_id: &str) -> Answer {
     let mut answer = Answer::default();
     while let Some(frame) = next(socket).await {
         assert_eq!(frame["requestId"], request_id, "{frame}");

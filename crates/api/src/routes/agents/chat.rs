@@ -45,6 +45,7 @@ use crate::state::AppState;
         (status = 409, description = "The conversation is busy, belongs to another agent, or the approval answers no pending approval", body = ErrorBody),
         (status = 413, description = "The conversation is too large", body = ErrorBody),
         (status = 422, description = "The agent's config is no longer valid (e.g. a tool was deleted), or the request does not fit the conversation", body = ErrorBody),
+        (status = 429, description = "A limit of the account is reached (`openTurns`, `turnsPerMinute`); see `Retry-After`", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
 pub async fn chat(
@@ -70,6 +71,7 @@ pub(crate) async fn launch_turn(
     agent_id: &str,
     body: ChatRequest,
 ) -> ApiResult<mpsc::Receiver<String>> {
+    let permit = state.admission().turn(account).await?;
     let turn = start_turn(state, account, agent_id, body).await?;
     let settings = state.harness().settings().clone();
     let history = turn.history.clone();
@@ -115,6 +117,7 @@ pub(crate) async fn launch_turn(
             .finish_with(|stream_end| store_and_release(lease, messages, stream_end))
             .await;
         drop(forward);
+        drop(permit);
     };
     tokio::spawn(turn.instrument(span));
     Ok(client)

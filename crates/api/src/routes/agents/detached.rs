@@ -71,6 +71,7 @@ pub struct AsyncTurnView {
         (status = 409, description = "The conversation is busy or belongs to another agent", body = ErrorBody),
         (status = 413, description = "The conversation is too large", body = ErrorBody),
         (status = 422, description = "The agent's config is no longer valid", body = ErrorBody),
+        (status = 429, description = "A limit of the account is reached (`pendingDetached`, `turnsPerMinute`); see `Retry-After`", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
 pub async fn start_async(
@@ -79,6 +80,7 @@ pub async fn start_async(
     Path(agent_id): Path<String>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
+    state.admission().detached_turn(&account).await?;
     let turn = start_turn(&state, &account, &agent_id, body).await?;
     let turn_id = launch(&state, account, turn, None).await?;
     Ok((

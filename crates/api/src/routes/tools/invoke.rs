@@ -26,6 +26,7 @@ use toolserver_store::{tools, ToolRecord};
 use utoipa::ToSchema;
 
 use super::{parse_tool_id, tool_not_found};
+use crate::admission::Permit;
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
@@ -99,6 +100,7 @@ pub struct LogLine {
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
         (status = 422, description = "Input does not match the tool's inputSchema", body = ErrorBody),
+        (status = 429, description = "A limit of the account is reached (`concurrentCalls`, `callsPerMinute`); see `Retry-After`", body = ErrorBody),
         (status = 503, description = "No runner could be reached", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(tool.id = %tool_id, call.id = tracing::field::Empty))]
@@ -109,6 +111,7 @@ pub async fn invoke_tool(
     headers: HeaderMap,
     ApiJson(body): ApiJson<InvokeBody>,
 ) -> ApiResult<Response> {
+    let permit = state.admission().call(&account).await?;
     let id = parse_tool_id(&tool_id)?;
     let tool = tools::get(state.pool(), &account, id)
         .await
@@ -127,7 +130,10 @@ pub async fn invoke_tool(
     let key = ReservationKey::new(account, tool.id);
     let call = RunnerCall::start(state.executor().clone(), key, request)
         .await
-        .map(Call)
+        .map(|call| Call {
+            call,
+            _permit: permit,
+        })
         .map_err(|err| ApiError::Unavailable(format!("runner: {err}")))?;
     if wants_event_stream(&headers) {
         Ok(Sse::new(sse_events(call))
@@ -182,17 +188,21 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|accept| accept.contains("text/event-stream"))
 }
 
-/// A call in progress; cancelled on the runner if dropped before its end.
-struct Call(RunnerCall);
+/// A call in progress, holding its place among the account's concurrent
+/// calls; cancelled on the runner if dropped before its end.
+struct Call {
+    call: RunnerCall,
+    _permit: Permit,
+}
 
 impl Call {
     async fn next(&mut self) -> Option<Frame> {
-        self.0.next().await
+        self.call.next().await
     }
 
     async fn into_result(mut self) -> InvokeResult {
         let mut result = InvokeResult {
-            call_id: self.0.call_id().to_owned(),
+            call_id: self.call.call_id().to_owned(),
             output: None,
             error: None,
             logs: Vec::new(),

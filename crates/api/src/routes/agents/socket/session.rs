@@ -269,6 +269,11 @@ fn describe(err: &ApiError) -> String {
         ApiError::BadRequest {
             field: Some(field), ..
         } => format!("{}: {field}: {err}", err.code()),
+        ApiError::TooManyRequests(refusal) => format!(
+            "{}: {err} (retry after {} ms)",
+            err.code(),
+            refusal.retry_after.as_millis()
+        ),
         _ => format!("{}: {err}", err.code()),
     }
 }
