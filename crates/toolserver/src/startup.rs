@@ -26,8 +26,8 @@ use toolserver_kubernetes::{
     SharedEgress,
 };
 use toolserver_sandbox::{
-    EgressKey, EgressProxy, EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings,
-    RunnerLimits,
+    BudgetSettings, EgressKey, EgressProxy, EgressSettings, Executor, FixedRunnerCaps,
+    IsolationMode, LocalExecutor, LocalSettings, RunnerBudget, RunnerLimits,
 };
 use toolserver_store::PoolSettings;
 use url::Url;
@@ -448,8 +448,35 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
     }
 }
 
-/// The configured runner backend and its idle reaper.
+/// The configured runner backend, held to the runner budget, and its idle
+/// reaper.
 async fn executor(
+    config: &RunnerConfig,
+    db: &DatabaseConfig,
+    public_url: &Url,
+) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
+    let (backend, reaper) = backend(config, db, public_url).await?;
+    let caps = Arc::new(FixedRunnerCaps(count(config.account_live_runners)));
+    let budget = RunnerBudget::new(backend, budget_settings(config), caps);
+    Ok((Arc::new(budget), reaper))
+}
+
+/// The runner budget's settings.
+fn budget_settings(config: &RunnerConfig) -> BudgetSettings {
+    BudgetSettings {
+        max_live: count(config.runner_max_live),
+        queue_wait: Duration::from_millis(config.runner_queue_wait_ms),
+        queue_depth: count(config.runner_queue_depth),
+    }
+}
+
+/// A count setting as a `usize`.
+fn count(setting: u64) -> usize {
+    usize::try_from(setting).unwrap_or(usize::MAX)
+}
+
+/// The configured runner backend and its idle reaper.
+async fn backend(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,
