@@ -70,6 +70,15 @@ pub enum ApiError {
     /// 408: the request did not finish within the configured timeout.
     #[error("request timed out")]
     Timeout,
+    /// 503: the server's runners are all taken and none freed up in time;
+    /// `Retry-After` says when to try again.
+    #[error("{message}")]
+    Overloaded {
+        /// Which capacity ran out, with its value.
+        message: String,
+        /// When trying again may succeed.
+        retry_after: std::time::Duration,
+    },
     /// 503: a dependency (the database, the bundle store) is unreachable right now.
     #[error("service unavailable")]
     Unavailable(String),
@@ -138,6 +147,9 @@ impl ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Timeout => StatusCode::REQUEST_TIMEOUT,
             Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Overloaded { .. } => {
+                return (StatusCode::SERVICE_UNAVAILABLE, "capacity_exhausted")
+            }
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -641,4 +641,23 @@ impl Executor for KubernetesExecutor {
             .delete(&manifests::pod_name(key), None)
             .await
     }
+
+    async fn stop_if_idle(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
+        let runner = self.runner(key);
+        let idle = || runner.inflight.load(Ordering::SeqCst) == 0;
+        if !idle() {
+            return Ok(false);
+        }
+        let _starting = runner.starting.lock().await;
+        if !idle() || self.worker_busy(&runner.name).await {
+            return Ok(false);
+        }
+        self.inner.pods.delete(&runner.name, None).await?;
+        tracing::info!(runner = %runner.name, "runner pod deleted to make room");
+        if let Ok(mut touched) = runner.touched.lock() {
+            *touched = None;
+        }
+        runner.set_route(Route::Unknown);
+        Ok(true)
+    }
 }

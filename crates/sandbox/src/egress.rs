@@ -17,11 +17,15 @@
 //! The proxy follows no redirects: a tunnel carries bytes, and a forwarded
 //! response goes back as it came.
 //!
+//! The bytes every tunnel carries, both ways, are counted per account
+//! ([`EgressProxy::egress_bytes`]).
+//!
 //! Runners outside this process (Kubernetes pods) share one proxy served on
 //! TCP ([`EgressProxy::serve_shared`], the `toolserver egress-proxy`
 //! command): there every `CONNECT` carries a signed [`EgressGrant`] in
 //! `Proxy-Authorization: Bearer …`, which stands for the scope.
 
+mod counted;
 mod grant;
 mod route;
 
@@ -44,8 +48,11 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use toolserver_domain::EgressAllowList;
 use url::Url;
 
+use counted::Counted;
 pub use grant::{EgressGrant, EgressKey};
 use route::Route;
+
+use crate::meter::AccountMeter;
 
 /// Settings of the egress proxy; each is a server setting.
 #[derive(Debug, Clone)]
@@ -81,6 +88,8 @@ impl Default for EgressSettings {
 #[derive(Clone)]
 pub struct EgressProxy {
     settings: Arc<EgressSettings>,
+    /// Bytes carried, per account.
+    carried: AccountMeter,
 }
 
 /// Whose traffic one runner's socket carries, and the bundle URLs it was
@@ -169,7 +178,14 @@ impl EgressProxy {
     pub fn new(settings: EgressSettings) -> Self {
         Self {
             settings: Arc::new(settings),
+            carried: AccountMeter::default(),
         }
+    }
+
+    /// Bytes this proxy carried for `account`'s runners since it started,
+    /// both ways (tunnels and forwarded requests alike).
+    pub fn egress_bytes(&self, account: &str) -> u64 {
+        self.carried.read(account)
     }
 
     /// Listens on `socket` for `scope`'s runner until the returned task is
@@ -284,18 +300,18 @@ impl EgressProxy {
                 }
             };
         let (proxy, scope) = (self.clone(), scope.clone());
+        let carried = self.carried.of(&scope.account);
         tokio::spawn(async move {
             let Ok(upgraded) = hyper::upgrade::on(request).await else {
                 return;
             };
+            let mut tunnel = Counted::new(TokioIo::new(upgraded), carried);
             match route {
                 Route::Tunnel => {
                     let mut upstream = upstream;
-                    let _ =
-                        tokio::io::copy_bidirectional(&mut TokioIo::new(upgraded), &mut upstream)
-                            .await;
+                    let _ = tokio::io::copy_bidirectional(&mut tunnel, &mut upstream).await;
                 }
-                Route::Inspect => proxy.inspect(scope, host, port, upgraded, upstream).await,
+                Route::Inspect => proxy.inspect(scope, host, port, tunnel, upstream).await,
             }
         });
         answer(StatusCode::OK, "")
@@ -311,7 +327,7 @@ impl EgressProxy {
         scope: EgressScope,
         host: String,
         port: u16,
-        tunnel: hyper::upgrade::Upgraded,
+        tunnel: Counted<TokioIo<hyper::upgrade::Upgraded>>,
         upstream: TcpStream,
     ) {
         let Ok(address) = upstream.peer_addr() else {
@@ -346,7 +362,7 @@ impl EgressProxy {
             }
         });
         let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(tunnel, service)
+            .serve_connection(TokioIo::new(tunnel), service)
             .await;
     }
 

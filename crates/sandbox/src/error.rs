@@ -21,6 +21,19 @@ pub enum SandboxError {
     /// machine (the reason says why).
     #[error("runners cannot be isolated: {0}")]
     Unisolated(String),
+    /// No runner could be had in time: a cap on live runners was reached and
+    /// the call's wait for one ran out (or its account's queue was full).
+    #[error("runner capacity exhausted: {reason}")]
+    Busy {
+        /// Which limit, with its value, e.g. "account acct_x has 8 live
+        /// runners, its limit (liveRunners = 8)".
+        reason: String,
+        /// When trying again may succeed.
+        retry_after: std::time::Duration,
+        /// Whether the account's own cap blocked the call (else the
+        /// server-wide one did).
+        account_limit: bool,
+    },
     /// Local filesystem work for the runner failed.
     #[error("runner I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -1,8 +1,12 @@
 //! The executor abstraction every runner backend implements.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
+use toolserver_domain::AccountId;
 
 use crate::{Frame, InvokeRequest, ReservationKey, SandboxError};
 
@@ -40,16 +44,21 @@ pub struct RunnerExit {
     pub calls: Vec<LaunchedCall>,
 }
 
-/// What one account's runners use, as this process saw it.
+/// What one account's runners use, as this process counts it: `cpu` and
+/// `egress_bytes` only grow from the process's start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunnerUsage {
-    /// Runners of the account alive now.
+    /// The account's runners live now.
     pub live_runners: usize,
-    /// CPU time its runners used since this process started.
-    pub cpu: std::time::Duration,
-    /// Bytes the egress proxy carried for it since this process started.
+    /// CPU time its runners used.
+    pub cpu: Duration,
+    /// Bytes the egress proxy carried for its runners, both ways.
     pub egress_bytes: u64,
 }
+
+/// Told, at once and before any successor starts, that the runner for a key
+/// stopped by its backend's own doing (idle reaping, its worker's exit).
+pub type StopListener = Arc<dyn Fn(&ReservationKey) + Send + Sync>;
 
 /// Runs tool calls in runners addressed by reservation key.
 #[async_trait]
@@ -82,24 +91,37 @@ pub trait Executor: Send + Sync + 'static {
         broadcast::channel(1).1
     }
 
-    /// What an operator must know about how runners are held, in words
-    /// (e.g. that they are not isolated); `GET /readyz` lists them. Empty
-    /// (the default) when nothing is amiss.
+    /// Stops the runner for `key` unless it is busy (a call in flight, or
+    /// its worker still runs detached calls); `true` when it is not running
+    /// now. The default stops nothing: a backend that cannot tell keeps its
+    /// runners.
+    async fn stop_if_idle(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
+        let _ = key;
+        Ok(false)
+    }
+
+    /// What `account`'s runners used (the default counts nothing).
+    fn usage(&self, account: &AccountId) -> RunnerUsage {
+        let _ = account;
+        RunnerUsage::default()
+    }
+
+    /// What this backend cannot do on this host, in words an operator can
+    /// act on (the default: nothing to say).
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
 
-    /// What `account`'s runners use (zeros for a backend that cannot tell).
-    fn usage(&self, account: &toolserver_domain::AccountId) -> RunnerUsage {
-        self.usage_all()
-            .into_iter()
-            .find_map(|(of, usage)| (&of == account).then_some(usage))
-            .unwrap_or_default()
+    /// What every account's runners used, for each account whose runners
+    /// ran in this process (the default counts nothing).
+    fn usage_all(&self) -> Vec<(AccountId, RunnerUsage)> {
+        Vec::new()
     }
 
-    /// What every account's runners used, for each account whose runners
-    /// ran in this process (none for a backend that cannot tell).
-    fn usage_all(&self) -> Vec<(toolserver_domain::AccountId, RunnerUsage)> {
-        Vec::new()
+    /// Registers `listener` for the runners this backend stops by itself
+    /// (the default reports none; a runner it stopped then counts as live
+    /// for a budget until the budget stops it).
+    fn watch_stops(&self, listener: StopListener) {
+        let _ = listener;
     }
 }

@@ -4,8 +4,10 @@
 //! use; [`LocalExecutor`] runs workers as local child processes (the default).
 //! Backends share the worker protocol ([`WorkerConnection`]) and the call
 //! relay ([`spawn_relay`]); the Kubernetes backend lives in its own crate.
+//! [`RunnerBudget`] holds any backend to caps on the runners live at once.
 
 mod assets;
+mod budget;
 mod client;
 mod egress;
 mod error;
@@ -13,6 +15,7 @@ mod executor;
 mod identity;
 mod limits;
 mod local;
+mod meter;
 pub mod metrics;
 mod protocol;
 mod relay;
@@ -20,10 +23,13 @@ mod reservation;
 mod seccomp;
 
 pub use assets::WorkerAssets;
+pub use budget::{AccountRunnerCaps, BudgetSettings, FixedRunnerCaps, RunnerBudget};
 pub use client::{WorkerClient, WorkerConnection};
 pub use egress::{EgressGrant, EgressKey, EgressProxy, EgressScope, EgressSettings};
 pub use error::SandboxError;
-pub use executor::{Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo, RunnerUsage};
+pub use executor::{
+    Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo, RunnerUsage, StopListener,
+};
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};
 pub use limits::{CallWatch, Limit, LimitBreach, RunnerLimits};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};

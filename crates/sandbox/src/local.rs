@@ -46,17 +46,19 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::identity::{give_tree, RunnerIdentities};
 use crate::limits::{CgroupSupport, RunnerCgroup, SpawnLimits};
+use crate::meter::AccountMeter;
 use crate::metrics;
 use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::seccomp::SeccompFilters;
 use crate::{
     CallWatch, EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream,
     InvokeRequest, LaunchedCall, Limit, LimitBreach, ReservationKey, RunnerExit, RunnerInfo,
-    RunnerLimits, SandboxError, WorkerAssets, WorkerClient,
+    RunnerLimits, RunnerUsage, SandboxError, StopListener, WorkerAssets, WorkerClient,
 };
 pub use isolation::IsolationMode;
 use isolation::{Isolation, BWRAP_NAMESPACES};
-use process::{ExitNotice, WorkerProcess};
+use process::{ExitNotice, StopListeners, WorkerProcess};
+use toolserver_domain::AccountId;
 
 /// Settings of the local backend; each is a server setting.
 #[derive(Debug, Clone)]
@@ -104,6 +106,10 @@ struct Inner {
     runners: Mutex<HashMap<String, Arc<Runner>>>,
     /// Where workers' exits are announced.
     exits: broadcast::Sender<RunnerExit>,
+    /// Told of every worker's exit.
+    stops: StopListeners,
+    /// CPU microseconds of calls per account, where no cgroup counts them.
+    call_cpu: AccountMeter,
 }
 
 /// Exits announced but not yet taken, per subscriber, before the oldest
@@ -111,6 +117,7 @@ struct Inner {
 const EXIT_BACKLOG: usize = 1024;
 
 struct Runner {
+    key: ReservationKey,
     name: String,
     dir: PathBuf,
     /// Whose traffic the runner's egress socket carries.
@@ -237,6 +244,9 @@ impl LocalExecutor {
         for reason in cgroups.missing() {
             tracing::warn!(%reason, "a runner limit falls back to an rlimit");
         }
+        if let Some(reason) = cgroups.cpu_missing() {
+            tracing::warn!(%reason, "{}", UNFAIR_CPU);
+        }
         cgroups.sweep();
         let egress = EgressProxy::new(settings.egress.clone());
         let seccomp = match bwrap {
@@ -259,6 +269,8 @@ impl LocalExecutor {
                 warnings,
                 runners: Mutex::new(HashMap::new()),
                 exits: broadcast::channel(EXIT_BACKLOG).0,
+                stops: StopListeners::default(),
+                call_cpu: AccountMeter::default(),
             }),
         })
     }
@@ -278,6 +290,12 @@ impl LocalExecutor {
     /// than rlimits).
     pub fn limits_by_cgroup(&self) -> bool {
         self.inner.cgroups.has_memory() && self.inner.cgroups.has_pids()
+    }
+
+    /// Whether every account's runners share one cgroup CPU weight, so that
+    /// accounts get equal CPU under contention.
+    pub fn cpu_shared_by_account(&self) -> bool {
+        self.inner.cgroups.cpu_missing().is_none()
     }
 
     /// The socket of the runner for `key` (it may not be running).
@@ -301,33 +319,45 @@ impl LocalExecutor {
         };
         let timeout = self.inner.settings.idle_timeout;
         for runner in runners {
-            let idle =
-                || runner.inflight.load(Ordering::SeqCst) == 0 && runner.idle_for() >= timeout;
-            if !idle() {
-                continue;
-            }
-            // Held until the kill: a call that starts meanwhile waits for it
-            // in `ensure_runner`, or had already raised the in-flight count.
-            let _starting = runner.starting.lock().await;
-            let Some(worker) = runner.worker() else {
-                continue;
-            };
-            if !idle() {
-                continue;
-            }
-            if !worker.exited() && worker_busy(&runner.socket()).await {
-                tracing::debug!(runner = %runner.name, "idle runner still runs detached calls; kept");
-                runner.touch();
-                continue;
-            }
-            if !worker.exited() {
-                tracing::info!(runner = %runner.name, "stopping idle runner");
+            if runner.idle_for() >= timeout && self.stop_when_idle(&runner, timeout).await {
                 metrics::runners_evicted(BACKEND, 1);
-                worker.kill().await;
             }
-            *runner.worker_slot() = None;
-            self.inner.cgroups.remove(&runner.name);
         }
+    }
+
+    /// Stops `runner`'s worker if it has no call in flight, has not been
+    /// used for `unused` and its worker runs no detached call; `true` when
+    /// a running worker was stopped. A worker still running calls counts
+    /// as used now.
+    async fn stop_when_idle(&self, runner: &Runner, unused: Duration) -> bool {
+        let idle = || runner.inflight.load(Ordering::SeqCst) == 0 && runner.idle_for() >= unused;
+        if !idle() {
+            return false;
+        }
+        // Held until the kill: a call that starts meanwhile waits for it
+        // in `ensure_runner`, or had already raised the in-flight count.
+        let _starting = runner.starting.lock().await;
+        let Some(worker) = runner.worker() else {
+            return false;
+        };
+        if !idle() {
+            return false;
+        }
+        if !worker.exited() && worker_busy(&runner.socket()).await {
+            tracing::debug!(runner = %runner.name, "idle runner still runs detached calls; kept");
+            runner.touch();
+            return false;
+        }
+        let running = !worker.exited();
+        if running {
+            tracing::info!(runner = %runner.name, "stopping idle runner");
+            worker.kill().await;
+        }
+        *runner.worker_slot() = None;
+        self.inner
+            .cgroups
+            .remove(runner.key.account().as_str(), &runner.name);
+        running
     }
 
     /// Runs [`LocalExecutor::reap_idle`] periodically until the executor is dropped.
@@ -344,6 +374,16 @@ impl LocalExecutor {
         })
     }
 
+    /// The runner for `key`, if this executor has made it.
+    fn existing_runner(&self, key: &ReservationKey) -> Option<Arc<Runner>> {
+        self.inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key.runner_name())
+            .cloned()
+    }
+
     fn runner(&self, key: &ReservationKey) -> Arc<Runner> {
         let name = key.runner_name();
         let mut runners = self
@@ -355,6 +395,7 @@ impl LocalExecutor {
             .entry(name.clone())
             .or_insert_with(|| {
                 Arc::new(Runner {
+                    key: key.clone(),
                     dir: self.inner.settings.root.join(&name),
                     egress: EgressScope::new(
                         &name,
@@ -379,11 +420,13 @@ impl LocalExecutor {
     /// where runners get none.
     fn cgroup(&self, runner: &Runner) -> Result<Option<Arc<RunnerCgroup>>, SandboxError> {
         let cgroups = &self.inner.cgroups;
-        if !cgroups.has_memory() && !cgroups.has_pids() {
+        if !cgroups.any() {
             return Ok(None);
         }
-        let made = RunnerCgroup::create(cgroups, &runner.name, &self.inner.settings.limits)
-            .map_err(|err| SandboxError::Start(format!("making the runner's cgroup: {err}")))?;
+        let account = runner.key.account().as_str();
+        let made =
+            RunnerCgroup::create(cgroups, account, &runner.name, &self.inner.settings.limits)
+                .map_err(|err| SandboxError::Start(format!("making the runner's cgroup: {err}")))?;
         let made = Arc::new(made);
         *runner.cgroup.lock().unwrap_or_else(PoisonError::into_inner) = Some(made.clone());
         Ok(Some(made))
@@ -552,6 +595,7 @@ impl LocalExecutor {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
             backend: BACKEND,
+            stopped: (runner.key.clone(), self.inner.stops.clone()),
         };
         Ok(WorkerProcess::watch(child, lines, notice))
     }
@@ -599,6 +643,8 @@ struct LocalRunner {
     runner: Arc<Runner>,
     /// The worker the call was last sent to.
     served_by: Mutex<Arc<WorkerProcess>>,
+    /// The call's watch over its limits, once started.
+    watch: Mutex<Option<Arc<CallWatch>>>,
 }
 
 impl LocalRunner {
@@ -681,6 +727,18 @@ impl RunnerControl for LocalRunner {
     async fn call_finished(&self) {
         self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
         self.runner.touch();
+        if self.executor.inner.cgroups.counts_cpu() {
+            return;
+        }
+        let watch = self.watch.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(watch) = watch.as_ref() {
+            let micros = watch.cpu_used().as_micros() as u64;
+            self.executor
+                .inner
+                .call_cpu
+                .of(self.runner.key.account().as_str())
+                .fetch_add(micros, Ordering::Relaxed);
+        }
     }
 
     fn watch_limits(&self) -> Option<Arc<CallWatch>> {
@@ -691,13 +749,15 @@ impl RunnerControl for LocalRunner {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let pid = runner.live_pid();
-        Some(Arc::new(CallWatch::start(
+        let watch = Arc::new(CallWatch::start(
             self.executor.inner.settings.limits.clone(),
             pid,
             runner.dir.clone(),
             cgroup,
             runner.heap_exhaustions.clone(),
-        )))
+        ));
+        *self.watch.lock().unwrap_or_else(PoisonError::into_inner) = Some(watch.clone());
+        Some(watch)
     }
 
     async fn limit_broken(&self, breach: &LimitBreach) {
@@ -768,6 +828,7 @@ impl Executor for LocalExecutor {
             executor: self.clone(),
             runner,
             served_by: Mutex::new(served_by),
+            watch: Mutex::new(None),
         };
         Ok(spawn_relay(control, request, worker, kill_grace))
     }
@@ -793,10 +854,77 @@ impl Executor for LocalExecutor {
         self.inner.exits.subscribe()
     }
 
+    async fn stop_if_idle(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
+        let Some(runner) = self.existing_runner(key) else {
+            return Ok(true);
+        };
+        self.stop_when_idle(&runner, Duration::ZERO).await;
+        Ok(runner.live_pid().is_none())
+    }
+
+    fn usage(&self, account: &AccountId) -> RunnerUsage {
+        let live_runners = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|runner| runner.key.account() == account && runner.live_pid().is_some())
+            .count();
+        let cpu = self
+            .inner
+            .cgroups
+            .cpu_used(account.as_str())
+            .unwrap_or_else(|| Duration::from_micros(self.inner.call_cpu.read(account.as_str())));
+        RunnerUsage {
+            live_runners,
+            cpu,
+            egress_bytes: self.inner.egress.egress_bytes(account.as_str()),
+        }
+    }
+
+    fn usage_all(&self) -> Vec<(AccountId, RunnerUsage)> {
+        let mut accounts: Vec<AccountId> = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|runner| runner.key.account().clone())
+            .collect();
+        accounts.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        accounts.dedup();
+        accounts
+            .into_iter()
+            .map(|account| {
+                let usage = self.usage(&account);
+                (account, usage)
+            })
+            .collect()
+    }
+
     fn warnings(&self) -> Vec<String> {
-        self.inner.warnings.clone()
+        let unfair_cpu = self
+            .inner
+            .cgroups
+            .cpu_missing()
+            .map(|reason| format!("{UNFAIR_CPU}: {reason}"));
+        self.inner
+            .warnings
+            .iter()
+            .cloned()
+            .chain(unfair_cpu)
+            .collect()
+    }
+
+    fn watch_stops(&self, listener: StopListener) {
+        self.inner.stops.add(listener);
     }
 }
+
+/// What it means that no cgroup shares CPU by account.
+const UNFAIR_CPU: &str = "runners' CPU is not shared equally between accounts \
+     (an account with more busy runners gets more CPU; the runner caps still hold)";
 
 /// This backend's name in metrics.
 const BACKEND: &str = "local";

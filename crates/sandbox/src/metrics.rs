@@ -1,5 +1,6 @@
 //! Runner metrics: starts and their duration, live runners, idle stops and
-//! limit kills, by backend (`local`, `kubernetes`).
+//! limit kills, by backend (`local`, `kubernetes`); and the runner budget's
+//! runners by state, queue waits, refusals and evictions.
 
 use std::time::Duration;
 
@@ -16,6 +17,17 @@ pub const RUNNERS_LIVE: &str = "toolserver_runners_live";
 pub const RUNNER_EVICTIONS: &str = "toolserver_runner_evictions_total";
 /// Workers killed because a call broke a limit, by `limit`.
 pub const LIMIT_KILLS: &str = "toolserver_runner_limit_kills_total";
+
+/// Runners the budget counts, by `state`: `live` (all), `busy` (a call in
+/// flight), `idle`.
+pub const BUDGET_RUNNERS: &str = "toolserver_runner_budget_runners";
+/// Seconds calls waited in the budget's queues for a runner.
+pub const QUEUE_WAIT_SECONDS: &str = "toolserver_runner_queue_wait_seconds";
+/// Calls refused for want of a runner, by `reason` (`queue_full`,
+/// `wait_timeout`) and `limit` (`account`, `global`: which cap blocked).
+pub const REFUSALS: &str = "toolserver_runner_refusals_total";
+/// Idle runners the budget stopped to make room for another.
+pub const BUDGET_EVICTIONS: &str = "toolserver_runner_budget_evictions_total";
 
 /// Gives the runner series their help text (once the recorder is installed).
 pub fn describe() {
@@ -36,6 +48,23 @@ pub fn describe() {
     metrics::describe_counter!(
         LIMIT_KILLS,
         "Workers killed because a call broke a limit, by limit."
+    );
+    metrics::describe_gauge!(
+        BUDGET_RUNNERS,
+        "Runners the runner budget counts, by state (live, busy, idle)."
+    );
+    metrics::describe_histogram!(
+        QUEUE_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "Seconds calls waited in the runner budget's queues for a runner."
+    );
+    metrics::describe_counter!(
+        REFUSALS,
+        "Calls refused for want of a runner, by reason and the limit that blocked them."
+    );
+    metrics::describe_counter!(
+        BUDGET_EVICTIONS,
+        "Idle runners the runner budget stopped to make room for another."
     );
 }
 
@@ -58,6 +87,29 @@ pub fn runner_gone(backend: &'static str) {
 /// Counts `count` runners of `backend` stopped for idling.
 pub fn runners_evicted(backend: &'static str, count: u64) {
     metrics::counter!(RUNNER_EVICTIONS, "backend" => backend).increment(count);
+}
+
+/// Records how many runners the budget counts, and how many are busy.
+pub(crate) fn budget_runners(live: usize, busy: usize) {
+    let idle = live.saturating_sub(busy);
+    for (state, count) in [("live", live), ("busy", busy), ("idle", idle)] {
+        metrics::gauge!(BUDGET_RUNNERS, "state" => state).set(count as f64);
+    }
+}
+
+/// Records how long a call waited for a runner.
+pub(crate) fn queue_waited(took: Duration) {
+    metrics::histogram!(QUEUE_WAIT_SECONDS).record(took.as_secs_f64());
+}
+
+/// Counts a call refused for `reason` while the `limit` cap blocked it.
+pub(crate) fn refused(reason: &'static str, limit: &'static str) {
+    metrics::counter!(REFUSALS, "reason" => reason, "limit" => limit).increment(1);
+}
+
+/// Counts an idle runner the budget stopped for room.
+pub(crate) fn budget_evicted() {
+    metrics::counter!(BUDGET_EVICTIONS).increment(1);
 }
 
 /// Counts a worker killed for breaking `limit`.

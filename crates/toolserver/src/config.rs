@@ -442,6 +442,24 @@ pub struct RunnerConfig {
     /// Milliseconds past a call's deadline before a silent runner is killed (`TOOLSERVER_RUNNER_KILL_GRACE_MS`).
     #[arg(long, env = "TOOLSERVER_RUNNER_KILL_GRACE_MS", default_value_t = 2_000)]
     pub runner_kill_grace_ms: u64,
+    /// Most runners live at once, across all accounts (`TOOLSERVER_RUNNER_MAX_LIVE`).
+    /// Past it, a call that needs a new runner stops the least recently
+    /// used idle one, or waits for one.
+    #[arg(
+        long,
+        env = "TOOLSERVER_RUNNER_MAX_LIVE",
+        default_value_t = 32,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub runner_max_live: u64,
+    /// Milliseconds a call may wait for a runner when a cap is reached
+    /// before it is refused (`TOOLSERVER_RUNNER_QUEUE_WAIT_MS`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_QUEUE_WAIT_MS", default_value_t = 5_000)]
+    pub runner_queue_wait_ms: u64,
+    /// Calls of one account that may wait for a runner at once
+    /// (`TOOLSERVER_RUNNER_QUEUE_DEPTH`).
+    #[arg(long, env = "TOOLSERVER_RUNNER_QUEUE_DEPTH", default_value_t = 64)]
+    pub runner_queue_depth: u64,
     /// Default tool call deadline in milliseconds (`TOOLSERVER_TOOL_TIMEOUT_MS`).
     #[arg(long, env = "TOOLSERVER_TOOL_TIMEOUT_MS", default_value_t = 25_000)]
     pub tool_timeout_ms: u64,
@@ -950,7 +968,8 @@ pub struct AccountsConfig {
         default_value_t = 256
     )]
     pub account_pending_detached: u32,
-    /// Runners an account may have alive at once, per server process
+    /// Runners an account may have alive at once, per server process; a
+    /// call that needs one more waits in the runner queue, then is refused
     /// (`TOOLSERVER_ACCOUNT_LIVE_RUNNERS`).
     #[arg(long, env = "TOOLSERVER_ACCOUNT_LIVE_RUNNERS", default_value_t = 8)]
     pub account_live_runners: u32,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use sqlx::PgPool;
-use toolserver_api::admission::AdmissionSettings;
+use toolserver_api::admission::{AdmissionSettings, AdmittedRunnerCaps};
 use toolserver_api::auth::OperatorKey;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
 use toolserver_api::cors::CorsSettings;
@@ -30,7 +30,8 @@ use toolserver_kubernetes::{
     SharedEgress,
 };
 use toolserver_sandbox::{
-    EgressKey, EgressProxy, EgressSettings, Executor, LocalExecutor, LocalSettings, RunnerLimits,
+    AccountRunnerCaps, BudgetSettings, EgressKey, EgressProxy, EgressSettings, Executor,
+    LocalExecutor, LocalSettings, RunnerBudget, RunnerLimits,
 };
 use toolserver_store::PoolSettings;
 use url::Url;
@@ -116,8 +117,17 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let auth = authenticator(&config.auth, &config.database, on_dev_secret)?;
     // Before the database: a server that may not run tools refuses at once.
     let development = runner_isolation::development_server(&config.auth, on_dev_secret);
-    let (executor, runner_reaper) =
-        executor(&config.runners, &config.database, &public_url, development).await?;
+    let caps = Arc::new(AdmittedRunnerCaps::new(
+        usize::try_from(config.accounts.account_live_runners).unwrap_or(usize::MAX),
+    ));
+    let (executor, runner_reaper) = executor(
+        &config.runners,
+        &config.database,
+        &public_url,
+        development,
+        caps.clone(),
+    )
+    .await?;
     let db = open_database(&config.database).await?;
     let bundles = bundle_store(&config.bundles, &config.database, &public_url).await?;
     let api = ApiSettings {
@@ -147,6 +157,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         harness,
         nats.clone(),
     );
+    caps.follow(state.admission());
     let mut loops = Vec::new();
     if let Some(client) = nats {
         let subject = config.agents.nats_subject.clone();
@@ -457,9 +468,37 @@ fn lifecycle_settings(agents: &AgentsConfig) -> LifecycleSettings {
     }
 }
 
-/// The configured runner backend and its idle reaper; `development` lets
-/// local runners go unisolated under `auto` (see [`runner_isolation`]).
+/// The configured runner backend, held to the runner budget, and its idle
+/// reaper; `development` lets local runners go unisolated under `auto` (see
+/// [`runner_isolation`]).
 async fn executor(
+    config: &RunnerConfig,
+    db: &DatabaseConfig,
+    public_url: &Url,
+    development: bool,
+    caps: Arc<dyn AccountRunnerCaps>,
+) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
+    let (backend, reaper) = backend(config, db, public_url, development).await?;
+    let budget = RunnerBudget::new(backend, budget_settings(config), caps);
+    Ok((Arc::new(budget), reaper))
+}
+
+/// The runner budget's settings.
+fn budget_settings(config: &RunnerConfig) -> BudgetSettings {
+    BudgetSettings {
+        max_live: count(config.runner_max_live),
+        queue_wait: Duration::from_millis(config.runner_queue_wait_ms),
+        queue_depth: count(config.runner_queue_depth),
+    }
+}
+
+/// A count setting as a `usize`.
+fn count(setting: u64) -> usize {
+    usize::try_from(setting).unwrap_or(usize::MAX)
+}
+
+/// The configured runner backend and its idle reaper.
+async fn backend(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,

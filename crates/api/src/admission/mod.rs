@@ -16,6 +16,7 @@ mod bucket;
 mod gate;
 mod invalidation;
 mod refusal;
+mod runner_caps;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,6 +27,7 @@ use toolserver_store::{account_limits, StoreError};
 
 pub use gate::{Held, Permit, CONCURRENCY_RETRY_AFTER};
 pub use refusal::Refusal;
+pub use runner_caps::AdmittedRunnerCaps;
 
 use gate::AccountGate;
 

@@ -361,10 +361,12 @@ async fn detached_turns_are_refused_at_their_limit_and_admitted_work_passes_at_a
     .await;
     assert_refused(second, "pendingDetached", 1).await;
 
-    // Every limit at zero: nothing new is admitted, but the running turn's
-    // heartbeat, completion and continuation still pass.
+    // Every admission limit at zero: nothing new is admitted, but the
+    // running turn's heartbeat, completion and continuation still pass.
+    // (`liveRunners` is the runner budget's, not admission's: a turn's tool
+    // call waits for a runner like any call.)
     let zero = json!({
-        "concurrentCalls": 0, "openTurns": 0, "pendingDetached": 0, "liveRunners": 0,
+        "concurrentCalls": 0, "openTurns": 0, "pendingDetached": 0,
         "mcpTasks": 0, "callsPerMinute": 0, "callBurst": 0, "turnsPerMinute": 0, "turnBurst": 0,
     });
     assert_eq!(put_limits(&app, ACCOUNT_A, zero).await.status(), 200);
@@ -515,6 +517,70 @@ async fn usage_reports_the_limits_and_what_was_used(pool: PgPool) {
     assert!(start.ends_with("-01"), "a calendar month: {used}");
     assert!(used["runnerCpuSeconds"].as_f64().is_some(), "{used}");
     assert!(used["egressBytes"].as_u64().is_some(), "{used}");
+}
+
+const SPIN: &str = "export default { execute(ctx, input) { const end = Date.now() + input.ms; while (Date.now() < end) {} return { spun: input.ms }; } };";
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn live_runners_are_refused_at_their_limit_and_usage_counts_them(pool: PgPool) {
+    let app = app_with(pool, generous()).await;
+    let slow = app
+        .upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
+        .await;
+    let spin = app
+        .upload(ACCOUNT_A, "spin", SPIN, json!({"type": "object"}))
+        .await;
+    assert_eq!(
+        put_limits(&app, ACCOUNT_A, json!({"liveRunners": 1}))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        invoke(&app, ACCOUNT_A, &spin, json!({"ms": 300}))
+            .await
+            .status(),
+        200
+    );
+    let used = usage(&app, ACCOUNT_A).await;
+    assert_eq!(limit_in_use(&used, "liveRunners"), (1, 1), "{used}");
+    let cpu = used["runnerCpuSeconds"].as_f64().unwrap();
+    assert!(cpu >= 0.2, "the spin's CPU is counted: {used}");
+
+    // The idle runner of `spin` makes room for `slow`'s.
+    assert_eq!(
+        invoke(&app, ACCOUNT_A, &slow, json!({"ms": 1}))
+            .await
+            .status(),
+        200
+    );
+    let held = {
+        let (base, client, bearer, slow) = (
+            app.base.clone(),
+            app.client.clone(),
+            token(ACCOUNT_A),
+            slow.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(format!("{base}/accounts/me/tools/{slow}/invoke"))
+                .bearer_auth(bearer)
+                .json(&json!({"input": {"ms": 2500}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    until_in_use(&app, ACCOUNT_A, "concurrentCalls", 1).await;
+    // `slow`'s runner is busy: `spin` waits for a runner, then is refused.
+    assert_refused(
+        invoke(&app, ACCOUNT_A, &spin, json!({"ms": 1})).await,
+        "liveRunners",
+        1,
+    )
+    .await;
+    assert_eq!(held.await.unwrap(), 200);
 }
 
 #[sqlx::test(migrations = "../../migrations")]

@@ -6,15 +6,24 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_api::admission::AdmittedRunnerCaps;
 use toolserver_api::{ApiSettings, AppState};
 use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::HarnessSettings;
-use toolserver_sandbox::{Executor, LocalExecutor, ReservationKey, WorkerClient};
+use toolserver_sandbox::{
+    BudgetSettings, Executor, LocalExecutor, ReservationKey, RunnerBudget, WorkerClient,
+};
 use toolserver_testsupport::http::request_json;
 use toolserver_testsupport::ScriptedModel;
 
 use crate::chunk_stores::{Chunks, TestStore};
 use crate::support::*;
+
+/// Live runners of one account when admission does not say otherwise.
+const TEST_ACCOUNT_RUNNERS: usize = 16;
+
+/// Live runners of the app at most.
+const TEST_MAX_RUNNERS: usize = 32;
 
 pub struct LiveApp {
     _nats: Option<AbortOnDrop>,
@@ -182,7 +191,18 @@ impl LiveApp {
             runners.path(),
             Some(url::Url::parse(&base).unwrap()),
         ));
-        let dyn_executor: Arc<dyn Executor> = executor.clone();
+        // Held to a runner budget as the server holds its backend, with
+        // each account's cap read from admission.
+        let caps = Arc::new(AdmittedRunnerCaps::new(TEST_ACCOUNT_RUNNERS));
+        let dyn_executor: Arc<dyn Executor> = Arc::new(RunnerBudget::new(
+            executor.clone(),
+            BudgetSettings {
+                max_live: TEST_MAX_RUNNERS,
+                queue_wait: Duration::from_millis(1000),
+                queue_depth: 16,
+            },
+            caps.clone(),
+        ));
         let harness = test_harness(
             pool.clone(),
             bundles.clone(),
@@ -199,6 +219,7 @@ impl LiveApp {
             harness,
             nats.clone(),
         );
+        caps.follow(state.admission());
         state.lifecycle().start_background();
         let app = toolserver_api::app(state.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });

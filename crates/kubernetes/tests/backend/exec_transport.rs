@@ -385,6 +385,40 @@ async fn an_idle_runner_scales_to_zero_and_resumes_with_its_cache() {
 }
 
 #[tokio::test]
+async fn under_the_runner_budget_an_idle_pod_is_deleted_to_make_room() {
+    use std::sync::Arc;
+    use toolserver_sandbox::{BudgetSettings, FixedRunnerCaps, RunnerBudget};
+
+    let cluster = cluster(|_| {}).await;
+    let settings = BudgetSettings {
+        max_live: 1,
+        queue_wait: Duration::from_secs(20),
+        queue_depth: 8,
+    };
+    let budget = RunnerBudget::new(
+        Arc::new(cluster.executor.clone()),
+        settings,
+        Arc::new(FixedRunnerCaps(1)),
+    );
+    let (a, b) = (key("acct_a"), key("acct_b"));
+    let frames = budget.invoke(&a, request(bundle(ECHO), json!(1))).await;
+    assert_eq!(
+        terminal(frames.unwrap()).await,
+        final_of(json!({"echo": 1}))
+    );
+    assert!(cluster.pod_uid(&a).is_some());
+    let frames = budget.invoke(&b, request(bundle(ECHO), json!(2))).await;
+    assert_eq!(
+        terminal(frames.unwrap()).await,
+        final_of(json!({"echo": 2}))
+    );
+    assert_eq!(cluster.pod_uid(&a), None, "a's idle pod made room for b's");
+    assert!(cluster.pod_uid(&b).is_some());
+    assert_eq!(budget.usage(a.account()).live_runners, 0);
+    assert_eq!(budget.usage(b.account()).live_runners, 1);
+}
+
+#[tokio::test]
 async fn cancel_and_logs_reach_the_worker_through_exec() {
     let cluster = cluster(|_| {}).await;
     let key = key("acct_1");

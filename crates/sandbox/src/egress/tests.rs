@@ -13,6 +13,7 @@ struct Served {
     _dir: tempfile::TempDir,
     socket: std::path::PathBuf,
     scope: EgressScope,
+    proxy: EgressProxy,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -33,13 +34,13 @@ fn serve(settings: EgressSettings) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("egress.sock");
     let scope = EgressScope::new("tr-test", "acct", "tool_1");
-    let task = EgressProxy::new(settings)
-        .serve(&socket, scope.clone(), None)
-        .unwrap();
+    let proxy = EgressProxy::new(settings);
+    let task = proxy.serve(&socket, scope.clone(), None).unwrap();
     Served {
         _dir: dir,
         socket,
         scope,
+        proxy,
         _task: task,
     }
 }
@@ -114,14 +115,21 @@ async fn loopback_and_private_destinations_are_refused_with_the_reason() {
 }
 
 #[tokio::test]
-async fn a_public_name_is_tunnelled_to_its_checked_address() {
+async fn a_public_name_is_tunnelled_to_its_checked_address_and_its_bytes_counted() {
     let origin = http_origin().await;
     let served = serve(settings(None));
     let authority = format!("api.example.test:{}", origin.port());
     let (status, _, mut tunnel) = connect(&served.socket, &authority).await;
     assert_eq!(status, 200);
-    let reply = request_through(&mut tunnel, "GET /anything HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let head = "GET /anything HTTP/1.1\r\nhost: x\r\n\r\n";
+    let reply = request_through(&mut tunnel, head).await;
     assert!(reply.ends_with("GET /anything HTTP/1.1"), "{reply}");
+    assert_eq!(
+        served.proxy.egress_bytes("acct"),
+        (head.len() + reply.len()) as u64,
+        "both ways, for the scope's account"
+    );
+    assert_eq!(served.proxy.egress_bytes("another"), 0);
 }
 
 #[tokio::test]

@@ -1,10 +1,24 @@
-//! A cgroup per runner: found at start (v2, or the v1 `memory` and `pids`
-//! hierarchies), made per runner under
+//! Cgroups of runners: found at start (v2, or the v1 `memory`, `pids`,
+//! `cpu` and `cpuacct` hierarchies), made under
 //! `<server's cgroup>/toolserver/<server pid>/`, read for the kernel's
-//! counts of OOM kills and refused forks. Groups of servers that are gone
-//! are removed when the next one starts.
+//! counts of OOM kills and refused forks and for CPU time. Groups of
+//! servers that are gone are removed when the next one starts.
+//!
+//! Memory and processes are held per runner. CPU is shared per account:
+//! every account's runners go into one group of the account's (`ta-` and a
+//! hash of its id), all with the same weight, so under contention each
+//! account gets an equal share of CPU however many runners it has. Under v1
+//! that group lives in the `cpu` and `cpuacct` hierarchies
+//! (`…/<server pid>/<account group>`, the runner's processes in it
+//! directly, beside its own `memory` and `pids` groups at
+//! `…/<server pid>/<runner>`); under v2 the runner's group lies inside its
+//! account's (`…/<server pid>/<account group>/<runner>`). Account groups
+//! are kept until the server exits, so their CPU time only grows.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use super::RunnerLimits;
 
@@ -13,8 +27,14 @@ use super::RunnerLimits;
 pub struct CgroupSupport {
     memory: Option<Hierarchy>,
     pids: Option<Hierarchy>,
-    /// Why a controller is missing, for the start-up log.
+    /// Where account groups get their CPU weight.
+    cpu: Option<Hierarchy>,
+    /// Where account groups' CPU time is read.
+    cpuacct: Option<Hierarchy>,
+    /// Why a memory or process controller is missing, for the start-up log.
     missing: Vec<String>,
+    /// Why accounts do not get equal CPU shares, when they do not.
+    cpu_missing: Option<String>,
 }
 
 /// The directory runner cgroups of one controller go under.
@@ -29,36 +49,95 @@ impl Hierarchy {
     fn servers(&self) -> Option<&Path> {
         self.parent.parent()
     }
+
+    /// The group of `account_group`, made with its CPU weight (under v2
+    /// also handing memory and processes down to its runners' groups).
+    fn account_dir(&self, account_group: &str, weight: bool) -> std::io::Result<PathBuf> {
+        let dir = self.parent.join(account_group);
+        std::fs::create_dir_all(&dir)?;
+        if self.v2 {
+            std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids")?;
+            if weight {
+                std::fs::write(dir.join("cpu.weight"), V2_WEIGHT)?;
+            }
+        } else if weight {
+            std::fs::write(dir.join("cpu.shares"), V1_SHARES)?;
+        }
+        Ok(dir)
+    }
+
+    /// The group of runner `name` of `account_group`, made.
+    fn runner_dir(
+        &self,
+        account_group: &str,
+        name: &str,
+        weight: bool,
+    ) -> std::io::Result<PathBuf> {
+        let dir = if self.v2 {
+            self.account_dir(account_group, weight)?.join(name)
+        } else {
+            self.parent.join(name)
+        };
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
 }
 
 /// The directory under the server's own cgroup holding the runners' cgroups.
 const RUNNERS_GROUP: &str = "toolserver";
 
+/// The CPU weight of every account group (the kernels' defaults: what
+/// counts is that all are equal).
+const V2_WEIGHT: &str = "100";
+const V1_SHARES: &str = "1024";
+
 impl CgroupSupport {
-    /// Finds the controllers this process may delegate to runners; `None`
-    /// for a host where the server must not touch cgroups at all.
+    /// Finds the controllers this process may delegate to runners.
     pub fn detect() -> Self {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
             return Self::detect_v2(&own);
         }
         let mut support = Self::default();
-        support.memory = support.v1_hierarchy(&own, "memory");
-        support.pids = support.v1_hierarchy(&own, "pids");
+        for (controller, slot) in [("memory", &mut support.memory), ("pids", &mut support.pids)] {
+            match v1_hierarchy(&own, controller) {
+                Ok(hierarchy) => *slot = Some(hierarchy),
+                Err(reason) => support.missing.push(reason),
+            }
+        }
+        let cpu = v1_hierarchy(&own, "cpu").and_then(|hierarchy| {
+            let shares = hierarchy.parent.join("cpu.shares");
+            match std::fs::write(&shares, V1_SHARES) {
+                Ok(()) => Ok(hierarchy),
+                Err(err) => Err(format!("cgroup v1: writing {}: {err}", shares.display())),
+            }
+        });
+        support.cpuacct = v1_hierarchy(&own, "cpuacct").ok();
+        match cpu {
+            Ok(hierarchy) => support.cpu = Some(hierarchy),
+            Err(reason) => support.cpu_missing = Some(reason),
+        }
         support
     }
 
-    /// No cgroups: rlimits only.
+    /// No cgroups: rlimits only, and no CPU shares per account.
     pub fn none(reason: &str) -> Self {
         Self {
             missing: vec![reason.to_owned()],
+            cpu_missing: Some(reason.to_owned()),
             ..Self::default()
         }
     }
 
+    fn hierarchies(&self) -> impl Iterator<Item = &Hierarchy> {
+        [&self.memory, &self.pids, &self.cpu, &self.cpuacct]
+            .into_iter()
+            .flatten()
+    }
+
     /// Removes the runner cgroups of server processes that are gone.
     pub fn sweep(&self) {
-        for hierarchy in [&self.memory, &self.pids].into_iter().flatten() {
+        for hierarchy in self.hierarchies() {
             let Some(entries) = hierarchy
                 .servers()
                 .and_then(|dir| std::fs::read_dir(dir).ok())
@@ -78,11 +157,23 @@ impl CgroupSupport {
         }
     }
 
-    /// Removes runner `name`'s cgroups if no process is in them.
-    pub fn remove(&self, name: &str) {
+    /// Removes the cgroups of runner `name` of `account` if no process is
+    /// in them (its account's group stays).
+    pub fn remove(&self, account: &str, name: &str) {
+        let account_group = account_group(account);
         for hierarchy in [&self.memory, &self.pids].into_iter().flatten() {
-            let _ = std::fs::remove_dir(hierarchy.parent.join(name));
+            let dir = if hierarchy.v2 {
+                hierarchy.parent.join(&account_group).join(name)
+            } else {
+                hierarchy.parent.join(name)
+            };
+            let _ = std::fs::remove_dir(dir);
         }
+    }
+
+    /// Whether runners get any cgroup.
+    pub fn any(&self) -> bool {
+        self.hierarchies().next().is_some()
     }
 
     /// Whether memory is held by a cgroup.
@@ -95,88 +186,126 @@ impl CgroupSupport {
         self.pids.is_some()
     }
 
-    /// Why controllers are missing, if any are.
+    /// Why a memory or process controller is missing, if one is.
     pub fn missing(&self) -> &[String] {
         &self.missing
+    }
+
+    /// Why accounts do not get equal CPU shares, when they do not.
+    pub fn cpu_missing(&self) -> Option<&str> {
+        self.cpu_missing.as_deref()
+    }
+
+    /// Whether a cgroup counts each account's CPU time.
+    pub fn counts_cpu(&self) -> bool {
+        self.cpuacct.is_some()
+    }
+
+    /// The CPU time `account`'s runners used under this server; `None`
+    /// where no cgroup counts it.
+    pub fn cpu_used(&self, account: &str) -> Option<Duration> {
+        let hierarchy = self.cpuacct.as_ref()?;
+        let dir = hierarchy.parent.join(account_group(account));
+        if hierarchy.v2 {
+            let micros = counter(Some(&dir.join("cpu.stat")), "usage_usec");
+            return Some(Duration::from_micros(micros));
+        }
+        let nanos = std::fs::read_to_string(dir.join("cpuacct.usage"))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0);
+        Some(Duration::from_nanos(nanos))
     }
 
     fn detect_v2(own: &str) -> Self {
         let mut support = Self::default();
         let Some(path) = own.lines().find_map(|line| line.strip_prefix("0::")) else {
-            support
-                .missing
-                .push("cgroup v2: this process's cgroup is unknown".into());
+            let reason = "cgroup v2: this process's cgroup is unknown".to_owned();
+            support.cpu_missing = Some(reason.clone());
+            support.missing.push(reason);
             return support;
         };
         let base = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-        let enable = |dir: &Path| {
-            std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids").map_err(|err| {
+        let enable = |dir: &Path, controllers: &str| {
+            std::fs::write(dir.join("cgroup.subtree_control"), controllers).map_err(|err| {
                 format!(
-                    "cgroup v2: enabling memory and pids under {}: {err}",
+                    "cgroup v2: enabling {controllers} under {}: {err}",
                     dir.display()
                 )
             })
         };
         let servers = base.join(RUNNERS_GROUP);
         let group = servers.join(std::process::id().to_string());
-        let made = enable(&base)
+        let made = enable(&base, "+memory +pids")
             .and_then(|()| {
                 std::fs::create_dir_all(&group)
                     .map_err(|err| format!("cgroup v2: creating {}: {err}", group.display()))
             })
-            .and_then(|()| enable(&servers))
-            .and_then(|()| enable(&group));
-        match made {
-            Ok(()) => {
-                let hierarchy = Hierarchy {
-                    parent: group,
-                    v2: true,
-                };
-                support.memory = Some(hierarchy.clone());
-                support.pids = Some(hierarchy);
-            }
-            Err(reason) => support.missing.push(format!(
-                "{reason} (run the server in a cgroup delegated to it, e.g. a systemd unit with Delegate=yes)"
-            )),
+            .and_then(|()| enable(&servers, "+memory +pids"))
+            .and_then(|()| enable(&group, "+memory +pids"));
+        let delegate =
+            "(run the server in a cgroup delegated to it, e.g. a systemd unit with Delegate=yes)";
+        if let Err(reason) = made {
+            support.cpu_missing = Some(format!("{reason} {delegate}"));
+            support.missing.push(format!("{reason} {delegate}"));
+            return support;
+        }
+        let hierarchy = Hierarchy {
+            parent: group.clone(),
+            v2: true,
+        };
+        support.memory = Some(hierarchy.clone());
+        support.pids = Some(hierarchy.clone());
+        support.cpuacct = Some(hierarchy.clone());
+        let cpu = [&base, &servers, &group]
+            .into_iter()
+            .try_for_each(|dir| enable(dir, "+cpu"));
+        match cpu {
+            Ok(()) => support.cpu = Some(hierarchy),
+            Err(reason) => support.cpu_missing = Some(format!("{reason} {delegate}")),
         }
         support
     }
+}
 
-    fn v1_hierarchy(&mut self, own: &str, controller: &str) -> Option<Hierarchy> {
-        let mount = Path::new("/sys/fs/cgroup").join(controller);
-        let path = own.lines().find_map(|line| {
-            let mut fields = line.splitn(3, ':');
-            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-            controllers
-                .split(',')
-                .any(|name| name == controller)
-                .then_some(path)
-        });
-        let Some(path) = path.filter(|_| mount.join("cgroup.procs").exists()) else {
-            self.missing
-                .push(format!("cgroup v1: no {controller} hierarchy mounted"));
-            return None;
-        };
-        let parent = mount
-            .join(path.trim_start_matches('/'))
-            .join(RUNNERS_GROUP)
-            .join(std::process::id().to_string());
-        match std::fs::create_dir_all(&parent) {
-            Ok(()) => Some(Hierarchy { parent, v2: false }),
-            Err(err) => {
-                self.missing
-                    .push(format!("cgroup v1: creating {}: {err}", parent.display()));
-                None
-            }
-        }
-    }
+/// The v1 hierarchy of `controller` under this process's own group in it
+/// (`own` is `/proc/self/cgroup`), with the server's group made; else why not.
+fn v1_hierarchy(own: &str, controller: &str) -> Result<Hierarchy, String> {
+    let mount = Path::new("/sys/fs/cgroup").join(controller);
+    let path = own.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|name| name == controller)
+            .then_some(path)
+    });
+    let Some(path) = path.filter(|_| mount.join("cgroup.procs").exists()) else {
+        return Err(format!("cgroup v1: no {controller} hierarchy mounted"));
+    };
+    let parent = mount
+        .join(path.trim_start_matches('/'))
+        .join(RUNNERS_GROUP)
+        .join(std::process::id().to_string());
+    std::fs::create_dir_all(&parent)
+        .map_err(|err| format!("cgroup v1: creating {}: {err}", parent.display()))?;
+    Ok(Hierarchy { parent, v2: false })
+}
+
+/// The name of `account`'s group: `ta-` and 16 hex characters of SHA-256
+/// over the id (a safe file name whatever the id holds).
+fn account_group(account: &str) -> String {
+    let digest = hex::encode(Sha256::digest(account.as_bytes()));
+    format!("ta-{}", &digest[..16])
 }
 
 /// One runner's cgroup(s), with its limits written.
 #[derive(Debug)]
 pub struct RunnerCgroup {
     /// The `cgroup.procs` files a worker joins before it starts.
-    procs: Vec<PathBuf>,
+    joins: Vec<PathBuf>,
+    /// The `cgroup.procs` of the runner's own group (not its account's).
+    own_procs: Option<PathBuf>,
     /// The file counting OOM kills (`oom_kill N`).
     oom_counter: Option<PathBuf>,
     /// The file counting refused forks (`max N`).
@@ -184,22 +313,25 @@ pub struct RunnerCgroup {
 }
 
 impl RunnerCgroup {
-    /// Makes (or reuses) the cgroup of runner `name` and writes `limits`;
-    /// done before every worker start, since an idle runner's cgroup is
-    /// removed.
+    /// Makes (or reuses) the cgroups of runner `name` of `account` and
+    /// writes `limits`; done before every worker start, since an idle
+    /// runner's cgroup is removed.
     pub fn create(
         support: &CgroupSupport,
+        account: &str,
         name: &str,
         limits: &RunnerLimits,
     ) -> std::io::Result<Self> {
+        let account_group = account_group(account);
+        let weight = support.cpu.is_some();
         let mut group = Self {
-            procs: Vec::new(),
+            joins: Vec::new(),
+            own_procs: None,
             oom_counter: None,
             fork_counter: None,
         };
         if let Some(memory) = &support.memory {
-            let dir = memory.parent.join(name);
-            std::fs::create_dir_all(&dir)?;
+            let dir = memory.runner_dir(&account_group, name, weight)?;
             let bytes = limits.memory_bytes.to_string();
             if memory.v2 {
                 std::fs::write(dir.join("memory.max"), &bytes)?;
@@ -210,35 +342,50 @@ impl RunnerCgroup {
                 write_if_present(&dir.join("memory.memsw.limit_in_bytes"), &bytes)?;
                 group.oom_counter = Some(dir.join("memory.oom_control"));
             }
-            group.procs.push(dir.join("cgroup.procs"));
+            group.join_own(dir.join("cgroup.procs"));
         }
         if let Some(pids) = &support.pids {
-            let dir = pids.parent.join(name);
-            std::fs::create_dir_all(&dir)?;
+            let dir = pids.runner_dir(&account_group, name, weight)?;
             std::fs::write(dir.join("pids.max"), limits.processes.to_string())?;
             group.fork_counter = Some(dir.join("pids.events"));
-            if !group.procs.contains(&dir.join("cgroup.procs")) {
-                group.procs.push(dir.join("cgroup.procs"));
+            group.join_own(dir.join("cgroup.procs"));
+        }
+        for (hierarchy, weight) in [(&support.cpu, true), (&support.cpuacct, false)] {
+            if let Some(hierarchy) = hierarchy.as_ref().filter(|found| !found.v2) {
+                let dir = hierarchy.account_dir(&account_group, weight)?;
+                group.join(dir.join("cgroup.procs"));
             }
         }
         Ok(group)
     }
 
-    /// The `cgroup.procs` files a new worker writes itself into.
-    pub fn procs_files(&self) -> &[PathBuf] {
-        &self.procs
+    fn join(&mut self, procs: PathBuf) {
+        if !self.joins.contains(&procs) {
+            self.joins.push(procs);
+        }
     }
 
-    /// The processes in the runner's cgroup.
-    pub fn pids(&self) -> Vec<u32> {
-        let Some(procs) = self.procs.first() else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(procs)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| line.trim().parse().ok())
-            .collect()
+    fn join_own(&mut self, procs: PathBuf) {
+        self.own_procs.get_or_insert_with(|| procs.clone());
+        self.join(procs);
+    }
+
+    /// The `cgroup.procs` files a new worker writes itself into.
+    pub fn procs_files(&self) -> &[PathBuf] {
+        &self.joins
+    }
+
+    /// The processes in the runner's own cgroup; `None` when it has none
+    /// of its own (only its account's).
+    pub fn pids(&self) -> Option<Vec<u32>> {
+        let procs = self.own_procs.as_ref()?;
+        let listed = std::fs::read_to_string(procs).unwrap_or_default();
+        Some(
+            listed
+                .lines()
+                .filter_map(|line| line.trim().parse().ok())
+                .collect(),
+        )
     }
 
     /// Processes of the runner the kernel killed for memory, so far.
@@ -284,4 +431,20 @@ fn counter(file: Option<&Path>, key: &str) -> u64 {
             (name == key).then(|| value.trim().parse().ok())?
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_groups_are_stable_distinct_and_file_safe() {
+        let a = account_group("acct/../x");
+        assert_eq!(a, account_group("acct/../x"));
+        assert_ne!(a, account_group("acct_y"));
+        assert_eq!(a.len(), 19);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+    }
 }

@@ -21,6 +21,8 @@ pub struct CallWatch {
     /// How often the worker reported V8 heap exhaustion, so far.
     heap_exhaustions: Arc<AtomicU64>,
     start: Counters,
+    /// The runner's CPU ticks at the latest read.
+    latest_cpu_ticks: AtomicU64,
 }
 
 /// Counters read at the start of the call.
@@ -49,15 +51,22 @@ impl CallWatch {
             cgroup,
             heap_exhaustions,
             start: Counters::default(),
+            latest_cpu_ticks: AtomicU64::new(0),
         };
         watch.start = watch.counters();
         watch
+            .latest_cpu_ticks
+            .store(watch.start.cpu_ticks, Ordering::Relaxed);
+        watch
     }
 
-    /// The runner's processes: its cgroup's, else the worker's tree.
+    /// The runner's processes: its own cgroup's, else the worker's tree.
     fn processes(&self) -> Vec<u32> {
-        match (&self.cgroup, self.pid) {
-            (Some(group), _) => group.pids(),
+        match (
+            self.cgroup.as_ref().and_then(|group| group.pids()),
+            self.pid,
+        ) {
+            (Some(pids), _) => pids,
             (None, Some(pid)) => process_tree(pid),
             (None, None) => Vec::new(),
         }
@@ -89,11 +98,9 @@ impl CallWatch {
             let detail = format!("{} processes and threads", limits.processes);
             return Some(LimitBreach::new(Limit::Processes, detail));
         }
-        let per_second = rustix::param::clock_ticks_per_second().max(1);
-        let used = Duration::from_millis(
-            now.cpu_ticks.saturating_sub(self.start.cpu_ticks) * 1000 / per_second,
-        );
-        if used > limits.cpu_per_call {
+        self.latest_cpu_ticks
+            .store(now.cpu_ticks, Ordering::Relaxed);
+        if self.cpu_used() > limits.cpu_per_call {
             let detail = format!("{} ms per call", limits.cpu_per_call.as_millis());
             return Some(LimitBreach::new(Limit::Cpu, detail));
         }
@@ -101,6 +108,16 @@ impl CallWatch {
             return Some(LimitBreach::new(Limit::Disk, mib(limits.disk_bytes)));
         }
         None
+    }
+
+    /// CPU time the runner used from the call's start to the latest read.
+    pub fn cpu_used(&self) -> Duration {
+        let per_second = rustix::param::clock_ticks_per_second().max(1);
+        let ticks = self
+            .latest_cpu_ticks
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.start.cpu_ticks);
+        Duration::from_millis(ticks * 1000 / per_second)
     }
 
     /// Resolves with the first breach seen while the call runs.

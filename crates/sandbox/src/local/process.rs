@@ -10,7 +10,9 @@
 //! them done on its stdout (`{"done":"<callId>"}`, once each call's outcome
 //! was delivered or given up). When the worker exits, its stdout is read to
 //! its end, and the calls still recorded are announced in one
-//! [`RunnerExit`], with how it ended.
+//! [`RunnerExit`], with how it ended. Before anyone can see the exit (and
+//! so before a successor can start), the stop listeners hear of it
+//! ([`crate::Executor::watch_stops`]).
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -24,7 +26,32 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::limits::RunnerCgroup;
-use crate::{metrics, LaunchedCall, RunnerExit};
+use crate::{metrics, LaunchedCall, ReservationKey, RunnerExit, StopListener};
+
+/// Everyone told of a worker's exit.
+#[derive(Clone, Default)]
+pub(super) struct StopListeners(Arc<Mutex<Vec<StopListener>>>);
+
+impl StopListeners {
+    /// Tells `listener` of every exit from now on.
+    pub(super) fn add(&self, listener: StopListener) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(listener);
+    }
+
+    fn tell(&self, key: &ReservationKey) {
+        let listeners = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for listener in listeners {
+            listener(key);
+        }
+    }
+}
 
 /// Where and how a worker's exit is told.
 pub(super) struct ExitNotice {
@@ -39,6 +66,8 @@ pub(super) struct ExitNotice {
     pub(super) cgroup: Option<Arc<RunnerCgroup>>,
     /// The metrics label of the backend.
     pub(super) backend: &'static str,
+    /// The runner's key, and who hears that it stopped.
+    pub(super) stopped: (ReservationKey, StopListeners),
 }
 
 /// The detached calls a worker runs; `None` once it exited.
@@ -153,6 +182,8 @@ impl Watched {
             Ok(status) => describe(status, self.notice.bwrapped, oom_killed),
             Err(err) => format!("its exit could not be read: {err}"),
         };
+        let (key, listeners) = &self.notice.stopped;
+        listeners.tell(key);
         self.exited.send_replace(Some(Arc::from(cause.as_str())));
         metrics::runner_gone(self.notice.backend);
         // Its last reports may still be unread; it wrote them before it ended.

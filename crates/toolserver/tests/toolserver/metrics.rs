@@ -229,6 +229,10 @@ async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPoo
         ) >= 2.0
     );
     assert!(after.value("toolserver_runners_live", &[("backend", "local")]) >= 2.0);
+    assert!(
+        after.value("toolserver_runner_budget_runners", &[("state", "live")]) >= 2.0,
+        "the runner budget counts the runners"
+    );
 
     assert!(
         after.value(

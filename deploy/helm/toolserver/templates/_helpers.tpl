@@ -19,6 +19,20 @@ app.kubernetes.io/part-of: toolserver
 {{ include "toolserver.releaseLabels" . }}
 {{- end -}}
 
+{{/*
+`quantity` (a whole number with an optional unit: 100m, 512Mi, 1) times
+`times`, in the same unit.
+*/}}
+{{- define "toolserver.quantityTimes" -}}
+{{- $quantity := toString .quantity -}}
+{{- $unit := regexFind "[a-zA-Z]+$" $quantity -}}
+{{- $number := trimSuffix $unit $quantity -}}
+{{- if not (regexMatch "^[0-9]+$" $number) -}}
+{{- fail (printf "runner resources must be whole numbers with a unit (500m, not 0.5): %s" $quantity) -}}
+{{- end -}}
+{{- printf "%d%s" (mul (atoi $number) (int .times)) $unit -}}
+{{- end -}}
+
 {{/* The server image. */}}
 {{- define "toolserver.image" -}}
 {{ printf "%s:%s" .Values.image.repository .Values.image.tag }}

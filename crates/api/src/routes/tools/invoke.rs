@@ -19,14 +19,14 @@ use axum::Json;
 use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolserver_domain::ValidationError;
+use toolserver_domain::{AccountId, LimitKind, ValidationError};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
-use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey};
+use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
 use toolserver_store::{tools, ToolRecord};
 use utoipa::ToSchema;
 
 use super::{parse_tool_id, tool_not_found};
-use crate::admission::Permit;
+use crate::admission::{Permit, Refusal};
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
@@ -100,8 +100,8 @@ pub struct LogLine {
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
         (status = 422, description = "Input does not match the tool's inputSchema", body = ErrorBody),
-        (status = 429, description = "A limit of the account is reached (`concurrentCalls`, `callsPerMinute`); see `Retry-After`", body = ErrorBody),
-        (status = 503, description = "No runner could be reached", body = ErrorBody),
+        (status = 429, description = "A limit of the account is reached (`concurrentCalls`, `callsPerMinute`, `liveRunners`); see `Retry-After`", body = ErrorBody),
+        (status = 503, description = "No runner could be reached, or the server's runners are all taken (`capacity_exhausted`, with `Retry-After`)", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(tool.id = %tool_id, call.id = tracing::field::Empty))]
 pub async fn invoke_tool(
@@ -127,14 +127,14 @@ pub async fn invoke_tool(
         .and_then(|v| v.to_str().ok())
         .map_or_else(|| call_id.clone(), str::to_owned);
     let request = build_request(&state, &tool, body, call_id.clone(), idempotency_key).await?;
-    let key = ReservationKey::new(account, tool.id);
+    let key = ReservationKey::new(account.clone(), tool.id);
     let call = RunnerCall::start(state.executor().clone(), key, request)
         .await
         .map(|call| Call {
             call,
             _permit: permit,
         })
-        .map_err(|err| ApiError::Unavailable(format!("runner: {err}")))?;
+        .map_err(|err| runner_error(&state, &account, err))?;
     if wants_event_stream(&headers) {
         Ok(Sse::new(sse_events(call))
             .keep_alive(KeepAlive::default())
@@ -179,6 +179,30 @@ async fn build_request(
         async_meta: None,
     };
     Ok(runner_call::build_request(state.bundles(), &runner, tool, spec).await?)
+}
+
+/// Why no runner took the call: the account's own runner cap (429), the
+/// server's (503), each with `Retry-After`; else the runner is unreachable.
+fn runner_error(state: &AppState, account: &AccountId, err: SandboxError) -> ApiError {
+    match err {
+        SandboxError::Busy {
+            reason,
+            retry_after,
+            account_limit: true,
+        } => {
+            let cap = state.admission().known_limits(account).live_runners;
+            Refusal::new(account, LimitKind::LiveRunners, cap, retry_after, reason).into()
+        }
+        SandboxError::Busy {
+            reason,
+            retry_after,
+            account_limit: false,
+        } => ApiError::Overloaded {
+            message: reason,
+            retry_after,
+        },
+        other => ApiError::Unavailable(format!("runner: {other}")),
+    }
 }
 
 fn wants_event_stream(headers: &HeaderMap) -> bool {
