@@ -24,6 +24,10 @@
 //!     turn before: a turn after the other server's pays for the switch,
 //!     alike for both arms unless one arm leaves work behind for whichever
 //!     turn comes next (which would flatter that arm);
+//!   - the cost of admission (per-account limits on what may start), turn
+//!     by turn in the same way: the server recording in Postgres against one
+//!     with admission checks off (`TOOLSERVER_ADMISSION=false`); the goal is
+//!     a cost of at most 2% of the turns/s;
 //!   - the same comparison with the model pacing its text as a hosted model
 //!     streams (a chunk every 10 ms), where a turn spends its time waiting
 //!     for the model rather than for the store;
@@ -59,6 +63,8 @@ const ROUNDS: usize = 11;
 const PACED_TURNS_PER_CLIENT: usize = 4;
 /// Time between the paced model's text chunks.
 const PACED_CHUNK_DELAY: Duration = Duration::from_millis(10);
+/// Largest share of turns/s that admission checks may cost.
+const ADMISSION_COST_GOAL: f64 = 0.02;
 const NATS_URL: &str = "127.0.0.1:4222";
 const SECRET: &str = "bench-secret";
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
@@ -91,7 +97,7 @@ impl Server {
             .env("TOOLSERVER_JWT_SECRET", SECRET)
             .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))
             .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
-            // Three servers share one Postgres (100 connections by default).
+            // Four servers share one Postgres (100 connections by default).
             .env("TOOLSERVER_DB_MAX_CONNECTIONS", "20")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -409,6 +415,51 @@ fn mean_ms(samples: &[Duration]) -> f64 {
     samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64
 }
 
+/// Prints a turn-by-turn comparison (see [`interleaved`]) of arms named
+/// `names` (in full, then in short): each arm's whole-turn times, the ratio
+/// of arm 0's turns/s over arm 1's, and each arm's turns split by the arm
+/// of the turn before. Returns the ratio.
+fn report_interleaved(turns: &[(usize, Duration)], names: [&str; 2], short: [&str; 2]) -> f64 {
+    let (first, second) = (times_of(turns, 0, None), times_of(turns, 1, None));
+    let pair_ratios = turns
+        .chunks(2)
+        .map(|pair| {
+            let time = |arm| pair.iter().find(|(of, _)| *of == arm).unwrap().1;
+            time(1).as_secs_f64() / time(0).as_secs_f64()
+        })
+        .collect();
+    let (first_p50, _) = summary(&format!("{}: whole turn", names[0]), first.clone());
+    let (second_p50, _) = summary(&format!("{}: whole turn", names[1]), second.clone());
+    let ratio = mean_ms(&second) / mean_ms(&first);
+    println!(
+        "{} vs {}, turn by turn: {ratio:.3}x the turns/s (mean turn {:.3} vs {:.3} ms; median of pairs' ratios {:.3}x), whole turn p50 {:+.3} ms",
+        names[0],
+        names[1],
+        mean_ms(&first),
+        mean_ms(&second),
+        median(pair_ratios),
+        ms(first_p50) - ms(second_p50)
+    );
+    for (arm, label) in short.iter().enumerate() {
+        let p50_after = |before| {
+            median(
+                times_of(turns, arm, Some(before))
+                    .into_iter()
+                    .map(ms)
+                    .collect(),
+            )
+        };
+        println!(
+            "{label} turns: p50 {:.3} ms after {}, {:.3} ms after {}",
+            p50_after(0),
+            short[0],
+            p50_after(1),
+            short[1]
+        );
+    }
+    ratio
+}
+
 async fn concurrent<F, Fut>(
     label: &str,
     clients: usize,
@@ -462,6 +513,16 @@ async fn main() {
             unrecorded_data.path(),
             bundles.path(),
             &[("TOOLSERVER_STREAM_RECORDING", "false")],
+        )
+        .await,
+    );
+    let unadmitted_data = tempfile::tempdir().unwrap();
+    let unadmitted = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            unadmitted_data.path(),
+            bundles.path(),
+            &[("TOOLSERVER_ADMISSION", "false")],
         )
         .await,
     );
@@ -543,7 +604,7 @@ async fn main() {
         .unwrap()
         .to_owned();
 
-    for target in [&server, &jetstream, &unrecorded] {
+    for target in [&server, &jetstream, &unrecorded, &unadmitted] {
         for _ in 0..20 {
             turn(target, &tool_agent).await;
         }
@@ -604,39 +665,33 @@ async fn main() {
 
     println!("== 1 client, turn by turn: {INTERLEAVED_TURNS} turns on each arm, alternating ==");
     let turns = interleaved([&server, &unrecorded], &tool_agent).await;
-    let (recorded, off) = (times_of(&turns, 0, None), times_of(&turns, 1, None));
-    let pair_ratios = turns
-        .chunks(2)
-        .map(|pair| {
-            let time = |arm| pair.iter().find(|(of, _)| *of == arm).unwrap().1;
-            time(1).as_secs_f64() / time(0).as_secs_f64()
-        })
-        .collect();
-    let (recorded_p50, _) = summary("recorded in Postgres: whole turn", recorded.clone());
-    let (off_p50, _) = summary("recording off: whole turn", off.clone());
-    println!(
-        "recorded in Postgres vs off, turn by turn: {:.3}x the turns/s (mean turn {:.3} vs {:.3} ms; median of pairs' ratios {:.3}x), whole turn p50 {:+.3} ms",
-        mean_ms(&off) / mean_ms(&recorded),
-        mean_ms(&recorded),
-        mean_ms(&off),
-        median(pair_ratios),
-        ms(recorded_p50) - ms(off_p50)
+    report_interleaved(
+        &turns,
+        ["recorded in Postgres", "recording off"],
+        ["recorded", "unrecorded"],
     );
-    for (arm, label) in [(0, "recorded"), (1, "off")] {
-        let p50_after = |before| {
-            median(
-                times_of(&turns, arm, Some(before))
-                    .into_iter()
-                    .map(ms)
-                    .collect(),
-            )
-        };
-        println!(
-            "{label} turns: p50 {:.3} ms after a recorded turn, {:.3} ms after an unrecorded one",
-            p50_after(0),
-            p50_after(1)
-        );
-    }
+
+    println!(
+        "== 1 client, turn by turn: admission checks on vs off, {INTERLEAVED_TURNS} turns on each arm, alternating =="
+    );
+    let turns = interleaved([&server, &unadmitted], &tool_agent).await;
+    let admitted = report_interleaved(
+        &turns,
+        ["admission on", "admission off"],
+        ["admitted", "unadmitted"],
+    );
+    let cost = 1.0 - admitted;
+    println!(
+        "goal: admission costs at most {:.0}% of the turns/s: {:.2}% {}",
+        ADMISSION_COST_GOAL * 100.0,
+        cost * 100.0,
+        if cost <= ADMISSION_COST_GOAL {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    );
+    drop(unadmitted);
 
     println!(
         "== paced model: {} turns, {CLIENTS} concurrent clients, 40 text chunks {} ms apart ==",
