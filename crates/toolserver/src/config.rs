@@ -1000,6 +1000,15 @@ pub struct AccountsConfig {
     /// (`TOOLSERVER_ACCOUNT_TURN_BURST`).
     #[arg(long, env = "TOOLSERVER_ACCOUNT_TURN_BURST", default_value_t = 100)]
     pub account_turn_burst: u32,
+    /// Refusals of one account a second answered at once; past them each is
+    /// held until its `Retry-After` (at most `TOOLSERVER_REFUSAL_HOLD_MS`), so
+    /// clients that retry without waiting cannot flood the server with
+    /// refusals (`TOOLSERVER_ACCOUNT_PROMPT_REFUSALS`).
+    #[arg(long, env = "TOOLSERVER_ACCOUNT_PROMPT_REFUSALS", default_value_t = 20)]
+    pub account_prompt_refusals: u32,
+    /// The longest a refusal is held, in milliseconds (`TOOLSERVER_REFUSAL_HOLD_MS`).
+    #[arg(long, env = "TOOLSERVER_REFUSAL_HOLD_MS", default_value_t = 1000)]
+    pub refusal_hold_ms: u64,
     /// The key of the operator routes (`/operator/...`), at least 16 bytes;
     /// unset: the routes answer 403 (`TOOLSERVER_OPERATOR_KEY`).
     #[arg(long, env = "TOOLSERVER_OPERATOR_KEY", hide_env_values = true)]

@@ -643,6 +643,8 @@ fn runner_limits(config: &RunnerConfig) -> RunnerLimits {
 fn admission_settings(config: &AccountsConfig) -> AdmissionSettings {
     AdmissionSettings {
         enabled: config.admission,
+        prompt_refusals: config.account_prompt_refusals,
+        refusal_hold: Duration::from_millis(config.refusal_hold_ms),
         defaults: AccountLimits {
             concurrent_calls: config.account_concurrent_calls,
             open_turns: config.account_open_turns,

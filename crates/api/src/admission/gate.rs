@@ -29,6 +29,8 @@ pub struct AccountGate {
 struct Buckets {
     calls: TokenBucket,
     turns: TokenBucket,
+    /// Refusals answered at once; past them a refusal is held.
+    prompt_refusals: TokenBucket,
 }
 
 /// What a permit holds a place in.
@@ -41,8 +43,9 @@ pub enum Held {
 }
 
 impl AccountGate {
-    /// A gate for `account`, its buckets full of `defaults`' bursts.
-    pub fn new(account: AccountId, defaults: &AccountLimits) -> Self {
+    /// A gate for `account`, its buckets full of `defaults`' bursts and of
+    /// `prompt_refusals` refusals a second.
+    pub fn new(account: AccountId, defaults: &AccountLimits, prompt_refusals: u32) -> Self {
         let now = Instant::now();
         Self {
             account,
@@ -53,6 +56,7 @@ impl AccountGate {
             buckets: Mutex::new(Buckets {
                 calls: TokenBucket::full(defaults.call_burst, now),
                 turns: TokenBucket::full(defaults.turn_burst, now),
+                prompt_refusals: TokenBucket::full(prompt_refusals, now),
             }),
         }
     }
@@ -119,6 +123,22 @@ impl AccountGate {
             gate: Some(self.clone()),
             held,
         })
+    }
+
+    /// How long to hold `refusal` before answering it: nothing while the
+    /// account is refused at most `prompt_refusals` times a second; past
+    /// that (its clients retry without waiting) until its `Retry-After`,
+    /// at most `longest`, so refusals cannot become a flood of their own.
+    pub fn hold_for(&self, refusal: &Refusal, prompt_refusals: u32, longest: Duration) -> Duration {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let per_minute = prompt_refusals.saturating_mul(60);
+        match buckets
+            .prompt_refusals
+            .take(per_minute, prompt_refusals, Instant::now())
+        {
+            Ok(()) => Duration::ZERO,
+            Err(_) => refusal.retry_after.min(longest),
+        }
     }
 
     /// Whole tokens left in `held`'s rate bucket.
@@ -226,5 +246,54 @@ impl Drop for Permit {
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit").field("held", &self.held).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> AccountLimits {
+        AccountLimits {
+            concurrent_calls: 1,
+            open_turns: 1,
+            pending_detached: 1,
+            live_runners: 1,
+            mcp_tasks: 1,
+            calls_per_minute: 600,
+            call_burst: 10,
+            turns_per_minute: 600,
+            turn_burst: 10,
+        }
+    }
+
+    #[test]
+    fn refusals_past_the_prompt_ones_are_held_until_retry_after_at_most_the_longest_hold() {
+        let account = AccountId::parse("acct").unwrap();
+        let gate = Arc::new(AccountGate::new(account, &limits(), 2));
+        let _held = gate.admit(Held::Call, &limits()).unwrap();
+        let refusal = gate.admit(Held::Call, &limits()).unwrap_err();
+        assert_eq!(refusal.kind, LimitKind::ConcurrentCalls);
+        let longest = Duration::from_millis(300);
+        assert_eq!(gate.hold_for(&refusal, 2, longest), Duration::ZERO);
+        assert_eq!(gate.hold_for(&refusal, 2, longest), Duration::ZERO);
+        assert_eq!(gate.hold_for(&refusal, 2, longest), longest);
+        let soon = Refusal {
+            retry_after: Duration::from_millis(50),
+            ..refusal
+        };
+        assert_eq!(gate.hold_for(&soon, 2, longest), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_dropped_permit_gives_its_place_back() {
+        let account = AccountId::parse("acct").unwrap();
+        let gate = Arc::new(AccountGate::new(account, &limits(), 2));
+        let permit = gate.admit(Held::Turn, &limits()).unwrap();
+        assert_eq!(gate.in_use(Held::Turn), 1);
+        assert!(gate.admit(Held::Turn, &limits()).is_err());
+        drop(permit);
+        assert_eq!(gate.in_use(Held::Turn), 0);
+        assert!(gate.admit(Held::Turn, &limits()).is_ok());
     }
 }

@@ -11,6 +11,10 @@
 //! are counted there, on those routes only. An account's limits are the
 //! deployment defaults with its stored overrides put over them, loaded once
 //! and dropped when an operator changes them (`NOTIFY`, see `invalidation.rs`).
+//!
+//! Refusals are cheap but not free: past a few a second for one account
+//! (its clients retry without waiting), each is held until its
+//! `Retry-After` before it is answered, so refusals cannot become a flood.
 
 mod bucket;
 mod gate;
@@ -20,6 +24,7 @@ mod runner_caps;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, AccountLimits, LimitKind};
@@ -38,6 +43,11 @@ pub struct AdmissionSettings {
     pub enabled: bool,
     /// The limits of an account without overrides.
     pub defaults: AccountLimits,
+    /// Refusals of one account a second answered at once; past them each
+    /// is held until its `Retry-After` (at most [`Self::refusal_hold`]).
+    pub prompt_refusals: u32,
+    /// The longest a refusal is held.
+    pub refusal_hold: Duration,
 }
 
 impl Default for AdmissionSettings {
@@ -47,6 +57,8 @@ impl Default for AdmissionSettings {
         let unlimited = u32::MAX;
         Self {
             enabled: false,
+            prompt_refusals: unlimited,
+            refusal_hold: Duration::ZERO,
             defaults: AccountLimits {
                 concurrent_calls: unlimited,
                 open_turns: unlimited,
@@ -123,14 +135,15 @@ impl Admission {
         }
         let (gate, limits) = self.gate(account).await?;
         let pending = account_limits::pending_detached(&self.pool, account).await?;
-        refuse_at(
+        let admitted = refuse_at(
             account,
             LimitKind::PendingDetached,
             limits.pending_detached,
             pending,
             "unfinished detached turns",
-        )?;
-        Ok(gate.take_token(Held::Turn, &limits)?)
+        )
+        .and_then(|()| gate.take_token(Held::Turn, &limits));
+        self.answer(&gate, admitted).await
     }
 
     /// Admits a task-augmented MCP call of `account`: a token from its
@@ -142,14 +155,15 @@ impl Admission {
         }
         let (gate, limits) = self.gate(account).await?;
         let open = account_limits::open_mcp_tasks(&self.pool, account).await?;
-        refuse_at(
+        let admitted = refuse_at(
             account,
             LimitKind::McpTasks,
             limits.mcp_tasks,
             open,
             "open MCP tasks",
-        )?;
-        Ok(gate.take_token(Held::Call, &limits)?)
+        )
+        .and_then(|()| gate.take_token(Held::Call, &limits));
+        self.answer(&gate, admitted).await
     }
 
     /// The limits in force for `account`.
@@ -225,7 +239,27 @@ impl Admission {
             return Ok(Permit::unlimited(held));
         }
         let (gate, limits) = self.gate(account).await?;
-        Ok(gate.admit(held, &limits)?)
+        let admitted = gate.admit(held, &limits);
+        self.answer(&gate, admitted).await
+    }
+
+    /// `admitted` as the caller gets it: a refusal held first when the
+    /// account is refused faster than its clients should retry.
+    async fn answer<T>(
+        &self,
+        gate: &AccountGate,
+        admitted: Result<T, Refusal>,
+    ) -> Result<T, AdmissionError> {
+        let refusal = match admitted {
+            Ok(admitted) => return Ok(admitted),
+            Err(refusal) => refusal,
+        };
+        let settings = &self.settings;
+        let hold = gate.hold_for(&refusal, settings.prompt_refusals, settings.refusal_hold);
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        Err(refusal.into())
     }
 
     /// The account's gate and its limits, loading them when needed.
@@ -238,7 +272,11 @@ impl Admission {
             match gates.get(account) {
                 Some(gate) => gate.clone(),
                 None => {
-                    let gate = Arc::new(AccountGate::new(account.clone(), &self.settings.defaults));
+                    let gate = Arc::new(AccountGate::new(
+                        account.clone(),
+                        &self.settings.defaults,
+                        self.settings.prompt_refusals,
+                    ));
                     gates.insert(account.clone(), gate.clone());
                     gate
                 }

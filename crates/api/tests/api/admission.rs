@@ -42,6 +42,8 @@ async fn app_with(pool: PgPool, limits: AccountLimits) -> LiveApp {
         admission: AdmissionSettings {
             enabled: true,
             defaults: limits,
+            prompt_refusals: 1000,
+            refusal_hold: Duration::ZERO,
         },
         operator_key: Some(OperatorKey::new(OPERATOR_KEY.into()).unwrap()),
         ..ApiSettings::default()
