@@ -50,27 +50,30 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(key) = &state.settings().operator_key else {
-            return Err(ApiError::Forbidden(
-                "operator routes are switched off: this server has no TOOLSERVER_OPERATOR_KEY"
-                    .into(),
-            ));
-        };
         let presented = parts
             .headers
             .get(AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
-        match presented {
-            Some(token) if key.matches(token) => Ok(Self),
-            Some(_) => Err(ApiError::Unauthorized(
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| {
+                ApiError::Unauthorized(
+                    "operator routes need `Authorization: Bearer <operator key>`".into(),
+                )
+            })?;
+        let Some(key) = &state.settings().operator_key else {
+            return Err(ApiError::Forbidden(
+                "operator routes are switched off: this server has no TOOLSERVER_OPERATOR_KEY"
+                    .into(),
+            ));
+        };
+        if key.matches(presented) {
+            Ok(Self)
+        } else {
+            Err(ApiError::Unauthorized(
                 "operator routes take the operator key, not a tenant token".into(),
-            )),
-            None => Err(ApiError::Unauthorized(
-                "operator routes need `Authorization: Bearer <operator key>`".into(),
-            )),
+            ))
         }
     }
 }
