@@ -31,7 +31,7 @@ pub use executor::{
     Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo, RunnerUsage, StopListener,
 };
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};
-pub use limits::{CallWatch, Limit, LimitBreach, RunnerLimits};
+pub use limits::{CallWatch, Limit, LimitBreach, PendingChecks, RunnerLimits, Settling};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};
 pub use protocol::{BundleRef, Frame, InvokeRequest};
 pub use relay::{forward_frames, spawn_relay, RunnerControl, WorkerAnswer};

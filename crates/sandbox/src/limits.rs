@@ -8,7 +8,10 @@
 //! checked while a call runs ([`CallWatch`]). A call that breaks a limit, or
 //! whose runner hit one while it ran (a cgroup OOM kill, a refused fork, a
 //! V8 heap exhaustion), ends in a `LimitExceeded` error naming the limit, and
-//! the runner is killed and replaced.
+//! the runner is killed and replaced. Disk use (and CPU time where no cgroup
+//! of the runner counts it) is checked once more right after a call's
+//! answer went out rather than before: a breach found then replaces the
+//! runner before its next call, and the call keeps its answer.
 
 mod cgroup;
 mod spawn;
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 pub use cgroup::{CgroupSupport, RunnerCgroup};
 pub use spawn::SpawnLimits;
-pub use watch::CallWatch;
+pub use watch::{CallWatch, PendingChecks, Settling};
 
 /// Per-runner resource limits; each is a server setting.
 #[derive(Debug, Clone, PartialEq, Eq)]

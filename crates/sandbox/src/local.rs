@@ -52,8 +52,8 @@ use crate::relay::{forward_frames, spawn_relay, RunnerControl};
 use crate::seccomp::SeccompFilters;
 use crate::{
     CallWatch, EgressProxy, EgressScope, EgressSettings, Executor, Frame, FrameStream,
-    InvokeRequest, LaunchedCall, Limit, LimitBreach, ReservationKey, RunnerExit, RunnerInfo,
-    RunnerLimits, RunnerUsage, SandboxError, StopListener, WorkerAssets, WorkerClient,
+    InvokeRequest, LaunchedCall, Limit, LimitBreach, PendingChecks, ReservationKey, RunnerExit,
+    RunnerInfo, RunnerLimits, RunnerUsage, SandboxError, StopListener, WorkerAssets, WorkerClient,
 };
 pub use isolation::IsolationMode;
 use isolation::{Isolation, BWRAP_NAMESPACES};
@@ -135,6 +135,9 @@ struct Runner {
     cgroup: Mutex<Option<Arc<RunnerCgroup>>>,
     /// How often its workers reported V8 heap exhaustion.
     heap_exhaustions: Arc<AtomicU64>,
+    /// Limit checks of its calls that already answered; a new call waits
+    /// for them.
+    pending_checks: Arc<PendingChecks>,
     /// The runner's own (uid, gid), once its directories were prepared.
     ids: Mutex<Option<(u32, u32)>>,
 }
@@ -411,6 +414,7 @@ impl LocalExecutor {
                     inflight: AtomicUsize::new(0),
                     cgroup: Mutex::new(None),
                     heap_exhaustions: Arc::new(AtomicU64::new(0)),
+                    pending_checks: Arc::new(PendingChecks::default()),
                 })
             })
             .clone()
@@ -749,13 +753,14 @@ impl RunnerControl for LocalRunner {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let pid = runner.live_pid();
-        let watch = Arc::new(CallWatch::start(
+        let watch = CallWatch::start(
             self.executor.inner.settings.limits.clone(),
             pid,
             runner.dir.clone(),
             cgroup,
             runner.heap_exhaustions.clone(),
-        ));
+            runner.pending_checks.clone(),
+        );
         *self.watch.lock().unwrap_or_else(PoisonError::into_inner) = Some(watch.clone());
         Some(watch)
     }
@@ -813,6 +818,8 @@ impl Executor for LocalExecutor {
             let lifetime = Duration::from_millis(request.deadline_ms) + BUNDLE_URL_SLACK;
             runner.egress.admit(url, lifetime);
         }
+        // A breach the last answered call left is dealt with first.
+        runner.pending_checks.settled().await;
         let served_by = match self.ensure_runner(&runner).await {
             Ok((worker, _)) => worker,
             Err(err) => {

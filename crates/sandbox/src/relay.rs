@@ -19,9 +19,13 @@
 //! terminal frame arrives by the deadline plus the kill grace, the worker is
 //! hung: it is killed and the next call starts a fresh one. A backend that
 //! watches its runners' resource limits ([`RunnerControl::watch_limits`])
-//! has the call checked while it runs and once more before its terminal
-//! frame goes out: a breach kills the worker and ends the call in a
-//! `LimitExceeded` error frame naming the limit, whatever the tool answered.
+//! has the call checked while it runs and once more as it ends: a breach
+//! kills the worker and ends the call in a `LimitExceeded` error frame naming
+//! the limit, whatever the tool answered. For a call the worker answered,
+//! only the cheap part of that last check comes before its terminal frame;
+//! the rest runs right after it, and a breach found then kills the worker
+//! (the answer stands) before the runner serves its next call
+//! (`limits/watch.rs`).
 //! A detached call's `launched` frame is recorded with the runner first
 //! ([`RunnerControl::call_launched`]), so a backend that sees its worker
 //! exit can name the calls that went with it. Whatever the outcome, the
@@ -35,7 +39,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use crate::limits::{CallWatch, LimitBreach};
+use crate::limits::{CallWatch, LimitBreach, Settling};
 use crate::protocol::FrameDecoder;
 use crate::{Frame, InvokeRequest, SandboxError};
 
@@ -115,7 +119,12 @@ pub fn spawn_relay(
 ) -> mpsc::Receiver<Frame> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        relay_call(&runner, &request, worker, &tx, kill_grace).await;
+        let settling = relay_call(&runner, &request, worker, &tx, kill_grace).await;
+        if let Some(settling) = settling {
+            if let Some(breach) = settling.breach().await {
+                broken_after_answer(&runner, &request, &breach).await;
+            }
+        }
         runner.call_finished().await;
     });
     rx
@@ -147,25 +156,36 @@ struct Relayed {
     frames: usize,
 }
 
-/// Relays one call's frames from `worker` to `tx`, with the fallbacks above.
+/// Relays one call's frames from `worker` to `tx`, with the fallbacks
+/// above; what is left of its limit check once its terminal frame is out.
 async fn relay_call(
     runner: &dyn RunnerControl,
     request: &InvokeRequest,
     worker: impl Future<Output = WorkerAnswer>,
     tx: &mpsc::Sender<Frame>,
     kill_grace: Duration,
-) {
-    let relayed = match runner.watch_limits() {
-        None => relay_frames(request, worker, tx, kill_grace).await,
+) -> Option<Settling> {
+    let (relayed, settling) = match runner.watch_limits() {
+        None => (relay_frames(request, worker, tx, kill_grace).await, None),
         Some(watch) => {
             let relayed = tokio::select! {
                 relayed = relay_frames(request, worker, tx, kill_grace) => relayed,
-                breach = watch.clone().breached() => return end_on_breach(runner, request, breach, tx).await,
+                breach = watch.clone().breached() => {
+                    end_on_breach(runner, request, breach, tx).await;
+                    return None;
+                }
             };
-            if let Some(breach) = watch.after().await {
-                return end_on_breach(runner, request, breach, tx).await;
+            let answered = matches!(relayed.end, RelayEnd::Done(_));
+            let breach = if answered {
+                watch.answered().await
+            } else {
+                watch.clone().after().await
+            };
+            if let Some(breach) = breach {
+                end_on_breach(runner, request, breach, tx).await;
+                return None;
             }
-            relayed
+            (relayed, answered.then(|| watch.settle()))
         }
     };
     let Relayed {
@@ -207,6 +227,7 @@ async fn relay_call(
             let _ = tx.send(Frame::error("RunnerCrashed", message)).await;
         }
     }
+    settling
 }
 
 /// Ends a call that broke a resource limit: the worker is killed, the
@@ -222,6 +243,18 @@ async fn end_on_breach(
     runner.limit_broken(&breach).await;
     let frame = Frame::error(LimitBreach::ERROR_NAME, breach.to_string());
     let _ = tx.send(frame).await;
+}
+
+/// A call answered, and its runner was then found past a limit: the worker
+/// is killed and the breach cleared before the runner serves another call.
+async fn broken_after_answer(
+    runner: &dyn RunnerControl,
+    request: &InvokeRequest,
+    breach: &LimitBreach,
+) {
+    tracing::warn!(runner = %runner.runner_name(), call.id = %request.call_id, limit = ?breach.limit, %breach, "runner found past a limit after the call answered; killing the worker");
+    crate::metrics::limit_kill(breach.limit);
+    runner.limit_broken(breach).await;
 }
 
 /// Waits for the worker's answer and relays its frames until a terminal

@@ -8,11 +8,15 @@
 //! every account's runners go into one group of the account's (`ta-` and a
 //! hash of its id), all with the same weight, so under contention each
 //! account gets an equal share of CPU however many runners it has. Under v1
-//! that group lives in the `cpu` and `cpuacct` hierarchies
-//! (`…/<server pid>/<account group>`, the runner's processes in it
-//! directly, beside its own `memory` and `pids` groups at
-//! `…/<server pid>/<runner>`); under v2 the runner's group lies inside its
-//! account's (`…/<server pid>/<account group>/<runner>`). Account groups
+//! that group lives in the `cpu` hierarchy (`…/<server pid>/<account
+//! group>`, the runner's processes in it directly, beside its own `memory`
+//! and `pids` groups at `…/<server pid>/<runner>`) and in the `cpuacct`
+//! one, where each runner has a group of its own inside it
+//! (`…/<account group>/<runner>`, counting the runner's CPU time; where
+//! the two hierarchies are mounted together, that group nests the runner
+//! inside its account's for CPU weight as well); under v2
+//! the runner's group lies inside its account's (`…/<server pid>/<account
+//! group>/<runner>`) and counts its CPU time in `cpu.stat`. Account groups
 //! are kept until the server exits, so their CPU time only grows.
 
 use std::path::{Path, PathBuf};
@@ -169,6 +173,9 @@ impl CgroupSupport {
             };
             let _ = std::fs::remove_dir(dir);
         }
+        if let Some(cpuacct) = self.cpuacct.as_ref().filter(|found| !found.v2) {
+            let _ = std::fs::remove_dir(cpuacct.parent.join(&account_group).join(name));
+        }
     }
 
     /// Whether runners get any cgroup.
@@ -210,11 +217,7 @@ impl CgroupSupport {
             let micros = counter(Some(&dir.join("cpu.stat")), "usage_usec");
             return Some(Duration::from_micros(micros));
         }
-        let nanos = std::fs::read_to_string(dir.join("cpuacct.usage"))
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(0);
-        Some(Duration::from_nanos(nanos))
+        Some(Duration::from_nanos(number(&dir.join("cpuacct.usage"))))
     }
 
     fn detect_v2(own: &str) -> Self {
@@ -310,6 +313,18 @@ pub struct RunnerCgroup {
     oom_counter: Option<PathBuf>,
     /// The file counting refused forks (`max N`).
     fork_counter: Option<PathBuf>,
+    /// The file counting the runner's own CPU time.
+    cpu_counter: Option<CpuCounter>,
+}
+
+/// Where a runner's own cgroup counts its CPU time.
+#[derive(Debug)]
+enum CpuCounter {
+    /// v1 `cpuacct.usage`: nanoseconds.
+    V1(PathBuf),
+    /// v2 `cpu.stat` (present whether or not the `cpu` controller is on):
+    /// `usage_usec`.
+    V2(PathBuf),
 }
 
 impl RunnerCgroup {
@@ -329,6 +344,7 @@ impl RunnerCgroup {
             own_procs: None,
             oom_counter: None,
             fork_counter: None,
+            cpu_counter: None,
         };
         if let Some(memory) = &support.memory {
             let dir = memory.runner_dir(&account_group, name, weight)?;
@@ -350,9 +366,18 @@ impl RunnerCgroup {
             group.fork_counter = Some(dir.join("pids.events"));
             group.join_own(dir.join("cgroup.procs"));
         }
-        for (hierarchy, weight) in [(&support.cpu, true), (&support.cpuacct, false)] {
-            if let Some(hierarchy) = hierarchy.as_ref().filter(|found| !found.v2) {
-                let dir = hierarchy.account_dir(&account_group, weight)?;
+        if let Some(cpu) = support.cpu.as_ref().filter(|found| !found.v2) {
+            let dir = cpu.account_dir(&account_group, true)?;
+            group.join(dir.join("cgroup.procs"));
+        }
+        if let Some(cpuacct) = &support.cpuacct {
+            if cpuacct.v2 {
+                let dir = cpuacct.runner_dir(&account_group, name, weight)?;
+                group.cpu_counter = Some(CpuCounter::V2(dir.join("cpu.stat")));
+            } else {
+                let dir = cpuacct.account_dir(&account_group, false)?.join(name);
+                std::fs::create_dir_all(&dir)?;
+                group.cpu_counter = Some(CpuCounter::V1(dir.join("cpuacct.usage")));
                 group.join(dir.join("cgroup.procs"));
             }
         }
@@ -397,6 +422,15 @@ impl RunnerCgroup {
     pub fn refused_forks(&self) -> u64 {
         counter(self.fork_counter.as_deref(), "max")
     }
+
+    /// The CPU time the runner's processes used in its cgroup, so far;
+    /// `None` where no cgroup of its own counts it.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        match self.cpu_counter.as_ref()? {
+            CpuCounter::V1(file) => Some(Duration::from_nanos(number(file))),
+            CpuCounter::V2(file) => Some(Duration::from_micros(counter(Some(file), "usage_usec"))),
+        }
+    }
 }
 
 /// Removes a cgroup and the groups below it (each must hold no process).
@@ -418,6 +452,14 @@ fn write_if_present(file: &Path, value: &str) -> std::io::Result<()> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
+}
+
+/// The number a one-number file holds, 0 if unreadable.
+fn number(file: &Path) -> u64 {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The value of `key` in a `key value` lines file, 0 if absent.

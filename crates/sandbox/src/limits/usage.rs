@@ -74,7 +74,8 @@ pub fn disk_use(dir: &Path, cap: u64) -> u64 {
             continue;
         };
         for entry in entries.flatten() {
-            let Ok(meta) = entry.path().symlink_metadata() else {
+            // Not following symlinks, and relative to the open directory.
+            let Ok(meta) = entry.metadata() else {
                 continue;
             };
             total += (meta.blocks() * 512).max(BLOCK);

@@ -11,6 +11,11 @@ use crate::support::*;
 
 /// Small limits, so that each is reached quickly.
 fn harness() -> Harness {
+    harness_checking_every(Duration::from_millis(100))
+}
+
+/// Small limits, checked every `check_interval` while a call runs.
+fn harness_checking_every(check_interval: Duration) -> Harness {
     let h = Harness::with(|settings| {
         settings.limits = RunnerLimits {
             memory_bytes: 192 * 1024 * 1024,
@@ -19,7 +24,7 @@ fn harness() -> Harness {
             file_size_bytes: 64 * 1024 * 1024,
             disk_bytes: 16 * 1024 * 1024,
             cpu_per_call: Duration::from_millis(1500),
-            check_interval: Duration::from_millis(100),
+            check_interval,
         };
     });
     assert!(
@@ -101,10 +106,13 @@ export default { async execute() {
 async fn writing_past_the_disk_limit_is_killed_naming_it_and_the_files_are_gone() {
     let h = harness();
     let key = key("acct_limits");
+    // It stays past the limit for many check intervals, so a check made
+    // while the call runs finds it (one that ends at once is the next test).
     let tool = "import { appendFileSync } from 'node:fs';
 export default { async execute() {
   const chunk = Buffer.alloc(1 << 20, 7);
   for (let i = 0; i < 40; i++) { appendFileSync('fill', chunk); await new Promise(r => setTimeout(r, 5)); }
+  await new Promise(r => setTimeout(r, 2000));
   return { written: 40 };
 } };";
     breaks(&h, &key, tool, "disk limit").await;
@@ -112,6 +120,40 @@ export default { async execute() {
     assert!(
         !work.join("fill").exists(),
         "what broke the limit is removed"
+    );
+}
+
+/// A call that goes past the disk limit and answers before any check made
+/// while it runs: its answer stands, and the check right after it kills the
+/// runner and empties its directories before the runner serves again.
+#[tokio::test]
+async fn a_disk_breach_found_after_the_answer_replaces_the_runner_before_its_next_call() {
+    let h = harness_checking_every(Duration::from_secs(3600));
+    let key = key("acct_limits");
+    let warm = run(&h.executor, &key, request(inline(ECHO), json!({}))).await;
+    assert_eq!(echo_of(&warm), json!({}));
+    let first_worker = h.executor.worker_pid(&key).await;
+    assert!(first_worker.is_some());
+    let fill = "import { writeFileSync } from 'node:fs';
+export default { execute() {
+  writeFileSync('fill', Buffer.alloc(24 << 20, 7));
+  return { written: 24 };
+} };";
+    let answer = run(&h.executor, &key, request(inline(fill), json!({}))).await;
+    assert_eq!(final_value(&answer), json!({"written": 24}), "{answer:?}");
+    let look = "import { existsSync } from 'node:fs';
+export default { execute() { return { fill: existsSync('fill') }; } };";
+    let next = run(&h.executor, &key, request(inline(look), json!({}))).await;
+    assert_eq!(
+        final_value(&next),
+        json!({"fill": false}),
+        "the runner's files are gone before its next call"
+    );
+    let next_worker = h.executor.worker_pid(&key).await;
+    assert!(next_worker.is_some());
+    assert_ne!(
+        next_worker, first_worker,
+        "the next call found a fresh worker"
     );
 }
 
