@@ -67,6 +67,15 @@ const PACED_CHUNK_DELAY: Duration = Duration::from_millis(10);
 const ADMISSION_COST_GOAL: f64 = 0.02;
 const NATS_URL: &str = "127.0.0.1:4222";
 const SECRET: &str = "bench-secret";
+/// Account limits no arm of this bench reaches.
+const GENEROUS_LIMITS: [(&str, &str); 6] = [
+    ("TOOLSERVER_ACCOUNT_OPEN_TURNS", "100000"),
+    ("TOOLSERVER_ACCOUNT_CONCURRENT_CALLS", "100000"),
+    ("TOOLSERVER_ACCOUNT_CALLS_PER_MINUTE", "100000000"),
+    ("TOOLSERVER_ACCOUNT_CALL_BURST", "100000000"),
+    ("TOOLSERVER_ACCOUNT_TURNS_PER_MINUTE", "100000000"),
+    ("TOOLSERVER_ACCOUNT_TURN_BURST", "100000000"),
+];
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
 
 struct Server {
@@ -99,6 +108,9 @@ impl Server {
             .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
             // Four servers share one Postgres (100 connections by default).
             .env("TOOLSERVER_DB_MAX_CONNECTIONS", "20")
+            // One account runs every turn, 1,000 at once at the most: its
+            // limits are raised so admission checks every turn but refuses none.
+            .envs(GENEROUS_LIMITS)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .kill_on_drop(true)
