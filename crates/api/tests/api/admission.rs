@@ -80,6 +80,16 @@ async fn invoke(app: &LiveApp, account: &str, tool: &str, input: Value) -> reqwe
     .await
 }
 
+/// Calls `tool` of account A, sleeping `ms`, in a task of its own; its status.
+fn invoke_in_background(app: &LiveApp, tool: &str, ms: u64) -> tokio::task::JoinHandle<u16> {
+    let request = app
+        .client
+        .post(format!("{}/accounts/me/tools/{tool}/invoke", app.base))
+        .bearer_auth(token(ACCOUNT_A))
+        .json(&json!({"input": {"ms": ms}}));
+    tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+}
+
 /// Asserts `response` is a 429 naming `limit` = `value`, with a
 /// `Retry-After` of whole seconds; returns the body.
 async fn assert_refused(response: reqwest::Response, limit: &str, value: u32) -> Value {
@@ -174,24 +184,7 @@ async fn concurrent_calls_are_refused_at_their_limit_and_admitted_again_after(po
     let slow = app
         .upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
         .await;
-    let first = {
-        let (base, client, bearer, slow) = (
-            app.base.clone(),
-            app.client.clone(),
-            token(ACCOUNT_A),
-            slow.clone(),
-        );
-        tokio::spawn(async move {
-            client
-                .post(format!("{base}/accounts/me/tools/{slow}/invoke"))
-                .bearer_auth(bearer)
-                .json(&json!({"input": {"ms": 1500}}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
-    };
+    let first = invoke_in_background(&app, &slow, 1500);
     until_in_use(&app, ACCOUNT_A, "concurrentCalls", 1).await;
     assert_refused(
         invoke(&app, ACCOUNT_A, &slow, json!({"ms": 1})).await,
@@ -556,24 +549,7 @@ async fn live_runners_are_refused_at_their_limit_and_usage_counts_them(pool: PgP
             .status(),
         200
     );
-    let held = {
-        let (base, client, bearer, slow) = (
-            app.base.clone(),
-            app.client.clone(),
-            token(ACCOUNT_A),
-            slow.clone(),
-        );
-        tokio::spawn(async move {
-            client
-                .post(format!("{base}/accounts/me/tools/{slow}/invoke"))
-                .bearer_auth(bearer)
-                .json(&json!({"input": {"ms": 2500}}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
-    };
+    let held = invoke_in_background(&app, &slow, 2500);
     until_in_use(&app, ACCOUNT_A, "concurrentCalls", 1).await;
     // `slow`'s runner is busy: `spin` waits for a runner, then is refused.
     assert_refused(
