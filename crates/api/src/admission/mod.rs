@@ -166,21 +166,17 @@ impl Admission {
         self.answer(&gate, admitted).await
     }
 
-    /// The limits in force for `account`.
-    pub async fn limits(&self, account: &AccountId) -> Result<AccountLimits, StoreError> {
-        Ok(self.gate(account).await?.1)
-    }
-
-    /// What `account` holds in this process now, and the whole tokens left
-    /// in its call and turn rates.
-    pub async fn held(&self, account: &AccountId) -> Result<Holdings, StoreError> {
+    /// The limits in force for `account`, what it holds in this process
+    /// now, and the whole tokens left in its call and turn rates.
+    pub async fn held(&self, account: &AccountId) -> Result<(AccountLimits, Holdings), StoreError> {
         let (gate, limits) = self.gate(account).await?;
-        Ok(Holdings {
+        let holdings = Holdings {
             calls: gate.in_use(Held::Call),
             turns: gate.in_use(Held::Turn),
             call_tokens: gate.tokens_left(Held::Call, &limits),
             turn_tokens: gate.tokens_left(Held::Turn, &limits),
-        })
+        };
+        Ok((limits, holdings))
     }
 
     /// The limits of `account` as this process knows them now, without

@@ -90,8 +90,7 @@ pub async fn usage(
     State(state): State<AppState>,
 ) -> ApiResult<Json<UsageView>> {
     let admission = state.admission();
-    let limits = admission.limits(&account).await?;
-    let held = admission.held(&account).await?;
+    let (limits, held) = admission.held(&account).await?;
     let pool = state.pool();
     let pending = account_limits::pending_detached(pool, &account).await?;
     let tasks = account_limits::open_mcp_tasks(pool, &account).await?;
