@@ -28,10 +28,12 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use toolserver_domain::AccountId;
 use toolserver_sandbox::metrics;
 use toolserver_sandbox::{
     forward_frames, spawn_relay, EgressGrant, Executor, Frame, FrameStream, InvokeRequest,
-    ReservationKey, RunnerControl, RunnerInfo, SandboxError, WorkerConnection,
+    ReservationKey, RunnerControl, RunnerInfo, RunnerUsage, SandboxError, StopListener,
+    WorkerConnection,
 };
 
 use crate::channel::PodChannel;
@@ -56,6 +58,8 @@ struct Inner {
     pods: RunnerPods,
     settings: KubernetesSettings,
     runners: Mutex<HashMap<String, Arc<Runner>>>,
+    /// Told of every pod the reaper deletes.
+    stops: Mutex<Vec<StopListener>>,
 }
 
 /// What this server knows of one runner.
@@ -95,6 +99,21 @@ impl Runner {
         }
     }
 
+    /// Whether this server started the runner's pod and has not deleted it
+    /// since (its use is then recorded).
+    fn has_pod(&self) -> bool {
+        self.touched.lock().is_ok_and(|touched| touched.is_some())
+    }
+
+    /// Records that the runner's pod is gone: the next call starts one and
+    /// learns its route again.
+    fn forget_pod(&self) {
+        if let Ok(mut touched) = self.touched.lock() {
+            *touched = None;
+        }
+        self.set_route(Route::Unknown);
+    }
+
     /// Uses exec for [`EXEC_FALLBACK_PERIOD`], then tries the direct channel again.
     fn use_exec_for_a_while(&self) {
         self.set_route(Route::Exec(Instant::now() + EXEC_FALLBACK_PERIOD));
@@ -129,6 +148,7 @@ impl KubernetesExecutor {
                 pods: RunnerPods::new(client, settings.clone()),
                 settings,
                 runners: Mutex::new(HashMap::new()),
+                stops: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -453,17 +473,48 @@ impl KubernetesExecutor {
             .reap_idle(&busy, |pod| async move { self.worker_busy(&pod).await })
             .await?;
         metrics::runners_evicted(BACKEND, reaped.len() as u64);
-        if let Ok(map) = self.inner.runners.lock() {
-            for name in &reaped {
-                if let Some(runner) = map.get(name) {
-                    if let Ok(mut touched) = runner.touched.lock() {
-                        *touched = None;
-                    }
-                    runner.set_route(Route::Unknown);
-                }
+        let stopped: Vec<ReservationKey> = {
+            let map = self
+                .inner
+                .runners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            reaped
+                .iter()
+                .filter_map(|name| map.get(name))
+                .map(|runner| {
+                    runner.forget_pod();
+                    runner.key.clone()
+                })
+                .collect()
+        };
+        let listeners = self
+            .inner
+            .stops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for key in &stopped {
+            for listener in &listeners {
+                listener(key);
             }
         }
         Ok(reaped)
+    }
+
+    /// How many runners this server started whose pods it has not deleted,
+    /// per account.
+    fn live_runners(&self) -> HashMap<AccountId, usize> {
+        let mut live = HashMap::new();
+        let map = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for runner in map.values().filter(|runner| runner.has_pod()) {
+            *live.entry(runner.key.account().clone()).or_insert(0) += 1;
+        }
+        live
     }
 
     /// Runs [`Self::reap_idle`] periodically until the executor is dropped.
@@ -636,10 +687,10 @@ impl Executor for KubernetesExecutor {
     }
 
     async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError> {
-        self.inner
-            .pods
-            .delete(&manifests::pod_name(key), None)
-            .await
+        let runner = self.runner(key);
+        self.inner.pods.delete(&runner.name, None).await?;
+        runner.forget_pod();
+        Ok(())
     }
 
     async fn stop_if_idle(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
@@ -654,10 +705,35 @@ impl Executor for KubernetesExecutor {
         }
         self.inner.pods.delete(&runner.name, None).await?;
         tracing::info!(runner = %runner.name, "runner pod deleted to make room");
-        if let Ok(mut touched) = runner.touched.lock() {
-            *touched = None;
-        }
-        runner.set_route(Route::Unknown);
+        runner.forget_pod();
         Ok(true)
+    }
+
+    fn usage(&self, account: &AccountId) -> RunnerUsage {
+        RunnerUsage {
+            live_runners: self.live_runners().remove(account).unwrap_or(0),
+            ..RunnerUsage::default()
+        }
+    }
+
+    fn usage_all(&self) -> Vec<(AccountId, RunnerUsage)> {
+        self.live_runners()
+            .into_iter()
+            .map(|(account, live_runners)| {
+                let usage = RunnerUsage {
+                    live_runners,
+                    ..RunnerUsage::default()
+                };
+                (account, usage)
+            })
+            .collect()
+    }
+
+    fn watch_stops(&self, listener: StopListener) {
+        self.inner
+            .stops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(listener);
     }
 }

@@ -2,8 +2,8 @@
 //! key, under `<root>/<runner name>/` (private home, cache, tmp and working
 //! directory, plus the socket).
 //!
-//! Sequence of a call: `ensure` (start the worker if it is not running, then
-//! health-check it) → `POST /invoke` on its socket → the shared relay
+//! Sequence of a call: `ensure` (start the worker if it is not running) →
+//! `POST /invoke` on its socket → the shared relay
 //! (`relay.rs`: one-shot fallback, kill on a missed deadline). Workers idle
 //! longer than `idle_timeout` are stopped, unless the worker itself still
 //! runs calls (detached ones outlive the request that launched them); their
@@ -127,7 +127,7 @@ struct Runner {
     /// Held while its worker is started, replaced or stopped for idling.
     starting: tokio::sync::Mutex<()>,
     /// Its worker, once started (it may have exited since). Read without
-    /// `starting`, so [`Runner::kill`] never waits for a health check.
+    /// `starting`, so [`Runner::kill`] never waits for a worker to start.
     worker: Mutex<Option<Arc<WorkerProcess>>>,
     last_used: Mutex<Instant>,
     inflight: AtomicUsize,
@@ -604,18 +604,24 @@ impl LocalExecutor {
         Ok(WorkerProcess::watch(child, lines, notice))
     }
 
-    /// Makes sure `runner`'s worker runs and is healthy, starting one if
-    /// needed; the worker, and whether it was started now.
+    /// Makes sure `runner`'s worker runs, starting one if needed; the
+    /// worker, and whether it was started now.
+    ///
+    /// A running worker is used without asking it first: its exit is seen
+    /// at once (`process.rs`), and one that is alive but no longer accepts
+    /// calls (its socket gone, its server closed) fails the call before
+    /// accepting it, which the relay answers by replacing the worker and
+    /// running that call one-shot.
     async fn ensure_runner(
         &self,
         runner: &Runner,
     ) -> Result<(Arc<WorkerProcess>, bool), SandboxError> {
         let _starting = runner.starting.lock().await;
         if let Some(worker) = runner.worker() {
-            if !worker.exited() && self.answers_health(runner).await {
+            if !worker.exited() {
                 return Ok((worker, false));
             }
-            tracing::warn!(runner = %runner.name, cause = worker.exit_cause(), "runner unhealthy; replacing it");
+            tracing::warn!(runner = %runner.name, cause = worker.exit_cause(), "runner exited; replacing it");
             worker.kill().await;
         }
         let starting = Instant::now();
@@ -624,20 +630,6 @@ impl LocalExecutor {
         metrics::runner_live(BACKEND);
         *runner.worker_slot() = Some(worker.clone());
         Ok((worker, true))
-    }
-
-    /// Whether a running worker is healthy. One that does not answer within
-    /// the start timeout is busy (a call holds its event loop), not dead:
-    /// the relay's deadline, not this check, decides whether it is killed.
-    async fn answers_health(&self, runner: &Runner) -> bool {
-        let limit = self.inner.settings.start_timeout;
-        match tokio::time::timeout(limit, WorkerClient::new(runner.socket()).health()).await {
-            Ok(answer) => answer.is_ok(),
-            Err(_) => {
-                tracing::debug!(runner = %runner.name, "worker busy: /health unanswered; using it anyway");
-                true
-            }
-        }
     }
 }
 

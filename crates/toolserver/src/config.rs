@@ -1009,6 +1009,16 @@ pub struct AccountsConfig {
     /// The longest a refusal is held, in milliseconds (`TOOLSERVER_REFUSAL_HOLD_MS`).
     #[arg(long, env = "TOOLSERVER_REFUSAL_HOLD_MS", default_value_t = 1000)]
     pub refusal_hold_ms: u64,
+    /// How often runner CPU and egress counts are added to the accounts'
+    /// stored usage, in milliseconds, at least 100; a killed server loses
+    /// at most this much of its counts (`TOOLSERVER_USAGE_FLUSH_MS`).
+    #[arg(
+        long,
+        env = "TOOLSERVER_USAGE_FLUSH_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(100..)
+    )]
+    pub usage_flush_ms: u64,
     /// The key of the operator routes (`/operator/...`), at least 16 bytes;
     /// unset: the routes answer 403 (`TOOLSERVER_OPERATOR_KEY`).
     #[arg(long, env = "TOOLSERVER_OPERATOR_KEY", hide_env_values = true)]

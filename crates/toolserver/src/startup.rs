@@ -136,6 +136,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         mcp: mcp_settings(config)?,
         admission: admission_settings(&config.accounts),
         operator_key: operator_key(&config.accounts)?,
+        usage_flush_interval: Duration::from_millis(config.accounts.usage_flush_ms),
         ..api_settings(&config.limits, &config.bundles, &config.runners)
     };
     toolserver_api::metrics::label_accounts(config.accounts.metrics_account_label);

@@ -504,6 +504,33 @@ impl Sink {
 }
 
 #[tokio::test]
+async fn a_reaped_pod_is_reported_to_stop_listeners_and_leaves_the_live_count() {
+    let cluster = cluster(|settings| settings.idle_timeout = Duration::from_millis(400)).await;
+    let key = key("acct_1");
+    let stopped = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = stopped.clone();
+    cluster
+        .executor
+        .watch_stops(std::sync::Arc::new(move |key: &ReservationKey| {
+            seen.lock().unwrap().push(key.clone())
+        }));
+    let answer = cluster.call(&key, request(bundle(ECHO), json!(1))).await;
+    assert_eq!(answer, final_of(json!({"echo": 1})));
+    assert_eq!(cluster.executor.usage(key.account()).live_runners, 1);
+    assert_eq!(
+        cluster.executor.usage_all(),
+        vec![(key.account().clone(), cluster.executor.usage(key.account()))]
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        cluster.executor.reap_idle().await.unwrap(),
+        vec![key.runner_name()]
+    );
+    assert_eq!(*stopped.lock().unwrap(), vec![key.clone()]);
+    assert_eq!(cluster.executor.usage(key.account()).live_runners, 0);
+}
+
+#[tokio::test]
 async fn a_pod_whose_worker_still_runs_a_detached_call_is_not_reaped() {
     let cluster = cluster(|settings| settings.idle_timeout = Duration::from_millis(300)).await;
     let key = key("acct_1");

@@ -347,12 +347,26 @@ async fn a_spinning_call_past_its_deadline_does_not_hold_a_second_call_on_its_ru
         "{first:?}"
     );
     assert_eq!(final_value(&second), json!({"echo": {"spin": false}}));
-    // Before, both waited for a health check with no limit (about 30 s).
+    // The second call must not wait on the spinning one (it once waited about 30 s).
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "answered after {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_live_worker_that_no_longer_accepts_calls_is_replaced_and_no_call_fails() {
+    let h = Harness::new();
+    let key = key("acct");
+    run(&h.executor, &key, request(inline(ECHO), json!({"n": 1}))).await;
+    let socket = h.executor.socket_path(&key);
+    std::fs::remove_file(&socket).unwrap();
+    for n in 2..=3 {
+        let frame = run(&h.executor, &key, request(inline(ECHO), json!({"n": n}))).await;
+        assert_eq!(echo_of(&frame), json!({"n": n}), "call {n}");
+    }
+    assert!(socket.exists(), "a fresh worker listens again");
 }
 
 #[tokio::test]
