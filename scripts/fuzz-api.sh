@@ -42,6 +42,11 @@ MODEL_PID=$!
 
 PORT="$(free_port)"
 BASE="http://127.0.0.1:$PORT"
+# The server takes only the settings below: a TOOLSERVER_* variable of this
+# shell would change them, or stop it (it refuses variables it does not know).
+for name in $(compgen -e | grep '^TOOLSERVER_' || true); do
+  unset "$name"
+done
 # One account sends every request, thousands a minute: its rates are raised
 # so that admission (tested on its own) does not refuse schema-valid requests.
 DATABASE_URL="$DB_URL" \

@@ -11,6 +11,7 @@ pub mod kube;
 pub mod net;
 pub mod s3;
 pub mod scripted_model;
+pub mod server_env;
 
 pub use kube::FakeCluster;
 pub use s3::S3Server;

@@ -39,6 +39,7 @@ use reqwest::{Client, Response, Url};
 use serde_json::{json, Value};
 use toolserver_testsupport::bench::{summary, ScratchDatabase};
 use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
+use toolserver_testsupport::server_env::inherited_settings;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SECRET: &str = "bench-secret";
@@ -87,7 +88,11 @@ impl Server {
         let port = free_port();
         let log = data_dir.join("server.log");
         let log_file = std::fs::File::create(&log).unwrap();
-        let child = tokio::process::Command::new(binary)
+        let mut command = tokio::process::Command::new(binary);
+        for name in inherited_settings() {
+            command.env_remove(name);
+        }
+        let child = command
             .arg("serve")
             .env("DATABASE_URL", database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))

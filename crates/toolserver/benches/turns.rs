@@ -48,6 +48,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
 use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
+use toolserver_testsupport::server_env::inherited_settings;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SEQUENTIAL_TURNS: usize = 200;
@@ -95,7 +96,11 @@ impl Server {
         env: &[(&str, &str)],
     ) -> Self {
         let port = free_port();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"));
+        for name in inherited_settings() {
+            command.env_remove(name);
+        }
+        let child = command
             .arg("serve")
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)

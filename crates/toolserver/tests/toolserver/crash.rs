@@ -11,6 +11,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
+use toolserver_testsupport::server_env::inherited_settings;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
 const SECRET: &str = "crash-secret";
@@ -72,7 +73,11 @@ impl Setup {
 
     /// [`Self::start`] with extra settings (they win over the defaults).
     pub async fn start_with(&self, poll_ms: u64, settings: &[(&str, &str)]) -> Server {
-        let child = Command::new(env!("CARGO_BIN_EXE_toolserver"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolserver"));
+        for name in inherited_settings() {
+            command.env_remove(name);
+        }
+        let child = command
             .arg("serve")
             .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
             .env("DATABASE_URL", &self.database_url)
