@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use toolserver_bundles::BundleStore;
-use toolserver_domain::ToolLimits;
+use toolserver_domain::{AgentLimits, ToolLimits};
 use toolserver_sandbox::Executor;
 
 use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
+use toolserver_harness::runner_call::RunnerCallSettings;
+use toolserver_harness::tools::ToolSources;
 use toolserver_harness::Harness;
 
 use crate::admission::{Admission, AdmissionSettings};
@@ -57,27 +59,42 @@ pub struct ApiSettings {
     pub usage_flush_interval: Duration,
 }
 
+impl ApiSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        limits: ToolLimits::DEFAULT,
+        signed_url_ttl: RunnerCallSettings::DEFAULT.signed_url_ttl,
+        default_page_size: 50,
+        max_page_size: 200,
+        max_request_bytes: Self::room_for_uploads(&ToolLimits::DEFAULT),
+        max_uri_bytes: 8192,
+        request_timeout: Duration::from_secs(30),
+        default_tool_timeout: ToolSources::DEFAULT_TOOL_TIMEOUT,
+        max_tool_timeout: Duration::from_millis(AgentLimits::DEFAULT.max_tool_timeout_ms),
+        max_output_bytes: RunnerCallSettings::DEFAULT.max_output_bytes,
+        inline_bundle_max_bytes: RunnerCallSettings::DEFAULT.inline_bundle_max_bytes,
+        cors: None,
+        max_socket_requests: 16,
+        mcp: McpSettings::DEFAULT,
+        admission: AdmissionSettings::OFF,
+        operator_key: None,
+        usage_flush_interval: Duration::from_secs(10),
+    };
+
+    /// The default largest request body under `limits`: room for the
+    /// largest bundle in base64 plus the largest manifest.
+    pub const fn room_for_uploads(limits: &ToolLimits) -> usize {
+        limits.max_bundle_bytes.div_ceil(3) * 4
+            + limits.max_schema_bytes
+            + limits.max_config_bytes
+            + limits.max_description_chars * 4
+            + 64 * 1024
+    }
+}
+
 impl Default for ApiSettings {
     fn default() -> Self {
-        Self {
-            limits: ToolLimits::default(),
-            signed_url_ttl: Duration::from_secs(300),
-            default_page_size: 50,
-            max_page_size: 200,
-            max_request_bytes: 2 * 1024 * 1024,
-            max_uri_bytes: 8192,
-            request_timeout: Duration::from_secs(30),
-            default_tool_timeout: Duration::from_secs(25),
-            max_tool_timeout: Duration::from_secs(600),
-            max_output_bytes: 4 * 1024 * 1024,
-            inline_bundle_max_bytes: 64 * 1024,
-            cors: None,
-            max_socket_requests: 16,
-            mcp: McpSettings::default(),
-            admission: AdmissionSettings::default(),
-            operator_key: None,
-            usage_flush_interval: Duration::from_secs(10),
-        }
+        Self::DEFAULT
     }
 }
 

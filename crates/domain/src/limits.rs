@@ -91,6 +91,20 @@ pub struct AccountLimits {
 }
 
 impl AccountLimits {
+    /// The limits of an account without overrides unless the deployment's
+    /// settings (`TOOLSERVER_ACCOUNT_*`) say otherwise.
+    pub const DEFAULT: Self = Self {
+        concurrent_calls: 16,
+        open_turns: 64,
+        pending_detached: 256,
+        live_runners: 8,
+        mcp_tasks: 64,
+        calls_per_minute: 6000,
+        call_burst: 600,
+        turns_per_minute: 600,
+        turn_burst: 100,
+    };
+
     /// The value of one limit.
     pub fn get(&self, kind: LimitKind) -> u32 {
         match kind {
@@ -162,25 +176,11 @@ pub struct LimitOverrides {
 mod tests {
     use super::*;
 
-    fn defaults() -> AccountLimits {
-        AccountLimits {
-            concurrent_calls: 16,
-            open_turns: 64,
-            pending_detached: 256,
-            live_runners: 8,
-            mcp_tasks: 64,
-            calls_per_minute: 6000,
-            call_burst: 600,
-            turns_per_minute: 600,
-            turn_burst: 100,
-        }
-    }
-
     #[test]
     fn overrides_replace_only_what_they_name() {
         let overrides: LimitOverrides =
             serde_json::from_str(r#"{"concurrentCalls": 2, "turnBurst": null}"#).unwrap();
-        let limits = defaults().overridden_by(&overrides);
+        let limits = AccountLimits::DEFAULT.overridden_by(&overrides);
         assert_eq!(limits.concurrent_calls, 2);
         assert_eq!(limits.turn_burst, 100);
         assert_eq!(limits.get(LimitKind::OpenTurns), 64);
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn every_kind_reads_its_own_field() {
-        let limits = defaults();
+        let limits = AccountLimits::DEFAULT;
         let json = serde_json::to_value(limits).unwrap();
         for kind in LimitKind::ALL {
             assert_eq!(json[kind.name()], limits.get(kind), "{kind}");

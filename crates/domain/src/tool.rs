@@ -20,14 +20,19 @@ pub struct ToolLimits {
     pub max_config_bytes: usize,
 }
 
+impl ToolLimits {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        max_bundle_bytes: 1_048_576,
+        max_description_chars: 4096,
+        max_schema_bytes: 65_536,
+        max_config_bytes: 65_536,
+    };
+}
+
 impl Default for ToolLimits {
     fn default() -> Self {
-        Self {
-            max_bundle_bytes: 1_048_576,
-            max_description_chars: 4096,
-            max_schema_bytes: 65_536,
-            max_config_bytes: 65_536,
-        }
+        Self::DEFAULT
     }
 }
 

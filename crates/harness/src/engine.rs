@@ -52,25 +52,47 @@ pub struct HarnessSettings {
     pub outbound_resolve_timeout: Duration,
 }
 
+impl HarnessSettings {
+    /// The setting's default endpoint of the `openai` provider.
+    pub const DEFAULT_OPENAI_BASE_URL: &'static str = "https://api.openai.com/v1";
+    /// The setting's default of [`Self::max_parallel_tool_calls`].
+    pub const DEFAULT_MAX_PARALLEL_TOOL_CALLS: usize = 8;
+    /// The setting's default of [`Self::max_conversation_messages`].
+    pub const DEFAULT_MAX_CONVERSATION_MESSAGES: usize = 1_000;
+    /// The setting's default of [`Self::max_conversation_bytes`].
+    pub const DEFAULT_MAX_CONVERSATION_BYTES: usize = 4 * 1024 * 1024;
+    /// The setting's default of [`Self::max_turn_duration`].
+    pub const DEFAULT_MAX_TURN_DURATION: Duration = Duration::from_secs(900);
+    /// The setting's default of [`Self::turn_lease`].
+    pub const DEFAULT_TURN_LEASE: Duration = Duration::from_secs(30);
+    /// The setting's default of [`Self::keep_alive`].
+    pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+    /// The setting's default of [`Self::async_result_ttl`].
+    pub const DEFAULT_ASYNC_RESULT_TTL: Duration = Duration::from_secs(3600);
+    /// The setting's default time to connect to a model provider or a tool
+    /// API, which is also [`Self::outbound_resolve_timeout`].
+    pub const DEFAULT_OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
 impl Default for HarnessSettings {
-    /// The documented defaults; the `openai` endpoint is OpenAI's own.
+    /// The settings' defaults; the public URL is the default listener's.
     #[allow(clippy::expect_used)]
     fn default() -> Self {
         Self {
-            agent_limits: AgentLimits::default(),
-            openai_base_url: Url::parse("https://api.openai.com/v1").expect("a constant URL"),
+            agent_limits: AgentLimits::DEFAULT,
+            openai_base_url: Url::parse(Self::DEFAULT_OPENAI_BASE_URL).expect("a constant URL"),
             openai_api_key: None,
-            max_parallel_tool_calls: 8,
-            max_conversation_messages: 1_000,
-            max_conversation_bytes: 4 * 1024 * 1024,
-            max_turn_duration: Duration::from_secs(900),
-            turn_lease: Duration::from_secs(30),
-            keep_alive: Duration::from_secs(15),
+            max_parallel_tool_calls: Self::DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+            max_conversation_messages: Self::DEFAULT_MAX_CONVERSATION_MESSAGES,
+            max_conversation_bytes: Self::DEFAULT_MAX_CONVERSATION_BYTES,
+            max_turn_duration: Self::DEFAULT_MAX_TURN_DURATION,
+            turn_lease: Self::DEFAULT_TURN_LEASE,
+            keep_alive: Self::DEFAULT_KEEP_ALIVE,
             public_url: Url::parse("http://127.0.0.1:8080/").expect("a constant URL"),
-            async_result_ttl: Duration::from_secs(3600),
-            lifecycle: LifecycleSettings::default(),
-            streams: StreamSettings::default(),
-            outbound_resolve_timeout: Duration::from_secs(10),
+            async_result_ttl: Self::DEFAULT_ASYNC_RESULT_TTL,
+            lifecycle: LifecycleSettings::DEFAULT,
+            streams: StreamSettings::DEFAULT,
+            outbound_resolve_timeout: Self::DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
         }
     }
 }

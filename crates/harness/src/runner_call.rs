@@ -25,6 +25,15 @@ pub struct RunnerCallSettings {
     pub max_output_bytes: u64,
 }
 
+impl RunnerCallSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        inline_bundle_max_bytes: 64 * 1024,
+        signed_url_ttl: Duration::from_secs(300),
+        max_output_bytes: 4 * 1024 * 1024,
+    };
+}
+
 /// What to run.
 pub struct CallSpec {
     /// Call id (unique per call).

@@ -1,9 +1,9 @@
-//! Settings of the Kubernetes backend; each is a server setting (see the
-//! README for the variables).
+//! Settings of the Kubernetes backend; each is a server setting (see
+//! `docs/configuration.md` for the variables).
 
 use std::time::Duration;
 
-use toolserver_sandbox::EgressKey;
+use toolserver_sandbox::{timings, EgressKey};
 
 /// The egress proxy runner pods share (`toolserver egress-proxy`): every
 /// outbound connection of a pod goes through it, under a grant minted per
@@ -67,10 +67,15 @@ pub enum RunnerChannel {
 }
 
 impl RunnerChannel {
-    /// The documented default: direct, on port 8790, 1 s to connect.
+    /// The setting's default port of the direct channel.
+    pub const DEFAULT_PORT: u16 = 8790;
+    /// The setting's default time to open a connection to a pod.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// The default: direct, on [`Self::DEFAULT_PORT`], with
+    /// [`Self::DEFAULT_CONNECT_TIMEOUT`] to connect.
     pub const DEFAULT_DIRECT: Self = Self::Direct {
-        port: 8790,
-        connect_timeout: Duration::from_secs(1),
+        port: Self::DEFAULT_PORT,
+        connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
     };
 
     /// The worker's port when the channel is direct.
@@ -125,32 +130,49 @@ pub struct KubernetesSettings {
 }
 
 impl KubernetesSettings {
-    /// Settings with the documented defaults for `namespace` and `image`.
+    /// The setting's default image pull policy.
+    pub const DEFAULT_IMAGE_PULL_POLICY: &'static str = "IfNotPresent";
+    /// The setting's default CPU request of a runner pod.
+    pub const DEFAULT_CPU_REQUEST: &'static str = "100m";
+    /// The setting's default CPU limit of a runner pod.
+    pub const DEFAULT_CPU_LIMIT: &'static str = "1";
+    /// The setting's default memory request of a runner pod.
+    pub const DEFAULT_MEMORY_REQUEST: &'static str = "128Mi";
+    /// The setting's default memory limit of a runner pod.
+    pub const DEFAULT_MEMORY_LIMIT: &'static str = "512Mi";
+    /// The setting's default size limit of a runner's `/tmp`.
+    pub const DEFAULT_TMP_SIZE: &'static str = "256Mi";
+    /// The setting's default size of a runner's module cache.
+    pub const DEFAULT_CACHE_SIZE: &'static str = "1Gi";
+    /// The setting's default time a new pod may take to become ready.
+    pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// Settings with the defaults for all but `namespace` and `image`.
     pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
             image: image.into(),
-            image_pull_policy: "IfNotPresent".into(),
+            image_pull_policy: Self::DEFAULT_IMAGE_PULL_POLICY.into(),
             runtime_class: None,
             resources: RunnerResources {
-                cpu_request: "100m".into(),
-                cpu_limit: "1".into(),
-                memory_request: "128Mi".into(),
-                memory_limit: "512Mi".into(),
+                cpu_request: Self::DEFAULT_CPU_REQUEST.into(),
+                cpu_limit: Self::DEFAULT_CPU_LIMIT.into(),
+                memory_request: Self::DEFAULT_MEMORY_REQUEST.into(),
+                memory_limit: Self::DEFAULT_MEMORY_LIMIT.into(),
             },
-            tmp_size: "256Mi".into(),
+            tmp_size: Self::DEFAULT_TMP_SIZE.into(),
             cache: CacheVolume::Persistent {
-                size: "1Gi".into(),
+                size: Self::DEFAULT_CACHE_SIZE.into(),
                 storage_class: None,
             },
             run_as_user: 10001,
             worker_dir: "/opt/toolserver/worker".into(),
             socket_path: "/tmp/worker.sock".into(),
             channel: RunnerChannel::DEFAULT_DIRECT,
-            idle_timeout: Duration::from_secs(300),
-            ready_timeout: Duration::from_secs(120),
-            worker_start_timeout: Duration::from_secs(10),
-            kill_grace: Duration::from_secs(2),
+            idle_timeout: timings::DEFAULT_IDLE_TIMEOUT,
+            ready_timeout: Self::DEFAULT_READY_TIMEOUT,
+            worker_start_timeout: timings::DEFAULT_START_TIMEOUT,
+            kill_grace: timings::DEFAULT_KILL_GRACE,
             network_policy: Some(crate::manifests::NETWORK_POLICY_NAME.into()),
             egress: None,
         }

@@ -71,15 +71,21 @@ pub struct EgressSettings {
     pub connect_timeout: Duration,
 }
 
+impl EgressSettings {
+    /// The setting's default time to resolve a name, and again to connect.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
 impl Default for EgressSettings {
-    /// Public addresses only, no callbacks, 5 s to resolve and to connect.
+    /// Public addresses only, no callbacks, [`Self::DEFAULT_TIMEOUT`] to
+    /// resolve and to connect.
     fn default() -> Self {
         Self {
             allow_private: false,
             resolve_overrides: HashMap::new(),
             callback_base: None,
-            resolve_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(5),
+            resolve_timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_TIMEOUT,
         }
     }
 }

@@ -21,6 +21,7 @@ mod protocol;
 mod relay;
 mod reservation;
 mod seccomp;
+pub mod timings;
 
 pub use assets::WorkerAssets;
 pub use budget::{AccountRunnerCaps, BudgetSettings, FixedRunnerCaps, RunnerBudget};

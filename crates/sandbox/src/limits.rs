@@ -45,17 +45,22 @@ pub struct RunnerLimits {
     pub check_interval: Duration,
 }
 
+impl RunnerLimits {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        memory_bytes: 512 * MIB,
+        processes: 128,
+        open_files: 256,
+        file_size_bytes: 64 * MIB,
+        disk_bytes: 256 * MIB,
+        cpu_per_call: Duration::from_secs(120),
+        check_interval: Duration::from_millis(250),
+    };
+}
+
 impl Default for RunnerLimits {
     fn default() -> Self {
-        Self {
-            memory_bytes: 512 * MIB,
-            processes: 128,
-            open_files: 256,
-            file_size_bytes: 64 * MIB,
-            disk_bytes: 256 * MIB,
-            cpu_per_call: Duration::from_secs(120),
-            check_interval: Duration::from_millis(250),
-        }
+        Self::DEFAULT
     }
 }
 

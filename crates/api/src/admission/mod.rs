@@ -50,10 +50,10 @@ pub struct AdmissionSettings {
     pub refusal_hold: Duration,
 }
 
-impl Default for AdmissionSettings {
+impl AdmissionSettings {
     /// Admission off: nothing is checked (a deployment's limits come from
     /// its settings).
-    fn default() -> Self {
+    pub const OFF: Self = {
         let unlimited = u32::MAX;
         Self {
             enabled: false,
@@ -71,6 +71,13 @@ impl Default for AdmissionSettings {
                 turn_burst: unlimited,
             },
         }
+    };
+}
+
+impl Default for AdmissionSettings {
+    /// [`Self::OFF`].
+    fn default() -> Self {
+        Self::OFF
     }
 }
 

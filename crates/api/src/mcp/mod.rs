@@ -47,16 +47,21 @@ pub struct McpSettings {
     pub authorization_servers: Vec<String>,
 }
 
+impl McpSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        task_ttl: Duration::from_secs(3600),
+        task_poll_interval: Duration::from_secs(1),
+        task_inline_window: Duration::from_millis(250),
+        page_size: 100,
+        allowed_hosts: Vec::new(),
+        authorization_servers: Vec::new(),
+    };
+}
+
 impl Default for McpSettings {
     fn default() -> Self {
-        Self {
-            task_ttl: Duration::from_secs(3600),
-            task_poll_interval: Duration::from_secs(1),
-            task_inline_window: Duration::from_millis(250),
-            page_size: 100,
-            allowed_hosts: Vec::new(),
-            authorization_servers: Vec::new(),
-        }
+        Self::DEFAULT
     }
 }
 

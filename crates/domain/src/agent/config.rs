@@ -48,15 +48,20 @@ pub struct AgentLimits {
     pub max_tool_timeout_ms: u64,
 }
 
+impl AgentLimits {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        default_steps: 10,
+        max_steps: 50,
+        max_system_prompt_chars: 32_768,
+        max_config_bytes: 131_072,
+        max_tool_timeout_ms: 600_000,
+    };
+}
+
 impl Default for AgentLimits {
     fn default() -> Self {
-        Self {
-            default_steps: 10,
-            max_steps: 50,
-            max_system_prompt_chars: 32_768,
-            max_config_bytes: 131_072,
-            max_tool_timeout_ms: 600_000,
-        }
+        Self::DEFAULT
     }
 }
 

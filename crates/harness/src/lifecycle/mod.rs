@@ -119,24 +119,29 @@ pub struct LifecycleSettings {
     pub stuck_turn_grace: Duration,
 }
 
+impl LifecycleSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        claim: Duration::from_secs(10),
+        poll: Duration::from_millis(200),
+        max_concurrent_jobs: 64,
+        max_attempts: 5,
+        busy_backoff: Duration::from_millis(250),
+        retry_backoff: Duration::from_secs(1),
+        reaper_interval: Duration::from_secs(1),
+        liveness_timeout: Duration::from_secs(10),
+        liveness_interval: Duration::from_secs(2),
+        completion_retry: Duration::from_secs(300),
+        max_call_launches: 3,
+        process_liveness: Duration::from_secs(3),
+        unsealed_group_grace: Duration::from_secs(30),
+        stuck_turn_grace: Duration::from_secs(60),
+    };
+}
+
 impl Default for LifecycleSettings {
     fn default() -> Self {
-        Self {
-            claim: Duration::from_secs(10),
-            poll: Duration::from_millis(200),
-            max_concurrent_jobs: 64,
-            max_attempts: 5,
-            busy_backoff: Duration::from_millis(250),
-            retry_backoff: Duration::from_secs(1),
-            reaper_interval: Duration::from_secs(1),
-            liveness_timeout: Duration::from_secs(10),
-            liveness_interval: Duration::from_secs(2),
-            completion_retry: Duration::from_secs(300),
-            max_call_launches: 3,
-            process_liveness: Duration::from_secs(3),
-            unsealed_group_grace: Duration::from_secs(30),
-            stuck_turn_grace: Duration::from_secs(60),
-        }
+        Self::DEFAULT
     }
 }
 

@@ -85,22 +85,27 @@ pub struct StreamSettings {
     pub chunks: ChunkStore,
 }
 
+impl StreamSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        poll: Duration::from_secs(1),
+        alive: Duration::from_secs(10),
+        retention: Duration::from_secs(3600),
+        max_batch: 256,
+        writers: 2,
+        max_group: 128,
+        commit_delay: Duration::from_millis(3),
+        commit_siblings: 8,
+        linger: Duration::from_millis(1),
+        record: true,
+        resume_hold: Duration::from_secs(25),
+        chunks: ChunkStore::Postgres,
+    };
+}
+
 impl Default for StreamSettings {
     fn default() -> Self {
-        Self {
-            poll: Duration::from_secs(1),
-            alive: Duration::from_secs(10),
-            retention: Duration::from_secs(3600),
-            max_batch: 256,
-            writers: 2,
-            max_group: 128,
-            commit_delay: Duration::from_millis(3),
-            commit_siblings: 8,
-            linger: Duration::from_millis(1),
-            record: true,
-            resume_hold: Duration::from_secs(25),
-            chunks: ChunkStore::Postgres,
-        }
+        Self::DEFAULT
     }
 }
 

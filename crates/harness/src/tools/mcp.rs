@@ -20,8 +20,9 @@ use tokio::sync::Mutex;
 use toolserver_domain::agent::mcp::McpServerSetting;
 use toolserver_domain::AccountId;
 
-use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use super::{Invocation, ToolEvent, ToolEvents, ToolImpl, ToolSources};
 use crate::outbound::{self, OutboundPolicy};
+use crate::HarnessSettings;
 
 /// Connections to MCP servers, and the tool lists they gave lately.
 pub struct McpClients {
@@ -55,14 +56,18 @@ impl McpClients {
         })
     }
 
-    /// Clients with the server's default timings: 5 s to connect, lists kept
-    /// for a minute, 25 s to list.
+    /// The setting's default time a server's tool list is kept.
+    pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(60);
+
+    /// Clients with the settings' default timings: the outbound connect
+    /// timeout, lists kept [`Self::DEFAULT_LIST_TTL`], and the default tool
+    /// call deadline to list.
     pub fn with_defaults(policy: OutboundPolicy) -> Result<Self, reqwest_mcp::Error> {
         Self::new(
             policy,
-            Duration::from_secs(5),
-            Duration::from_secs(60),
-            Duration::from_secs(25),
+            HarnessSettings::DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
+            Self::DEFAULT_LIST_TTL,
+            ToolSources::DEFAULT_TOOL_TIMEOUT,
         )
     }
 

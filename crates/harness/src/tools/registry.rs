@@ -51,6 +51,11 @@ pub struct ToolSources {
     pub mcp: Arc<McpClients>,
 }
 
+impl ToolSources {
+    /// The setting's default deadline of a call whose config names none.
+    pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(25);
+}
+
 /// Why a registry could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {

@@ -46,13 +46,11 @@ pub struct JetStreamSettings {
     pub subject_prefix: String,
 }
 
-impl Default for JetStreamSettings {
-    fn default() -> Self {
-        Self {
-            stream: "TOOLSERVER_TURNS".into(),
-            subject_prefix: "toolserver.turns".into(),
-        }
-    }
+impl JetStreamSettings {
+    /// The setting's default stream name.
+    pub const DEFAULT_STREAM: &'static str = "TOOLSERVER_TURN_CHUNKS";
+    /// The setting's default subject prefix.
+    pub const DEFAULT_SUBJECT_PREFIX: &'static str = "toolserver.turn-chunks";
 }
 
 /// Why the chunk log could not be used.
