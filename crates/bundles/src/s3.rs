@@ -11,7 +11,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 use time::OffsetDateTime;
-use toolserver_domain::Sha256Digest;
+use toolserver_domain::{Secret, Sha256Digest};
 use url::Url;
 
 use crate::{digest_of, verify_content, BundleError, BundleStore, SignedUrl, StoredBundle};
@@ -29,8 +29,9 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     /// Address buckets by path (`host/bucket/key`) rather than by host name.
     pub force_path_style: bool,
-    /// Static credentials; when absent the standard AWS provider chain is used.
-    pub credentials: Option<(String, String)>,
+    /// Static credentials (access key id, secret access key); when absent
+    /// the standard AWS provider chain is used.
+    pub credentials: Option<(String, Secret)>,
 }
 
 /// Bundles kept in an S3 bucket.
@@ -55,7 +56,7 @@ impl S3BundleStore {
         if let Some((key, secret)) = settings.credentials.clone() {
             loader = loader.credentials_provider(Credentials::new(
                 key,
-                secret,
+                secret.expose(),
                 None,
                 None,
                 "toolserver-settings",

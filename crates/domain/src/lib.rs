@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod network;
 mod prefixed_id;
+pub mod secret;
 pub mod tool;
 pub mod validation;
 
@@ -21,5 +22,6 @@ pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
 pub use lifecycle::{CallStatus, TurnStatus};
 pub use limits::{AccountLimits, LimitKind, LimitOverrides};
+pub use secret::Secret;
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::{refuse_nul, refuse_nul_text, ValidationError};

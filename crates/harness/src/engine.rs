@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolserver_domain::{AccountId, AgentConfig, AgentId, AgentLimits, Secrets, ValidationError};
+use toolserver_domain::{
+    AccountId, AgentConfig, AgentId, AgentLimits, Secret, Secrets, ValidationError,
+};
 use url::Url;
 
 use crate::lifecycle::LifecycleSettings;
@@ -24,7 +26,7 @@ pub struct HarnessSettings {
     /// Endpoint of the `openai` provider when an agent names none.
     pub openai_base_url: Url,
     /// Key of the `openai` provider when an agent carries none.
-    pub openai_api_key: Option<String>,
+    pub openai_api_key: Option<Secret>,
     /// Most tool calls of one model pass running at once.
     pub max_parallel_tool_calls: usize,
     /// Most messages in a conversation.
@@ -213,9 +215,10 @@ impl Harness {
                 credentials
                     .base_url
                     .unwrap_or_else(|| self.settings.openai_base_url.clone()),
-                credentials
-                    .api_key
-                    .or_else(|| self.settings.openai_api_key.clone()),
+                credentials.api_key.or_else(|| {
+                    let fallback = self.settings.openai_api_key.as_ref();
+                    fallback.map(|key| key.expose().to_owned())
+                }),
                 self.sources.policy.clone(),
             ))),
             other => Err(ValidationError::new(

@@ -65,7 +65,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token(args) => {
             let secret = match &args.auth.jwt_secret {
-                Some(secret) => secret.clone(),
+                Some(secret) => secret.expose().to_owned(),
                 None => keys::load_or_create_secret(&startup::dev_secret_path(&args.database))?,
             };
             let token = keys::mint_hs256(

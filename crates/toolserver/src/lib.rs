@@ -1,5 +1,6 @@
 //! The toolserver program: configuration, startup and subcommands. `main.rs`
-//! only parses the command line and calls [`run`].
+//! only parses the command line and environment
+//! ([`config::parse_or_exit`]) and calls [`run`].
 
 pub mod cli;
 pub mod config;

@@ -1,8 +1,6 @@
 //! Entry point of the `toolserver` binary.
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toolserver::run(toolserver::Cli::parse()).await
+    toolserver::run(toolserver::config::parse_or_exit()).await
 }

@@ -439,7 +439,10 @@ fn tavily_tool(
         .get("apiKey")
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .or_else(|| sources.tavily.fallback_api_key.clone())
+        .or_else(|| {
+            let fallback = sources.tavily.fallback_api_key.as_ref();
+            fallback.map(|key| key.expose().to_owned())
+        })
         .ok_or_else(|| {
             ValidationError::new(
                 format!("{field}.apiKey"),

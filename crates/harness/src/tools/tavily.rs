@@ -3,6 +3,7 @@
 
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
+use toolserver_domain::Secret;
 use url::Url;
 
 use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
@@ -14,7 +15,7 @@ pub struct TavilySettings {
     /// API base, e.g. `https://api.tavily.com`.
     pub base_url: Url,
     /// Used when an agent config carries no key.
-    pub fallback_api_key: Option<String>,
+    pub fallback_api_key: Option<Secret>,
 }
 
 /// Which Tavily endpoint a tool calls.

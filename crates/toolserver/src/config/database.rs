@@ -1,0 +1,36 @@
+//! Where Postgres is, and the local state directory.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::parse::within;
+
+/// Where Postgres is.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Database")]
+pub struct DatabaseConfig {
+    /// Postgres URL. Unset: a private cluster is started under the data
+    /// directory with the machine's PostgreSQL binaries.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Directory for local state: the private cluster, the filesystem bundle
+    /// store, development keys.
+    #[arg(long, env = "TOOLSERVER_DATA_DIR", default_value = ".toolserver")]
+    pub data_dir: PathBuf,
+    /// Directory with `initdb` and `pg_ctl` for the private cluster. Unset:
+    /// the newest `/usr/lib/postgresql/<version>/bin`, then `PATH`.
+    #[arg(long, env = "TOOLSERVER_POSTGRES_BIN_DIR")]
+    pub postgres_bin_dir: Option<PathBuf>,
+    /// Largest number of pooled connections.
+    #[arg(
+        long,
+        env = "TOOLSERVER_DB_MAX_CONNECTIONS",
+        default_value_t = 10,
+        value_parser = within::<u32>(1..)
+    )]
+    pub db_max_connections: u32,
+    /// Milliseconds a query waits for a pooled connection before answering 503.
+    #[arg(long, env = "TOOLSERVER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    pub db_acquire_timeout_ms: u64,
+}

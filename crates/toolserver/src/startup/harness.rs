@@ -1,0 +1,134 @@
+//! The agent harness: credentials sealing, outbound requests, the tools
+//! agents reach, and the detached lifecycle's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use toolserver_api::ApiSettings;
+use toolserver_bundles::BundleStore;
+use toolserver_domain::AgentLimits;
+use toolserver_harness::lifecycle::LifecycleSettings;
+use toolserver_harness::outbound::{self, OutboundPolicy};
+use toolserver_harness::runner_call::RunnerCallSettings;
+use toolserver_harness::sealing::SecretBox;
+use toolserver_harness::stream::ChunkStore;
+use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
+use toolserver_harness::{Harness, HarnessSettings};
+use toolserver_sandbox::Executor;
+use url::Url;
+
+use super::streams;
+use crate::config::{LifecycleConfig, ServeConfig};
+use crate::keys;
+
+/// The database, bundle store and runner backend tools reach.
+pub(super) type Sources = (PgPool, Arc<dyn BundleStore>, Arc<dyn Executor>);
+
+/// The harness agents' turns run in.
+pub(super) fn build(
+    config: &ServeConfig,
+    public_url: &Url,
+    api: &ApiSettings,
+    (pool, bundles, executor): Sources,
+    chunks: ChunkStore,
+) -> anyhow::Result<Harness> {
+    let agents = &config.agents;
+    let sealer = SecretBox::new(&sealing_key(config)?);
+    let policy = OutboundPolicy {
+        allow_private: agents.outbound_allow_private,
+    };
+    let connect_timeout = Duration::from_millis(agents.outbound_connect_timeout_ms);
+    let http =
+        outbound::client(&policy, connect_timeout).context("building the outbound HTTP client")?;
+    let mcp = McpClients::new(
+        policy.clone(),
+        connect_timeout,
+        Duration::from_secs(config.mcp.mcp_list_ttl_secs),
+        api.default_tool_timeout,
+    )
+    .context("building the MCP client")?;
+    let sources = ToolSources {
+        pool,
+        executor,
+        bundles,
+        runner: RunnerCallSettings {
+            inline_bundle_max_bytes: api.inline_bundle_max_bytes,
+            signed_url_ttl: api.signed_url_ttl,
+            max_output_bytes: api.max_output_bytes,
+        },
+        tavily: TavilySettings {
+            base_url: agents.tavily_base_url.clone(),
+            fallback_api_key: agents.tavily_api_key.clone(),
+        },
+        http,
+        mcp: Arc::new(mcp),
+        policy,
+        default_tool_timeout: api.default_tool_timeout,
+    };
+    let settings = HarnessSettings {
+        agent_limits: AgentLimits {
+            default_steps: agents.default_steps,
+            max_steps: agents.max_steps,
+            max_system_prompt_chars: agents.max_system_prompt_chars,
+            max_config_bytes: agents.max_agent_config_bytes,
+            max_tool_timeout_ms: config.runners.max_tool_timeout_ms,
+        },
+        openai_base_url: agents.openai_base_url.clone(),
+        openai_api_key: agents.openai_api_key.clone(),
+        max_parallel_tool_calls: agents.max_parallel_tool_calls,
+        max_conversation_messages: agents.max_conversation_messages,
+        max_conversation_bytes: agents.max_conversation_bytes,
+        max_turn_duration: Duration::from_secs(agents.max_turn_secs),
+        turn_lease: Duration::from_secs(agents.turn_lease_secs),
+        keep_alive: Duration::from_secs(config.streams.sse_keepalive_secs),
+        public_url: public_url.clone(),
+        async_result_ttl: Duration::from_secs(config.lifecycle.async_result_ttl_secs),
+        lifecycle: lifecycle_settings(&config.lifecycle),
+        streams: streams::stream_settings(&config.streams, chunks),
+        outbound_resolve_timeout: connect_timeout,
+    };
+    Ok(Harness::new(sources, sealer, settings))
+}
+
+/// The key sealing agent credentials: the configured one, else one kept
+/// in the data directory.
+fn sealing_key(config: &ServeConfig) -> anyhow::Result<[u8; 32]> {
+    let (key_hex, source) = match &config.agents.secrets_key {
+        Some(key) => (key.expose().to_owned(), "TOOLSERVER_SECRETS_KEY".to_owned()),
+        None => {
+            let path = config.database.data_dir.join("secrets.key");
+            tracing::warn!(path = %path.display(), "TOOLSERVER_SECRETS_KEY is not set; using a key kept in the data directory");
+            (
+                keys::load_or_create_secret(&path)?,
+                path.display().to_string(),
+            )
+        }
+    };
+    hex::decode(key_hex.trim())
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .with_context(|| format!("{source} must hold 64 hex characters (32 bytes)"))
+}
+
+/// The detached lifecycle's settings.
+fn lifecycle_settings(config: &LifecycleConfig) -> LifecycleSettings {
+    let ms = Duration::from_millis;
+    LifecycleSettings {
+        claim: ms(config.job_claim_ms),
+        poll: ms(config.continuation_poll_ms),
+        max_concurrent_jobs: config.max_concurrent_jobs,
+        max_attempts: config.job_max_attempts,
+        busy_backoff: ms(config.job_busy_backoff_ms),
+        retry_backoff: ms(config.job_retry_backoff_ms),
+        reaper_interval: ms(config.async_reaper_ms),
+        liveness_timeout: ms(config.runner_liveness_timeout_ms),
+        liveness_interval: ms(config.runner_liveness_interval_ms),
+        completion_retry: ms(config.completion_retry_ms),
+        max_call_launches: config.max_call_launches,
+        process_liveness: ms(config.process_liveness_ms),
+        unsealed_group_grace: Duration::from_secs(config.unsealed_group_grace_secs),
+        stuck_turn_grace: Duration::from_secs(config.stuck_turn_grace_secs),
+    }
+}
