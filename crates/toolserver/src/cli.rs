@@ -1,9 +1,9 @@
 //! Subcommands: `serve`, `worker`, `egress-proxy`, `migrate`, `openapi`,
-//! `token`.
+//! `settings-docs`, `token`.
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{AuthConfig, DatabaseConfig, EgressProxyConfig, ServeConfig};
+use crate::config::{self, AuthConfig, DatabaseConfig, EgressProxyConfig, ServeConfig};
 use crate::{keys, startup};
 
 /// Multi-tenant tool execution server.
@@ -30,6 +30,8 @@ pub enum Command {
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document (YAML) of the HTTP API.
     Openapi,
+    /// Print the settings reference (Markdown, `docs/configuration.md`).
+    SettingsDocs,
     /// Mint an HS256 bearer token for an account, with the configured secret
     /// (or the development secret in the data directory).
     Token(Box<TokenArgs>),
@@ -61,6 +63,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(config) => startup::migrate_only(&config).await,
         Command::Openapi => {
             print!("{}", toolserver_api::contract_yaml()?);
+            Ok(())
+        }
+        Command::SettingsDocs => {
+            print!("{}", config::reference::markdown());
             Ok(())
         }
         Command::Token(args) => {

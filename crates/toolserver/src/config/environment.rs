@@ -46,7 +46,7 @@ impl std::fmt::Display for Unknown {
         if let Some(closest) = &self.closest {
             write!(f, "; did you mean {closest}?")?;
         }
-        f.write_str(" (`toolserver serve --help` lists every setting)")
+        f.write_str(" (every setting is in docs/configuration.md)")
     }
 }
 

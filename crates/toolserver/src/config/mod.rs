@@ -2,7 +2,8 @@
 //! command-line flags), one module per concern. Each setting is declared
 //! once, on its field: its variable, its default (taken from the crate that
 //! uses it where that crate has one), what it accepts and its help (the doc
-//! comment).
+//! comment). `docs/configuration.md` is generated from these declarations
+//! ([`reference`]).
 //!
 //! A value a setting does not accept, a combination of settings that cannot
 //! work together ([`checks`]), and a `TOOLSERVER_*` variable that is no
@@ -25,6 +26,7 @@ mod lifecycle;
 mod limits;
 mod mcp;
 pub mod parse;
+pub mod reference;
 mod runners;
 mod server;
 mod streams;

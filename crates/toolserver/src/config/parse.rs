@@ -1,8 +1,8 @@
 //! Value parsers of settings that take less than their type does: whole
 //! numbers within a range, secrets of a least length, hex keys. Each says in
 //! words what it accepts; the words ride along as the parser's one possible
-//! value, hidden, which is how [`accepts`] reads them back for `--help` and
-//! the start-up errors.
+//! value, hidden, which is how [`accepts`] reads them back for `--help`, the
+//! start-up errors and the settings reference.
 
 use std::any::TypeId;
 use std::ffi::OsStr;

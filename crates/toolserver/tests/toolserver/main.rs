@@ -1,7 +1,7 @@
 //! Tests of the toolserver program: the embedded database, crash safety,
 //! the kubernetes executor behind the unchanged API, runner isolation at
-//! start, bad settings refused at start, the settings that packaging files
-//! and the README refer to, and upgrades with work in flight.
+//! start, bad settings refused at start, the settings reference and the
+//! settings packaging files refer to, and upgrades with work in flight.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod chaos;

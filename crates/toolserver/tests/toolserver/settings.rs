@@ -1,10 +1,9 @@
-//! Every environment variable that `docker-compose.yml` (and the Kubernetes
-//! manifests, once they exist) set must be a real setting of the server, and
-//! the README must document every setting.
+//! The settings reference, `docs/configuration.md`, is what the code
+//! generates, and every environment variable that `docker-compose.yml` sets
+//! is a real setting of the server.
 
-use std::collections::BTreeSet;
-
-use clap::{CommandFactory, Parser};
+use clap::Parser;
+use toolserver::config::{self, environment};
 use toolserver::Cli;
 
 fn repo_file(name: &str) -> String {
@@ -12,16 +11,35 @@ fn repo_file(name: &str) -> String {
         .unwrap_or_else(|err| panic!("reading {name}: {err}"))
 }
 
-/// The environment variables `toolserver serve` and `toolserver
-/// egress-proxy` read.
-fn settings() -> BTreeSet<String> {
-    let command = Cli::command();
-    ["serve", "egress-proxy"]
+#[test]
+fn the_settings_reference_is_what_the_code_generates() {
+    let generated = config::reference::markdown();
+    let committed = repo_file("docs/configuration.md");
+    if committed != generated {
+        let differs = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(committed, generated)| committed != generated)
+            .map_or(
+                committed.lines().count().min(generated.lines().count()),
+                |at| at,
+            );
+        panic!(
+            "docs/configuration.md differs from the settings' declarations from line {}; \
+             run `make docs`",
+            differs + 1
+        );
+    }
+}
+
+#[test]
+fn the_settings_reference_lists_every_setting() {
+    let reference = repo_file("docs/configuration.md");
+    let missing: Vec<String> = environment::settings(&config::command())
         .into_iter()
-        .flat_map(|name| command.find_subcommand(name).unwrap().get_arguments())
-        .filter_map(|arg| arg.get_env())
-        .map(|env| env.to_string_lossy().into_owned())
-        .collect()
+        .filter(|name| !reference.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(missing.is_empty(), "not in the reference: {missing:?}");
 }
 
 #[test]
@@ -31,7 +49,7 @@ fn compose_sets_only_real_settings() {
     let environment = compose["services"]["toolserver"]["environment"]
         .as_mapping()
         .expect("services.toolserver.environment is a mapping");
-    let known = settings();
+    let known = environment::settings(&config::command());
     assert!(!environment.is_empty());
     for key in environment.keys() {
         let key = key.as_str().unwrap();
@@ -42,19 +60,6 @@ fn compose_sets_only_real_settings() {
     }
     let depends = &compose["services"]["toolserver"]["depends_on"];
     assert!(depends["postgres"].is_mapping() && depends["s3"].is_mapping());
-}
-
-#[test]
-fn readme_documents_every_setting() {
-    let readme = repo_file("README.md");
-    let missing: Vec<_> = settings()
-        .into_iter()
-        .filter(|name| !readme.contains(&format!("`{name}`")))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "README.md does not document: {missing:?}"
-    );
 }
 
 #[test]
