@@ -151,7 +151,7 @@ impl KubernetesSettings {
             ready_timeout: Duration::from_secs(120),
             worker_start_timeout: Duration::from_secs(10),
             kill_grace: Duration::from_secs(2),
-            network_policy: Some(crate::manifests::NETWORK_POLICY_NAME.into()),
+            network_policy: Some(crate::names::NETWORK_POLICY_NAME.into()),
             egress: None,
         }
     }
