@@ -3,6 +3,7 @@
 
 pub mod account;
 pub mod agent;
+pub mod conversation;
 pub mod digest;
 pub mod egress;
 pub mod lifecycle;
@@ -17,6 +18,7 @@ pub use agent::{
     AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, OnDisconnect, Secrets, ToolKey,
     ToolSetting,
 };
+pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
 pub use lifecycle::{CallStatus, TurnStatus};
