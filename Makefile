@@ -9,7 +9,7 @@ TRIALS ?= 200
 FUZZ_EXAMPLES ?= 400
 FUZZ_SECONDS ?= 1800
 
-.PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi clean kind-test
+.PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi routes-docs clean kind-test
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token,
 ## runners isolated by bubblewrap (installed here when root and missing).
@@ -75,6 +75,11 @@ kind-test:
 ## Regenerate openapi.yaml from the routes.
 openapi:
 	cargo run -q -p toolserver -- openapi > openapi.yaml
+
+## Regenerate docs/routes.md (every route, its summary and authentication)
+## from the same OpenAPI document.
+routes-docs:
+	cargo run -q -p toolserver -- routes-docs > docs/routes.md
 
 clean:
 	rm -rf .toolserver

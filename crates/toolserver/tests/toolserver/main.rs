@@ -1,7 +1,7 @@
 //! Tests of the toolserver program: the embedded database, crash safety,
 //! the kubernetes executor behind the unchanged API, runner isolation at
-//! start, the settings that packaging files and the README refer to, and
-//! upgrades with work in flight.
+//! start, the settings that packaging files and the README refer to, the
+//! generated routes page, and upgrades with work in flight.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod chaos;
@@ -13,6 +13,7 @@ mod isolation;
 mod kubernetes;
 mod mcp_tasks;
 mod metrics;
+mod routes_docs;
 mod runner_exits;
 mod serve;
 mod settings;
