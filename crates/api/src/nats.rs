@@ -11,6 +11,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_domain::TurnStatus;
 use toolserver_harness::lifecycle::TurnListener;
 use toolserver_store::async_turns;
 use uuid::Uuid;
@@ -46,7 +47,7 @@ pub async fn spawn_turns(
             tokio::spawn(async move {
                 let Some(reply) = message.reply else { return };
                 let answer = match start(&state, &message.payload, reply.as_str()).await {
-                    Ok(status_id) => json!({"statusId": status_id, "status": "running"}),
+                    Ok(status_id) => json!({"statusId": status_id, "status": TurnStatus::Running}),
                     Err(ApiError::TooManyRequests(refusal)) => json!({"error": {
                         "code": "limit_exceeded",
                         "message": refusal.to_string(),
@@ -96,7 +97,7 @@ impl TurnListener for NatsReplies {
         let Ok((_, record)) = async_turns::get_any(&self.pool, turn_id).await else {
             return;
         };
-        let mut result = json!({"statusId": turn_id, "status": record.status.as_str()});
+        let mut result = json!({"statusId": turn_id, "status": record.status});
         if let Some(messages) = record.messages {
             result["messages"] = messages;
         }
