@@ -21,7 +21,7 @@ pub use agent::{
 pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
-pub use lifecycle::{CallStatus, TurnStatus};
+pub use lifecycle::{CallStatus, StreamStatus, TurnStatus};
 pub use limits::{AccountLimits, LimitKind, LimitOverrides};
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};
 pub use validation::{refuse_nul, refuse_nul_text, ValidationError};

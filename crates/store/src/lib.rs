@@ -15,6 +15,7 @@ pub mod mcp_tasks;
 pub mod pool;
 pub mod processes;
 pub mod stats;
+mod status_sql;
 pub mod text;
 pub mod tools;
 pub mod turn_end;

@@ -11,6 +11,7 @@ pub mod replies;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
+use toolserver_domain::TurnStatus;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -44,7 +45,7 @@ pub async fn spawn_turns(
             tokio::spawn(async move {
                 let Some(reply) = message.reply else { return };
                 let answer = match start(&state, &message.payload, reply.as_str()).await {
-                    Ok(status_id) => json!({"statusId": status_id, "status": "running"}),
+                    Ok(status_id) => json!({"statusId": status_id, "status": TurnStatus::Running}),
                     Err(ApiError::TooManyRequests(refusal)) => json!({"error": {
                         "code": "limit_exceeded",
                         "message": refusal.to_string(),

@@ -30,7 +30,7 @@ impl TurnListener for NatsReplies {
         let Ok((_, record)) = async_turns::get_any(&self.pool, turn_id).await else {
             return;
         };
-        let mut result = json!({"statusId": turn_id, "status": record.status.as_str()});
+        let mut result = json!({"statusId": turn_id, "status": record.status});
         if let Some(messages) = record.messages {
             result["messages"] = messages;
         }

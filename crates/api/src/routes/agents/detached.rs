@@ -9,6 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_domain::TurnStatus;
 use toolserver_harness::ui::UiMessage;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
@@ -35,7 +36,7 @@ pub struct AsyncTurnView {
     /// The status id.
     pub status_id: String,
     /// `running`, `waiting` (on detached tool calls), `completed` or `failed`.
-    pub status: String,
+    pub status: TurnStatus,
     /// The conversation id.
     pub conversation_id: String,
     /// The conversation's messages, once completed.
@@ -114,7 +115,7 @@ pub async fn get_async(
         })?;
     Ok(Json(AsyncTurnView {
         status_id: record.id.to_string(),
-        status: record.status.as_str().to_owned(),
+        status: record.status,
         conversation_id: record.conversation_id,
         messages: record.messages.map(|messages| match messages {
             Value::Array(stored) => {
