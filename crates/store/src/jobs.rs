@@ -19,31 +19,9 @@ use std::time::Duration;
 use sqlx::{FromRow, PgConnection, PgPool};
 use uuid::Uuid;
 
+pub use crate::job_kind::JobKind;
 use crate::status_sql::{JOB_CONTINUE, JOB_START};
 use crate::StoreError;
-
-/// What a job runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "lowercase")]
-pub enum JobKind {
-    /// The turn's first pass.
-    Start,
-    /// A dispatch group's continuation.
-    Continue,
-    /// A detached call launched again (its runner died; it is safe to repeat).
-    Relaunch,
-}
-
-impl JobKind {
-    /// The column value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Start => "start",
-            Self::Continue => "continue",
-            Self::Relaunch => "relaunch",
-        }
-    }
-}
 
 /// A job held by one process.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]

@@ -10,6 +10,7 @@ pub mod async_results;
 pub mod async_turns;
 pub mod conversations;
 pub mod error;
+mod job_kind;
 pub mod jobs;
 pub mod mcp_tasks;
 pub mod pool;

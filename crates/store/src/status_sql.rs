@@ -17,7 +17,7 @@
 
 use toolserver_domain::{CallStatus, StreamStatus, TurnStatus};
 
-use crate::jobs::JobKind;
+use crate::job_kind::JobKind;
 
 /// `('running', 'waiting')`: [`TurnStatus::UNFINISHED`], for `status IN …`.
 pub(crate) const TURNS_UNFINISHED: &str = SqlText::turns(&TurnStatus::UNFINISHED).as_str();
