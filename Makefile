@@ -9,7 +9,7 @@ TRIALS ?= 200
 FUZZ_EXAMPLES ?= 400
 FUZZ_SECONDS ?= 1800
 
-.PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi docs clean kind-test
+.PHONY: run build test test-deps lint test-rust test-worker test-fuzz fuzz-api bench chaos openapi routes-docs settings-docs docs clean kind-test
 
 ## Run the server: private Postgres under .toolserver/, filesystem bundles, dev token,
 ## runners isolated by bubblewrap (installed here when root and missing).
@@ -76,9 +76,18 @@ kind-test:
 openapi:
 	cargo run -q -p toolserver -- openapi > openapi.yaml
 
-## Regenerate docs/configuration.md, the settings reference, from the settings' declarations.
-docs:
+## Regenerate docs/routes.md (every route, its summary and authentication)
+## from the same OpenAPI document.
+routes-docs:
+	cargo run -q -p toolserver -- routes-docs > docs/routes.md
+
+## Regenerate docs/configuration.md (every setting, its default, what it
+## accepts and its help) from the settings' declarations.
+settings-docs:
 	cargo run -q -p toolserver -- settings-docs > docs/configuration.md
+
+## Regenerate every generated page under docs/.
+docs: routes-docs settings-docs
 
 clean:
 	rm -rf .toolserver

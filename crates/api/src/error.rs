@@ -8,10 +8,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use toolserver_bundles::BundleError;
+use toolserver_domain::conversation::MAX_CONVERSATION_ID_CHARS;
 use toolserver_domain::validation::abbreviate;
-use toolserver_domain::ValidationError;
+use toolserver_domain::{ConversationIdError, ValidationError};
 use toolserver_harness::lifecycle::{LeaseError, LifecycleError};
 use toolserver_harness::stream::StreamError;
+use toolserver_harness::submission::SubmitError;
+use toolserver_harness::tools::RegistryError;
+use toolserver_harness::AgentLoadError;
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
 
@@ -307,6 +311,49 @@ impl From<AdmissionError> for ApiError {
         match err {
             AdmissionError::Refused(refusal) => Self::TooManyRequests(refusal),
             AdmissionError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<ConversationIdError> for ApiError {
+    fn from(err: ConversationIdError) -> Self {
+        match err {
+            ConversationIdError::Length { field } => Self::bad_field(
+                &field,
+                format!("must be 1-{MAX_CONVERSATION_ID_CHARS} characters"),
+            ),
+            ConversationIdError::Nul(nul) => nul.into(),
+        }
+    }
+}
+
+impl From<AgentLoadError> for ApiError {
+    fn from(err: AgentLoadError) -> Self {
+        match err {
+            AgentLoadError::NotFound => Self::NotFound("agent"),
+            AgentLoadError::Unseal(cause) => Self::Internal(cause),
+            AgentLoadError::Registry(RegistryError::Invalid(invalid)) => invalid.into(),
+            AgentLoadError::Registry(RegistryError::Store(store))
+            | AgentLoadError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(err: SubmitError) -> Self {
+        match err {
+            SubmitError::Agent(agent) => agent.into(),
+            SubmitError::Invalid(invalid) => invalid.into(),
+            SubmitError::BadField { field, message } => Self::bad_field(&field, message),
+            SubmitError::ApprovalNotPending(message) => Self::Conflict {
+                code: "approval_not_pending",
+                message,
+            },
+            SubmitError::TooLarge(message) => Self::PayloadTooLarge(message),
+            SubmitError::Lease(lease) => lease.into(),
+            SubmitError::Store(store) => store.into(),
+            SubmitError::Stream(stream) => stream.into(),
+            SubmitError::Lifecycle(lifecycle) => lifecycle.into(),
         }
     }
 }

@@ -14,10 +14,10 @@ use toolserver_harness::tools::ToolSources;
 use toolserver_harness::Harness;
 
 use crate::admission::{Admission, AdmissionSettings};
-use crate::auth::{Authenticator, OperatorKey};
+use crate::auth::{AuthState, Authenticator, OperatorKey};
 use crate::cors::CorsSettings;
-use crate::mcp::McpSettings;
-use crate::nats::NatsReplies;
+use crate::mcp::settings::McpSettings;
+use crate::nats::replies::NatsReplies;
 use crate::usage::UsageMeter;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
@@ -193,5 +193,15 @@ impl AppState {
     /// API limits and knobs.
     pub fn settings(&self) -> &ApiSettings {
         &self.0.settings
+    }
+}
+
+impl AuthState for AppState {
+    fn authenticator(&self) -> &Authenticator {
+        &self.0.auth
+    }
+
+    fn operator_key(&self) -> Option<&OperatorKey> {
+        self.0.settings.operator_key.as_ref()
     }
 }

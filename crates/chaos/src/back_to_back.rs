@@ -18,8 +18,8 @@ use crate::model::ModelCall;
 use crate::order::{misorderings, BackToBack};
 use crate::plan::TurnPlan;
 use crate::trial::{
-    kill, kill_moment, post_turn, restart_and_judge, write_evidence, Cluster, TrialReport,
-    TurnRecord,
+    kill, kill_moment, post_turn, restart_and_judge, write_evidence, BackToBackRecord, Cluster,
+    TrialReport, TurnRecord,
 };
 use crate::ChaosError;
 
@@ -28,38 +28,6 @@ const BUSY_RETRY: Duration = Duration::from_millis(50);
 
 /// The error code of a turn refused because its conversation is held.
 const BUSY: &str = "conversation_busy";
-
-/// What a back-to-back trial saw of its conversation.
-#[derive(Debug, Clone)]
-pub struct BackToBackRecord {
-    /// The trial.
-    pub trial: usize,
-    /// The conversation both turns ran on.
-    pub conversation_id: String,
-    /// The turn started before the kill.
-    pub first: TurnPlan,
-    /// The turn started after it.
-    pub second: TurnPlan,
-    /// The server the first turn was sent to.
-    pub first_on: String,
-    /// The server killed, and how long after the first turn was sent.
-    pub killed: (String, Duration),
-    /// From the kill to the second turn's acceptance (`None`: never
-    /// accepted within the settle timeout).
-    pub accepted_after_kill: Option<Duration>,
-    /// How many times the second turn was refused as busy first.
-    pub busy: usize,
-    /// Why the conversation does not read in the order things happened
-    /// (after the trial, then again at the end of the run).
-    pub misordered: Vec<String>,
-}
-
-impl BackToBackRecord {
-    /// The name of its evidence file and report lines.
-    pub fn name(&self) -> String {
-        format!("t{}", self.trial)
-    }
-}
 
 /// Runs back-to-back trial `index`.
 pub async fn run(

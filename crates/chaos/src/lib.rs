@@ -37,16 +37,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
 pub use config::ChaosConfig;
 pub use summary::Summary;
 
 use crate::api::Api;
-use crate::back_to_back::BackToBackRecord;
 use crate::model::ChaosModel;
 use crate::servers::Server;
-use crate::trial::{Cluster, Outcome, TrialReport, TurnRecord};
+use crate::trial::{BackToBackRecord, Cluster, Outcome, TrialReport, TurnRecord};
 use toolserver_testsupport::bench::ScratchDatabase;
 
 /// Why a run could not be carried out (as opposed to what it found).
@@ -153,7 +152,7 @@ async fn run_in(
     let mut settles = Vec::new();
     let mut leaked = 0;
     for index in 0..config.trials {
-        let report = trial::run_trial(&mut cluster, config, &mut rng, index).await?;
+        let report = run_trial(&mut cluster, config, &mut rng, index).await?;
         print_trial(index, config.trials, &report);
         leaked += report.leaked.len();
         settles.extend(report.settle);
@@ -354,4 +353,20 @@ fn free_port() -> Result<u16, ChaosError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// Runs trial `index`: back to back turns on one conversation in
+/// [`ChaosConfig::back_to_back_share`] of the trials, concurrent turns on
+/// conversations of their own in the others.
+async fn run_trial(
+    cluster: &mut Cluster,
+    config: &ChaosConfig,
+    rng: &mut impl Rng,
+    index: usize,
+) -> Result<TrialReport, ChaosError> {
+    if rng.gen_bool(config.back_to_back_share.clamp(0.0, 1.0)) {
+        back_to_back::run(cluster, config, rng, index).await
+    } else {
+        trial::run_concurrent(cluster, config, rng, index).await
+    }
 }

@@ -1,6 +1,6 @@
 //! One trial: start 1-N detached turns across both servers (or, in a back
 //! to back trial, one turn and a second on the same conversation after the
-//! kill: see [`crate::back_to_back`]), SIGKILL a random server at a random
+//! kill: see `back_to_back.rs`), SIGKILL a random server at a random
 //! moment, restart it on the same port and data directory, wait for every
 //! turn to reach a terminal state, and judge each.
 
@@ -11,7 +11,6 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::api::{Answer, Api};
-use crate::back_to_back::{self, BackToBackRecord};
 use crate::checks::{judge, Observed, Verdict};
 use crate::config::ChaosConfig;
 use crate::model::ChaosModel;
@@ -103,6 +102,38 @@ pub struct TrialReport {
     pub back_to_back: Option<BackToBackRecord>,
 }
 
+/// What a back-to-back trial saw of its conversation.
+#[derive(Debug, Clone)]
+pub struct BackToBackRecord {
+    /// The trial.
+    pub trial: usize,
+    /// The conversation both turns ran on.
+    pub conversation_id: String,
+    /// The turn started before the kill.
+    pub first: TurnPlan,
+    /// The turn started after it.
+    pub second: TurnPlan,
+    /// The server the first turn was sent to.
+    pub first_on: String,
+    /// The server killed, and how long after the first turn was sent.
+    pub killed: (String, Duration),
+    /// From the kill to the second turn's acceptance (`None`: never
+    /// accepted within the settle timeout).
+    pub accepted_after_kill: Option<Duration>,
+    /// How many times the second turn was refused as busy first.
+    pub busy: usize,
+    /// Why the conversation does not read in the order things happened
+    /// (after the trial, then again at the end of the run).
+    pub misordered: Vec<String>,
+}
+
+impl BackToBackRecord {
+    /// The name of its evidence file and report lines.
+    pub fn name(&self) -> String {
+        format!("t{}", self.trial)
+    }
+}
+
 /// A server killed in a trial: which, when, and what it left running.
 pub(crate) struct Killed {
     /// Its slot.
@@ -115,24 +146,8 @@ pub(crate) struct Killed {
     pub orphans: Vec<Process>,
 }
 
-/// Runs trial `index`: back to back turns on one conversation in
-/// [`ChaosConfig::back_to_back_share`] of the trials, concurrent turns on
-/// conversations of their own in the others.
-pub async fn run_trial(
-    cluster: &mut Cluster,
-    config: &ChaosConfig,
-    rng: &mut impl Rng,
-    index: usize,
-) -> Result<TrialReport, ChaosError> {
-    if rng.gen_bool(config.back_to_back_share.clamp(0.0, 1.0)) {
-        back_to_back::run(cluster, config, rng, index).await
-    } else {
-        run_concurrent(cluster, config, rng, index).await
-    }
-}
-
 /// 1-N turns started across both servers, each on its own conversation.
-async fn run_concurrent(
+pub async fn run_concurrent(
     cluster: &mut Cluster,
     config: &ChaosConfig,
     rng: &mut impl Rng,

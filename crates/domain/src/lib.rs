@@ -3,6 +3,7 @@
 
 pub mod account;
 pub mod agent;
+pub mod conversation;
 pub mod digest;
 pub mod egress;
 pub mod lifecycle;
@@ -18,9 +19,10 @@ pub use agent::{
     AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, OnDisconnect, Secrets, ToolKey,
     ToolSetting,
 };
+pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
-pub use lifecycle::{CallStatus, TurnStatus};
+pub use lifecycle::{CallStatus, StreamStatus, TurnStatus};
 pub use limits::{AccountLimits, LimitKind, LimitOverrides};
 pub use secret::Secret;
 pub use tool::{InputSchema, ToolConfig, ToolDescription, ToolId, ToolLimits, ToolName};

@@ -23,11 +23,28 @@
 //! A dispatch group (the detached calls of one model pass):
 //! `open ──▶ sealed ──▶ continued`; it continues exactly once, when sealed
 //! with every call settled.
+//!
+//! A turn's stream of UI chunks (`turn_streams.status`):
+//! ```text
+//! active ──▶ finished
+//! ```
+//! `active` while its recorder appends (or until another process finishes
+//! it, once its recorder is taken for dead); `finished` once its last chunk
+//! is recorded.
+//!
+//! Each enum's `as_str` spells its states as the columns hold them and the
+//! API sends them (the serde and sqlx mappings are tested against it), and
+//! the store's SQL names a state through it.
 
 use std::fmt;
 
-/// Where a detached turn stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+use serde::{Deserialize, Serialize};
+
+/// Where a detached turn stands: `running`, `waiting` (on detached tool
+/// calls), `completed` or `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
 #[cfg_attr(feature = "sqlx", sqlx(type_name = "text", rename_all = "lowercase"))]
 pub enum TurnStatus {
@@ -42,8 +59,15 @@ pub enum TurnStatus {
 }
 
 impl TurnStatus {
+    /// Every status, in the order of the lifecycle.
+    pub const ALL: [Self; 4] = [Self::Running, Self::Waiting, Self::Completed, Self::Failed];
+
+    /// The statuses of a turn that has not ended: the one list every query
+    /// for unfinished turns names.
+    pub const UNFINISHED: [Self; 2] = [Self::Running, Self::Waiting];
+
     /// The column and wire value.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
             Self::Waiting => "waiting",
@@ -54,12 +78,15 @@ impl TurnStatus {
 
     /// Whether the turn has ended for good.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed)
+        !Self::UNFINISHED.contains(&self)
     }
 }
 
-/// Where a detached call stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Where a detached call stands: `pending`, then `completed`, `failed`,
+/// `cancelled` or `expired`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
 #[cfg_attr(feature = "sqlx", sqlx(type_name = "text", rename_all = "lowercase"))]
 pub enum CallStatus {
@@ -86,13 +113,37 @@ impl CallStatus {
     ];
 
     /// The column and wire value.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Expired => "expired",
+        }
+    }
+}
+
+/// Where a turn's stream stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
+#[cfg_attr(feature = "sqlx", sqlx(type_name = "text", rename_all = "lowercase"))]
+pub enum StreamStatus {
+    /// Chunks may still be appended.
+    Active,
+    /// Its last chunk is recorded.
+    Finished,
+}
+
+impl StreamStatus {
+    /// Every status, in the order of the lifecycle.
+    pub const ALL: [Self; 2] = [Self::Active, Self::Finished];
+
+    /// The column value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Finished => "finished",
         }
     }
 }
@@ -121,25 +172,30 @@ mod tests {
 
     #[test]
     fn statuses_are_named_as_their_columns_hold_them() {
-        let turns = [
-            TurnStatus::Running,
-            TurnStatus::Waiting,
-            TurnStatus::Completed,
-            TurnStatus::Failed,
-        ];
-        let names: Vec<String> = turns.iter().map(ToString::to_string).collect();
+        let names: Vec<String> = TurnStatus::ALL.iter().map(ToString::to_string).collect();
         assert_eq!(names, ["running", "waiting", "completed", "failed"]);
-        let calls = [
-            CallStatus::Pending,
-            CallStatus::Completed,
-            CallStatus::Failed,
-            CallStatus::Cancelled,
-            CallStatus::Expired,
-        ];
-        let names: Vec<&str> = calls.iter().map(|s| s.as_str()).collect();
+        let names = CallStatus::ALL.map(CallStatus::as_str);
         assert_eq!(
             names,
             ["pending", "completed", "failed", "cancelled", "expired"]
         );
+        assert_eq!(
+            StreamStatus::ALL.map(StreamStatus::as_str),
+            ["active", "finished"]
+        );
+    }
+
+    #[test]
+    fn the_wire_spells_statuses_as_the_columns_do() {
+        for status in TurnStatus::ALL {
+            let json = serde_json::to_value(status).unwrap();
+            assert_eq!(json, status.as_str());
+            assert_eq!(serde_json::from_value::<TurnStatus>(json).unwrap(), status);
+        }
+        for status in CallStatus::ALL {
+            let json = serde_json::to_value(status).unwrap();
+            assert_eq!(json, status.as_str());
+            assert_eq!(serde_json::from_value::<CallStatus>(json).unwrap(), status);
+        }
     }
 }

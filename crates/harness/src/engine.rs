@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use sqlx::PgPool;
 use toolserver_domain::{
     AccountId, AgentConfig, AgentId, AgentLimits, Secret, Secrets, ValidationError,
 };
+use toolserver_store::{agents, StoreError};
 use url::Url;
 
 use crate::lifecycle::LifecycleSettings;
@@ -17,6 +19,23 @@ use crate::provider::ModelProvider;
 use crate::sealing::{SealError, SecretBox};
 use crate::stream::StreamSettings;
 use crate::tools::{RegistryError, ToolRegistry, ToolSources};
+
+/// Why a stored agent could not be made ready to run.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentLoadError {
+    /// No such agent in the account (or it was deleted).
+    #[error("agent not found")]
+    NotFound,
+    /// Its sealed credentials could not be opened.
+    #[error("the agent's credentials could not be read: {0}")]
+    Unseal(String),
+    /// Its config is no longer valid (e.g. a tool was deleted).
+    #[error(transparent)]
+    Registry(RegistryError),
+    /// Storage failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
 
 /// Knobs of agent turns; each one is a server setting.
 #[derive(Debug, Clone)]
@@ -151,6 +170,33 @@ impl Harness {
         let supports = move |tool: &str| provider_supports(&provider, tool);
         let registry = ToolRegistry::build(&self.sources, account, &config, &supports).await?;
         Ok(CheckedAgent { config, registry })
+    }
+
+    /// Reads `agent` of `account` and checks it again before it runs (its
+    /// tools may have changed since it was saved).
+    pub async fn load_agent(
+        &self,
+        pool: &PgPool,
+        account: &AccountId,
+        agent: AgentId,
+    ) -> Result<CheckedAgent, AgentLoadError> {
+        let record = agents::get(pool, account, agent)
+            .await
+            .map_err(|err| match err {
+                StoreError::NotFound => AgentLoadError::NotFound,
+                other => AgentLoadError::Store(other),
+            })?;
+        let config = self
+            .unseal(
+                &record.config,
+                record.sealed_secrets.as_deref(),
+                account,
+                agent,
+            )
+            .map_err(|err| AgentLoadError::Unseal(err.to_string()))?;
+        self.check(account, &config)
+            .await
+            .map_err(AgentLoadError::Registry)
     }
 
     /// [`Self::check`] for a config about to be saved: also refuses an

@@ -11,9 +11,10 @@ pub mod provider;
 pub mod runner_call;
 pub mod sealing;
 pub mod stream;
+pub mod submission;
 pub mod tools;
 mod trace_context;
 pub mod turn;
 pub mod ui;
 
-pub use engine::{CheckedAgent, Harness, HarnessSettings};
+pub use engine::{AgentLoadError, CheckedAgent, Harness, HarnessSettings};

@@ -14,14 +14,7 @@ use rand::RngCore;
 use tokio::net::TcpStream;
 use toolserver_sandbox::{SandboxError, WorkerConnection};
 
-use crate::manifests::CONTAINER;
-
-/// The container variable naming the worker's channel port.
-pub const CHANNEL_PORT_ENV: &str = "TOOLSERVER_CHANNEL_PORT";
-/// The container variable holding the runner's bearer secret.
-pub const CHANNEL_SECRET_ENV: &str = "TOOLSERVER_CHANNEL_SECRET";
-/// The container variable with the address the worker listens on (the pod IP).
-pub const CHANNEL_HOST_ENV: &str = "TOOLSERVER_CHANNEL_HOST";
+use crate::names::{CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV, CONTAINER};
 
 /// Random bytes in a runner secret.
 const SECRET_BYTES: usize = 32;

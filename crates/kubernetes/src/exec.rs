@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::io::{ReadHalf, SimplexStream, WriteHalf};
 use toolserver_sandbox::SandboxError;
 
-use crate::manifests::CONTAINER;
+use crate::names::CONTAINER;
 
 /// Stderr kept per exec, for error messages.
 const STDERR_LIMIT: usize = 4096;

@@ -10,12 +10,14 @@ mod channel;
 mod exec;
 mod executor;
 pub mod manifests;
+mod names;
 pub mod pods;
 mod settings;
 
-pub use channel::{PodChannel, CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
+pub use channel::PodChannel;
 pub use exec::ExecStream;
 pub use executor::KubernetesExecutor;
+pub use names::{CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
 pub use settings::{CacheVolume, KubernetesSettings, RunnerChannel, RunnerResources, SharedEgress};
 use toolserver_sandbox::SandboxError;
 

@@ -20,7 +20,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 use toolserver_sandbox::ReservationKey;
 
-use crate::channel::{CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
+use crate::names::{CHANNEL_HOST_ENV, CHANNEL_PORT_ENV, CHANNEL_SECRET_ENV};
+pub use crate::names::{CONTAINER, NETWORK_POLICY_NAME};
 use crate::settings::{CacheVolume, KubernetesSettings, RunnerChannel};
 
 /// Label every runner pod carries; the NetworkPolicy selects on it.
@@ -37,10 +38,6 @@ pub const ACCOUNT_ANNOTATION: &str = "toolserver.dev/account";
 pub const TOOL_ANNOTATION: &str = "toolserver.dev/tool";
 /// Annotation with the time of the runner's last call (RFC 3339).
 pub const LAST_USED_ANNOTATION: &str = "toolserver.dev/last-used";
-/// Name of the runner container.
-pub const CONTAINER: &str = "runner";
-/// Name of the NetworkPolicy the runner namespace must hold.
-pub const NETWORK_POLICY_NAME: &str = "toolserver-runners";
 /// Namespace of the server's pods (the only ones a runner admits), as
 /// `deploy/kubernetes/base` installs it.
 pub const SERVER_NAMESPACE: &str = "toolserver";

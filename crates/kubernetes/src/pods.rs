@@ -18,6 +18,7 @@ use toolserver_sandbox::{ReservationKey, SandboxError};
 
 use crate::channel::PodChannel;
 use crate::manifests::{self, LAST_USED_ANNOTATION, MANAGED_LABEL, RUNNER_LABEL};
+use crate::names;
 use crate::settings::KubernetesSettings;
 
 /// Pause between looks at a pod that is starting or going away.
@@ -79,7 +80,7 @@ pub fn classify(pod: Option<&Pod>, key: &ReservationKey) -> PodState {
     }
     let container = status
         .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|all| all.iter().find(|c| c.name == manifests::CONTAINER));
+        .and_then(|all| all.iter().find(|c| c.name == names::CONTAINER));
     let waiting = container
         .and_then(|c| c.state.as_ref())
         .and_then(|state| state.waiting.as_ref());

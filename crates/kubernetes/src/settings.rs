@@ -173,7 +173,7 @@ impl KubernetesSettings {
             ready_timeout: Self::DEFAULT_READY_TIMEOUT,
             worker_start_timeout: timings::DEFAULT_START_TIMEOUT,
             kill_grace: timings::DEFAULT_KILL_GRACE,
-            network_policy: Some(crate::manifests::NETWORK_POLICY_NAME.into()),
+            network_policy: Some(crate::names::NETWORK_POLICY_NAME.into()),
             egress: None,
         }
     }

@@ -7,6 +7,7 @@ use sqlx::types::Json;
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, LimitOverrides};
 
+use crate::status_sql::{CALL_PENDING, TURNS_UNFINISHED};
 use crate::{accounts, StoreError};
 
 /// The channel notified with an account id when its overrides change.
@@ -71,23 +72,19 @@ async fn notify(
 
 /// Detached turns of `account` started and not yet completed or failed.
 pub async fn pending_detached(pool: &PgPool, account: &AccountId) -> Result<u32, StoreError> {
-    count(
-        pool,
-        "SELECT count(*) FROM async_turns WHERE account_id = $1 AND status IN ('running', 'waiting')",
-        account,
-    )
-    .await
+    let sql = format!(
+        "SELECT count(*) FROM async_turns WHERE account_id = $1 AND status IN {TURNS_UNFINISHED}"
+    );
+    count(pool, &sql, account).await
 }
 
 /// MCP tasks of `account` not yet settled.
 pub async fn open_mcp_tasks(pool: &PgPool, account: &AccountId) -> Result<u32, StoreError> {
-    count(
-        pool,
+    let sql = format!(
         "SELECT count(*) FROM async_tool_results \
-         WHERE account_id = $1 AND group_id IS NULL AND status = 'pending'",
-        account,
-    )
-    .await
+         WHERE account_id = $1 AND group_id IS NULL AND status = {CALL_PENDING}"
+    );
+    count(pool, &sql, account).await
 }
 
 async fn count(pool: &PgPool, sql: &str, account: &AccountId) -> Result<u32, StoreError> {

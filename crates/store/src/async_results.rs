@@ -31,6 +31,7 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, CallStatus, ToolId};
 use uuid::Uuid;
 
+use crate::status_sql::{CALL_CANCELLED, CALL_PENDING, JOB_RELAUNCH};
 use crate::text::storable;
 use crate::{accounts, jobs, StoreError};
 
@@ -296,11 +297,11 @@ pub async fn settle(
         AsyncOutcome::Failed(message) => (None, Some(storable(message).into_owned())),
     };
     let mut tx = pool.begin().await?;
-    let settled: Option<(Option<Uuid>,)> = sqlx::query_as(
+    let settled: Option<(Option<Uuid>,)> = sqlx::query_as(&format!(
         "UPDATE async_tool_results SET status = $2, response = $3::json, error = $4, \
              settled_at = now() \
-         WHERE id = $1 AND status = 'pending' AND expires_at > now() RETURNING group_id",
-    )
+         WHERE id = $1 AND status = {CALL_PENDING} AND expires_at > now() RETURNING group_id"
+    ))
     .bind(id)
     .bind(outcome.status())
     .bind(&response)
@@ -349,7 +350,7 @@ pub async fn heartbeat(
         Beat::Tool(progress) => (true, progress.as_deref()),
         Beat::Liveness => (false, None),
     };
-    let beat: Option<(OffsetDateTime,)> = sqlx::query_as(
+    let beat: Option<(OffsetDateTime,)> = sqlx::query_as(&format!(
         "UPDATE async_tool_results SET \
              alive_until = now() + make_interval(secs => $2), \
              last_heartbeat_at = CASE WHEN $3 THEN now() ELSE last_heartbeat_at END, \
@@ -357,8 +358,8 @@ pub async fn heartbeat(
              expires_at = CASE WHEN $3 AND heartbeat_timeout_secs IS NOT NULL \
                  THEN LEAST(hard_expires_at, now() + make_interval(secs => heartbeat_timeout_secs)) \
                  ELSE expires_at END \
-         WHERE id = $1 AND status = 'pending' AND expires_at > now() RETURNING expires_at",
-    )
+         WHERE id = $1 AND status = {CALL_PENDING} AND expires_at > now() RETURNING expires_at"
+    ))
     .bind(id)
     .bind(liveness.as_secs_f64())
     .bind(from_tool)
@@ -398,11 +399,11 @@ pub async fn get(
 /// group can still continue, once). Returns false when it was not pending.
 pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
-    let cancelled: Option<(Option<Uuid>,)> = sqlx::query_as(
-        "UPDATE async_tool_results SET status = 'cancelled', settled_at = now(), \
+    let cancelled: Option<(Option<Uuid>,)> = sqlx::query_as(&format!(
+        "UPDATE async_tool_results SET status = {CALL_CANCELLED}, settled_at = now(), \
              error = 'stopped before it finished' \
-         WHERE id = $1 AND account_id = $2 AND status = 'pending' RETURNING group_id",
-    )
+         WHERE id = $1 AND account_id = $2 AND status = {CALL_PENDING} RETURNING group_id"
+    ))
     .bind(id)
     .bind(account.as_str())
     .fetch_optional(&mut *tx)
@@ -597,12 +598,12 @@ pub async fn relaunch_lost_runners(
              UPDATE async_tool_results SET launches = launches + 1, \
                  alive_until = now() + make_interval(secs => $2) \
              WHERE id IN (SELECT id FROM async_tool_results \
-                          WHERE status = 'pending' AND {} \
+                          WHERE status = {CALL_PENDING} AND {} \
                             AND group_id IS NOT NULL AND safe_to_repeat AND launches < $1 \
                           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
              RETURNING id, account_id, group_id) \
          INSERT INTO continuation_outbox (id, kind, turn_id, account_id, call_id) \
-         SELECT gen_random_uuid(), 'relaunch', g.turn_id, due.account_id, due.id \
+         SELECT gen_random_uuid(), {JOB_RELAUNCH}, g.turn_id, due.account_id, due.id \
          FROM due JOIN dispatch_groups g ON g.id = due.group_id",
         lost.condition()
     );
@@ -625,10 +626,10 @@ pub async fn rotate_token(
     id: Uuid,
     token_sha256: [u8; 32],
 ) -> Result<Option<i32>, StoreError> {
-    let rotated: Option<(i32,)> = sqlx::query_as(
-        "UPDATE async_tool_results SET token_sha256 = $2 WHERE id = $1 AND status = 'pending' \
-         RETURNING launches",
-    )
+    let rotated: Option<(i32,)> = sqlx::query_as(&format!(
+        "UPDATE async_tool_results SET token_sha256 = $2 \
+         WHERE id = $1 AND status = {CALL_PENDING} RETURNING launches"
+    ))
     .bind(id)
     .bind(token_sha256.as_slice())
     .fetch_optional(pool)
@@ -651,7 +652,7 @@ async fn settle_due(
     let sql = format!(
         "UPDATE async_tool_results SET status = $1, settled_at = now(), error = $2 \
          WHERE id IN (SELECT id FROM async_tool_results \
-                      WHERE status = 'pending' AND {due} \
+                      WHERE status = {CALL_PENDING} AND {due} \
                       ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING group_id"
     );

@@ -13,6 +13,7 @@ use toolserver_domain::{AccountId, AgentId, TurnStatus};
 use uuid::Uuid;
 
 use crate::jobs::{self, Job};
+use crate::status_sql::{TURNS_UNFINISHED, TURN_RUNNING, TURN_WAITING};
 use crate::text::storable;
 use crate::{accounts, async_results, StoreError};
 
@@ -94,10 +95,10 @@ pub async fn create(
 
 /// Marks a turn whose run has started `running` (unless it has ended).
 pub async fn mark_running(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE async_turns SET status = 'running', updated_at = now() \
-         WHERE id = $1 AND status IN ('running', 'waiting')",
-    )
+    sqlx::query(&format!(
+        "UPDATE async_turns SET status = {TURN_RUNNING}, updated_at = now() \
+         WHERE id = $1 AND status IN {TURNS_UNFINISHED}"
+    ))
     .bind(id)
     .execute(pool)
     .await?;
@@ -186,10 +187,10 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
             TurnStatus::Failed
         }
         _ if has_open_work(&mut tx, job.turn_id).await? => {
-            sqlx::query(
-                "UPDATE async_turns SET status = 'waiting', updated_at = now() \
-                 WHERE id = $1 AND status IN ('running', 'waiting')",
-            )
+            sqlx::query(&format!(
+                "UPDATE async_turns SET status = {TURN_WAITING}, updated_at = now() \
+                 WHERE id = $1 AND status IN {TURNS_UNFINISHED}"
+            ))
             .bind(job.turn_id)
             .execute(&mut *tx)
             .await?;
@@ -235,11 +236,11 @@ async fn settle(
         Ok(messages) => (TurnStatus::Completed, Some(messages.to_string()), None),
         Err(error) => (TurnStatus::Failed, None, Some(storable(error).into_owned())),
     };
-    let done = sqlx::query(
+    let done = sqlx::query(&format!(
         "UPDATE async_turns SET status = $3, messages = $4::json, error = $5, \
              settle_event_id = $2, updated_at = now() \
-         WHERE id = $1 AND status IN ('running', 'waiting')",
-    )
+         WHERE id = $1 AND status IN {TURNS_UNFINISHED}"
+    ))
     .bind(id)
     .bind(event_id)
     .bind(status)
@@ -321,10 +322,10 @@ async fn fail_turns_of_agent_once(
     error: &str,
 ) -> Result<Vec<Uuid>, StoreError> {
     let mut tx = pool.begin().await?;
-    let open: Vec<(Uuid,)> = sqlx::query_as(
+    let open: Vec<(Uuid,)> = sqlx::query_as(&format!(
         "SELECT id FROM async_turns WHERE account_id = $1 AND agent_id = $2 \
-           AND status IN ('running', 'waiting') ORDER BY id FOR UPDATE",
-    )
+           AND status IN {TURNS_UNFINISHED} ORDER BY id FOR UPDATE"
+    ))
     .bind(account.as_str())
     .bind(agent.as_uuid())
     .fetch_all(&mut *tx)
@@ -348,15 +349,15 @@ pub async fn fail_stuck(
     limit: i64,
 ) -> Result<Vec<Uuid>, StoreError> {
     let mut tx = pool.begin().await?;
-    let stuck: Vec<(Uuid,)> = sqlx::query_as(
+    let stuck: Vec<(Uuid,)> = sqlx::query_as(&format!(
         "SELECT t.id FROM async_turns t \
-         WHERE t.status IN ('running', 'waiting') \
+         WHERE t.status IN {TURNS_UNFINISHED} \
            AND t.updated_at < now() - make_interval(secs => $1) \
            AND NOT EXISTS (SELECT 1 FROM continuation_outbox o WHERE o.turn_id = t.id) \
            AND NOT EXISTS (SELECT 1 FROM dispatch_groups g \
                            WHERE g.turn_id = t.id AND g.continued_at IS NULL) \
-         LIMIT $2 FOR UPDATE SKIP LOCKED",
-    )
+         LIMIT $2 FOR UPDATE SKIP LOCKED"
+    ))
     .bind(grace.as_secs_f64())
     .bind(limit)
     .fetch_all(&mut *tx)
@@ -422,10 +423,10 @@ pub async fn unsettled_on(
     account: &AccountId,
     conversation_id: &str,
 ) -> Result<bool, StoreError> {
-    let (unsettled,): (bool,) = sqlx::query_as(
+    let (unsettled,): (bool,) = sqlx::query_as(&format!(
         "SELECT EXISTS (SELECT 1 FROM async_turns \
-         WHERE account_id = $1 AND conversation_id = $2 AND status IN ('running', 'waiting'))",
-    )
+         WHERE account_id = $1 AND conversation_id = $2 AND status IN {TURNS_UNFINISHED})"
+    ))
     .bind(account.as_str())
     .bind(conversation_id)
     .fetch_one(pool)

@@ -19,19 +19,9 @@ use std::time::Duration;
 use sqlx::{FromRow, PgConnection, PgPool};
 use uuid::Uuid;
 
+pub use crate::job_kind::JobKind;
+use crate::status_sql::{JOB_CONTINUE, JOB_START};
 use crate::StoreError;
-
-/// What a job runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "lowercase")]
-pub enum JobKind {
-    /// The turn's first pass.
-    Start,
-    /// A dispatch group's continuation.
-    Continue,
-    /// A detached call launched again (its runner died; it is safe to repeat).
-    Relaunch,
-}
 
 /// A job held by one process.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
@@ -82,7 +72,8 @@ pub async fn insert_start(
     Ok(sqlx::query_as(&format!(
         "INSERT INTO continuation_outbox \
              (id, kind, turn_id, account_id, attempts, claim_token, claim_expires_at, claimed_by) \
-         VALUES ($1, 'start', $2, $3, 1, $4, now() + make_interval(secs => $5), $6) {RETURNING}"
+         VALUES ($1, {JOB_START}, $2, $3, 1, $4, now() + make_interval(secs => $5), $6) \
+         {RETURNING}"
     ))
     .bind(Uuid::now_v7())
     .bind(turn_id)
@@ -102,10 +93,10 @@ pub(crate) async fn insert_continue(
     turn_id: Uuid,
     group_id: Uuid,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query(&format!(
         "INSERT INTO continuation_outbox (id, kind, turn_id, group_id, account_id) \
-         VALUES ($1, 'continue', $2, $3, $4)",
-    )
+         VALUES ($1, {JOB_CONTINUE}, $2, $3, $4)"
+    ))
     .bind(Uuid::now_v7())
     .bind(turn_id)
     .bind(group_id)

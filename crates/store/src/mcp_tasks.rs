@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, CallStatus, ToolId};
 use uuid::Uuid;
 
+use crate::status_sql::{CALL_EXPIRED, CALL_PENDING};
 use crate::StoreError;
 
 /// A task to record before its call is launched.
@@ -113,7 +114,7 @@ pub async fn insert(
 /// Reads one of `account`'s tasks; a turn's detached call, another
 /// account's task and a discarded one are [`StoreError::NotFound`].
 pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRecord, StoreError> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as(&format!(
         "SELECT id, tool_name, tool_id, status, response, error, progress, created_at, \
              GREATEST(created_at, COALESCE(settled_at, created_at), \
                       COALESCE(last_heartbeat_at, created_at)) AS updated_at, \
@@ -121,8 +122,8 @@ pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRec
              (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint AS age_ms \
          FROM async_tool_results \
          WHERE account_id = $1 AND id = $2 AND group_id IS NULL \
-           AND (status = 'pending' OR hard_expires_at > now())",
-    )
+           AND (status = {CALL_PENDING} OR hard_expires_at > now())"
+    ))
     .bind(account.as_str())
     .bind(id)
     .fetch_one(pool)
@@ -147,14 +148,15 @@ pub async fn discard(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<(),
 /// client can reach a task after its TTL. Safe to run from several servers
 /// at once: rows are claimed with `SKIP LOCKED`.
 pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<Vec<ExpiredTask>, StoreError> {
-    Ok(sqlx::query_as(
-        "UPDATE async_tool_results SET status = 'expired', settled_at = now(), \
+    Ok(sqlx::query_as(&format!(
+        "UPDATE async_tool_results SET status = {CALL_EXPIRED}, settled_at = now(), \
              error = 'the task did not complete within its TTL' \
          WHERE id IN (SELECT id FROM async_tool_results \
-                      WHERE group_id IS NULL AND status = 'pending' AND expires_at <= now() \
+                      WHERE group_id IS NULL AND status = {CALL_PENDING} \
+                        AND expires_at <= now() \
                       ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, account_id, tool_id",
-    )
+         RETURNING id, account_id, tool_id"
+    ))
     .bind(limit)
     .fetch_all(pool)
     .await?)
@@ -163,12 +165,12 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<Vec<ExpiredTask>, S
 /// Deletes up to `limit` tasks past their TTL that have settled (a task
 /// still pending at its TTL expires first). Returns how many.
 pub async fn purge_expired(pool: &PgPool, limit: i64) -> Result<u64, StoreError> {
-    let purged = sqlx::query(
+    let purged = sqlx::query(&format!(
         "DELETE FROM async_tool_results WHERE id IN ( \
              SELECT id FROM async_tool_results \
-             WHERE group_id IS NULL AND status <> 'pending' AND hard_expires_at <= now() \
-             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)",
-    )
+             WHERE group_id IS NULL AND status <> {CALL_PENDING} AND hard_expires_at <= now() \
+             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)"
+    ))
     .bind(limit)
     .execute(pool)
     .await?;

@@ -3,11 +3,14 @@
 //! end therefore finds the turn stored and the conversation free for the
 //! next turn, and a turn's end costs one round trip instead of three.
 
+use std::sync::LazyLock;
+
 use serde_json::Value;
 use sqlx::PgPool;
 use toolserver_domain::AccountId;
 use uuid::Uuid;
 
+use crate::status_sql::{STREAM_ACTIVE, STREAM_FINISHED};
 use crate::turn_streams::{Append, Appended, CHUNKS_CHANNEL};
 use crate::StoreError;
 
@@ -17,6 +20,31 @@ macro_rules! released {
         "active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, lease_taken_at = NULL"
     };
 }
+
+/// SQL of [`store_and_release`] with a stream end, built once.
+static STORE_AND_END: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH stored AS ( \
+             UPDATE conversations SET messages = $4::json, updated_at = now(), {released} \
+             WHERE account_id = $1 AND id = $2 AND active_turn = $3 RETURNING 1), \
+         ended AS ( \
+             UPDATE turn_streams s SET chunk_count = s.chunk_count + $7, status = {finished}, \
+                 finished_at = now() \
+             WHERE s.id = $5 AND s.status = {active} AND s.chunk_count = $6 \
+               AND s.alive_until > now() \
+             RETURNING s.id, s.followers), \
+         added AS ( \
+             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
+             SELECT id, $6, $8::text[] FROM ended RETURNING 1) \
+         SELECT EXISTS (SELECT 1 FROM stored), \
+                EXISTS (SELECT 1 FROM ended \
+                        WHERE CASE WHEN followers > 0 THEN pg_notify($9, id::text) IS NOT NULL \
+                                   ELSE true END)",
+        released = released!(),
+        finished = STREAM_FINISHED,
+        active = STREAM_ACTIVE,
+    )
+});
 
 /// What [`store_and_release`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,36 +94,18 @@ pub async fn store_and_release(
         )));
     }
     let added = end.added()?;
-    let (stored, ended): (bool, bool) = sqlx::query_as(concat!(
-        "WITH stored AS ( \
-             UPDATE conversations SET messages = $4::json, updated_at = now(), ",
-        released!(),
-        "    WHERE account_id = $1 AND id = $2 AND active_turn = $3 RETURNING 1), \
-         ended AS ( \
-             UPDATE turn_streams s SET chunk_count = s.chunk_count + $7, status = 'finished', \
-                 finished_at = now() \
-             WHERE s.id = $5 AND s.status = 'active' AND s.chunk_count = $6 \
-               AND s.alive_until > now() \
-             RETURNING s.id, s.followers), \
-         added AS ( \
-             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
-             SELECT id, $6, $8::text[] FROM ended RETURNING 1) \
-         SELECT EXISTS (SELECT 1 FROM stored), \
-                EXISTS (SELECT 1 FROM ended \
-                        WHERE CASE WHEN followers > 0 THEN pg_notify($9, id::text) IS NOT NULL \
-                                   ELSE true END)",
-    ))
-    .bind(account.as_str())
-    .bind(id)
-    .bind(turn_id)
-    .bind(messages)
-    .bind(end.stream)
-    .bind(end.from)
-    .bind(added)
-    .bind(&end.chunks)
-    .bind(CHUNKS_CHANNEL)
-    .fetch_one(pool)
-    .await?;
+    let (stored, ended): (bool, bool) = sqlx::query_as(&STORE_AND_END)
+        .bind(account.as_str())
+        .bind(id)
+        .bind(turn_id)
+        .bind(messages)
+        .bind(end.stream)
+        .bind(end.from)
+        .bind(added)
+        .bind(&end.chunks)
+        .bind(CHUNKS_CHANNEL)
+        .fetch_one(pool)
+        .await?;
     Ok(TurnEnded {
         stored,
         stream_end: Some(match ended {

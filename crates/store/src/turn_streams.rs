@@ -17,6 +17,7 @@
 //! conversation's latest) with `log_start` set and no batch rows; its
 //! recorder marks it finished ([`mark_finished`]) once the log holds its end.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -24,6 +25,7 @@ use sqlx::{FromRow, PgPool};
 use toolserver_domain::AccountId;
 use uuid::Uuid;
 
+use crate::status_sql::{STREAM_ACTIVE, STREAM_FINISHED, TURNS_UNFINISHED};
 use crate::StoreError;
 
 /// The channel on which appends and finishes of a followed stream are
@@ -79,9 +81,16 @@ pub enum Appended {
     Refused,
 }
 
-const STATE: &str = "SELECT s.id, s.status = 'finished' AS finished, s.chunk_count, \
-         (s.status = 'active' AND s.alive_until > now()) AS live, s.stop_requested, s.log_start \
-     FROM turn_streams s";
+/// SQL: the [`StreamState`] of the streams `s` that `filter` (a `WHERE`
+/// clause and what follows it) picks.
+fn select_state(filter: &str) -> String {
+    format!(
+        "SELECT s.id, s.status = {STREAM_FINISHED} AS finished, s.chunk_count, \
+             (s.status = {STREAM_ACTIVE} AND s.alive_until > now()) AS live, s.stop_requested, \
+             s.log_start \
+         FROM turn_streams s {filter}"
+    )
+}
 
 /// A stream to open: recording starts once it is.
 #[derive(Debug, Clone)]
@@ -137,30 +146,44 @@ pub struct AppendAnswer {
 
 /// SQL: whether the conversation of the opening `i` (with `account_id`
 /// and `conversation_id`) has an active stream whose recorder died.
-macro_rules! older_dead_of_i {
-    () => {
+fn older_dead_of_i() -> String {
+    format!(
         "EXISTS (SELECT 1 FROM turn_streams d \
              WHERE d.account_id = i.account_id AND d.conversation_id = i.conversation_id \
-               AND d.status = 'active' AND d.alive_until <= now())"
-    };
+               AND d.status = {STREAM_ACTIVE} AND d.alive_until <= now())"
+    )
 }
 
 /// SQL, true: announces the stream the opening `i` opens on
-/// [`OPENED_CHANNEL`] (bound to the parameter named), when its conversation
-/// has an unsettled detached turn (only a resume held for such a turn's next
-/// run waits for a stream to open).
-macro_rules! announce_opening_of_i {
-    ($channel:literal) => {
-        concat!(
-            "CASE WHEN EXISTS (SELECT 1 FROM async_turns a \
-                 WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
-                   AND a.status IN ('running', 'waiting')) \
-             THEN pg_notify(",
-            $channel,
-            ", i.id::text || ' ' || i.conversation_key) IS NOT NULL ELSE true END"
-        )
-    };
+/// [`OPENED_CHANNEL`] (bound to the parameter `channel` names), when its
+/// conversation has an unsettled detached turn (only a resume held for such
+/// a turn's next run waits for a stream to open).
+fn announce_opening_of_i(channel: &str) -> String {
+    format!(
+        "CASE WHEN EXISTS (SELECT 1 FROM async_turns a \
+             WHERE a.account_id = i.account_id AND a.conversation_id = i.conversation_id \
+               AND a.status IN {TURNS_UNFINISHED}) \
+         THEN pg_notify({channel}, i.id::text || ' ' || i.conversation_key) IS NOT NULL \
+         ELSE true END"
+    )
 }
+
+/// SQL of [`open_many`], built once.
+static OPEN_MANY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], \
+                                  $5::float8[]) \
+                 AS i(id, account_id, conversation_id, conversation_key, log_start, alive)), \
+         opened AS ( \
+             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, log_start) \
+             SELECT id, account_id, conversation_id, now() + make_interval(secs => alive), log_start \
+             FROM input RETURNING id) \
+         SELECT i.id, {older_dead} FROM input i JOIN opened o ON o.id = i.id WHERE {announce}",
+        older_dead = older_dead_of_i(),
+        announce = announce_opening_of_i("$6"),
+    )
+});
 
 /// Opens `streams` in one statement and announces on [`OPENED_CHANNEL`]
 /// each whose conversation has an unsettled detached turn (only a resume
@@ -180,29 +203,16 @@ pub async fn open_many(
         .collect();
     let log_starts: Vec<Option<i64>> = streams.iter().map(|s| s.log_start).collect();
     let alive: Vec<f64> = streams.iter().map(|s| s.alive.as_secs_f64()).collect();
-    let rows: Vec<(Uuid, bool)> = sqlx::query_as(concat!(
-        "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], \
-                                  $5::float8[]) \
-                 AS i(id, account_id, conversation_id, conversation_key, log_start, alive)), \
-         opened AS ( \
-             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, log_start) \
-             SELECT id, account_id, conversation_id, now() + make_interval(secs => alive), log_start \
-             FROM input RETURNING id) \
-         SELECT i.id, ",
-        older_dead_of_i!(),
-        " FROM input i JOIN opened o ON o.id = i.id WHERE ",
-        announce_opening_of_i!("$6"),
-    ))
-    .bind(&ids)
-    .bind(&accounts)
-    .bind(&conversations)
-    .bind(&keys)
-    .bind(&alive)
-    .bind(OPENED_CHANNEL)
-    .bind(&log_starts)
-    .fetch_all(executor)
-    .await?;
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(&OPEN_MANY)
+        .bind(&ids)
+        .bind(&accounts)
+        .bind(&conversations)
+        .bind(&keys)
+        .bind(&alive)
+        .bind(OPENED_CHANNEL)
+        .bind(&log_starts)
+        .fetch_all(executor)
+        .await?;
     Ok(ids
         .iter()
         .map(|id| rows.iter().any(|(opened, dead)| opened == id && *dead))
@@ -219,11 +229,11 @@ pub async fn finish_dead(
     end: &[String],
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
-    let dead: Vec<(Uuid, i32, bool)> = sqlx::query_as(
+    let dead: Vec<(Uuid, i32, bool)> = sqlx::query_as(&format!(
         "SELECT id, chunk_count, log_start IS NOT NULL FROM turn_streams \
-         WHERE account_id = $1 AND conversation_id = $2 AND status = 'active' \
-           AND alive_until <= now() FOR UPDATE",
-    )
+         WHERE account_id = $1 AND conversation_id = $2 AND status = {STREAM_ACTIVE} \
+           AND alive_until <= now() FOR UPDATE"
+    ))
     .bind(account.as_str())
     .bind(conversation_id)
     .fetch_all(&mut *tx)
@@ -244,15 +254,62 @@ pub async fn mark_finished(
     executor: impl sqlx::PgExecutor<'_>,
     stream: Uuid,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE turn_streams SET status = 'finished', finished_at = now() \
-         WHERE id = $1 AND status = 'active'",
-    )
+    let done = sqlx::query(&format!(
+        "UPDATE turn_streams SET status = {STREAM_FINISHED}, finished_at = now() \
+         WHERE id = $1 AND status = {STREAM_ACTIVE}"
+    ))
     .bind(stream)
     .execute(executor)
     .await?;
     Ok(done.rows_affected() > 0)
 }
+
+/// SQL of [`append_many`], built once.
+static APPEND_MANY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[], $5::text[], \
+                                  $6::text[], $7::text[], $8::float8[]) \
+                 AS i(id, from_idx, added, finish, account_id, conversation_id, conversation_key, \
+                      alive)), \
+         opened AS ( \
+             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, chunk_count, \
+                                       status, finished_at) \
+             SELECT i.id, i.account_id, i.conversation_id, now() + make_interval(secs => i.alive), \
+                    i.added, CASE WHEN i.finish THEN {finished} ELSE {active} END, \
+                    CASE WHEN i.finish THEN now() END \
+             FROM input i WHERE i.account_id IS NOT NULL AND i.from_idx = 0 \
+             ON CONFLICT (id) DO NOTHING \
+             RETURNING id, 0 AS from_idx, stop_requested, followers), \
+         live AS ( \
+             UPDATE turn_streams s SET chunk_count = s.chunk_count + i.added, \
+                 status = CASE WHEN i.finish THEN {finished} ELSE s.status END, \
+                 finished_at = CASE WHEN i.finish THEN now() ELSE s.finished_at END \
+             FROM input i \
+             WHERE i.account_id IS NULL AND s.id = i.id AND s.status = {active} \
+               AND s.chunk_count = i.from_idx AND s.alive_until > now() \
+             RETURNING s.id, i.from_idx, s.stop_requested, s.followers), \
+         recorded AS (SELECT * FROM opened UNION ALL SELECT * FROM live), \
+         batches AS ( \
+             SELECT c.stream_id, array_agg(c.chunk ORDER BY c.n) AS chunks \
+             FROM unnest($9::uuid[], $10::text[]) WITH ORDINALITY AS c(stream_id, chunk, n) \
+             GROUP BY c.stream_id), \
+         added AS ( \
+             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
+             SELECT r.id, r.from_idx, b.chunks \
+             FROM batches b JOIN recorded r ON r.id = b.stream_id \
+             RETURNING 1) \
+         SELECT r.id, r.stop_requested, i.account_id IS NOT NULL AND {older_dead} \
+         FROM recorded r JOIN input i ON i.id = r.id \
+         WHERE CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
+                    ELSE true END \
+           AND (i.account_id IS NULL OR {announce})",
+        finished = STREAM_FINISHED,
+        active = STREAM_ACTIVE,
+        older_dead = older_dead_of_i(),
+        announce = announce_opening_of_i("$12"),
+    )
+});
 
 /// Records `appends` (at most one per stream) in one statement, each
 /// append's chunks as one batch row, opening the streams of those that
@@ -292,62 +349,21 @@ pub async fn append_many(
             chunks.push(chunk.as_str());
         }
     }
-    let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(concat!(
-        "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bool[], $5::text[], \
-                                  $6::text[], $7::text[], $8::float8[]) \
-                 AS i(id, from_idx, added, finish, account_id, conversation_id, conversation_key, \
-                      alive)), \
-         opened AS ( \
-             INSERT INTO turn_streams (id, account_id, conversation_id, alive_until, chunk_count, \
-                                       status, finished_at) \
-             SELECT i.id, i.account_id, i.conversation_id, now() + make_interval(secs => i.alive), \
-                    i.added, CASE WHEN i.finish THEN 'finished' ELSE 'active' END, \
-                    CASE WHEN i.finish THEN now() END \
-             FROM input i WHERE i.account_id IS NOT NULL AND i.from_idx = 0 \
-             ON CONFLICT (id) DO NOTHING \
-             RETURNING id, 0 AS from_idx, stop_requested, followers), \
-         live AS ( \
-             UPDATE turn_streams s SET chunk_count = s.chunk_count + i.added, \
-                 status = CASE WHEN i.finish THEN 'finished' ELSE s.status END, \
-                 finished_at = CASE WHEN i.finish THEN now() ELSE s.finished_at END \
-             FROM input i \
-             WHERE i.account_id IS NULL AND s.id = i.id AND s.status = 'active' \
-               AND s.chunk_count = i.from_idx AND s.alive_until > now() \
-             RETURNING s.id, i.from_idx, s.stop_requested, s.followers), \
-         recorded AS (SELECT * FROM opened UNION ALL SELECT * FROM live), \
-         batches AS ( \
-             SELECT c.stream_id, array_agg(c.chunk ORDER BY c.n) AS chunks \
-             FROM unnest($9::uuid[], $10::text[]) WITH ORDINALITY AS c(stream_id, chunk, n) \
-             GROUP BY c.stream_id), \
-         added AS ( \
-             INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
-             SELECT r.id, r.from_idx, b.chunks \
-             FROM batches b JOIN recorded r ON r.id = b.stream_id \
-             RETURNING 1) \
-         SELECT r.id, r.stop_requested, i.account_id IS NOT NULL AND ",
-        older_dead_of_i!(),
-        " FROM recorded r JOIN input i ON i.id = r.id \
-         WHERE CASE WHEN r.followers > 0 THEN pg_notify($11, r.id::text) IS NOT NULL \
-                    ELSE true END \
-           AND (i.account_id IS NULL OR ",
-        announce_opening_of_i!("$12"),
-        ")",
-    ))
-    .bind(&streams)
-    .bind(&froms)
-    .bind(&counts)
-    .bind(&finishes)
-    .bind(&accounts)
-    .bind(&conversations)
-    .bind(&keys)
-    .bind(&alive)
-    .bind(&chunk_streams)
-    .bind(&chunks)
-    .bind(CHUNKS_CHANNEL)
-    .bind(OPENED_CHANNEL)
-    .fetch_all(executor)
-    .await?;
+    let recorded: Vec<(Uuid, bool, bool)> = sqlx::query_as(&APPEND_MANY)
+        .bind(&streams)
+        .bind(&froms)
+        .bind(&counts)
+        .bind(&finishes)
+        .bind(&accounts)
+        .bind(&conversations)
+        .bind(&keys)
+        .bind(&alive)
+        .bind(&chunk_streams)
+        .bind(&chunks)
+        .bind(CHUNKS_CHANNEL)
+        .bind(OPENED_CHANNEL)
+        .fetch_all(executor)
+        .await?;
     Ok(streams
         .iter()
         .map(|stream| {
@@ -381,11 +397,11 @@ async fn finish_with(
     end: &[String],
 ) -> Result<bool, StoreError> {
     let added = i32::try_from(end.len()).map_err(|_| too_many_chunks())?;
-    let finished: Option<(Uuid,)> = sqlx::query_as(
+    let finished: Option<(Uuid,)> = sqlx::query_as(&format!(
         "WITH live AS ( \
              UPDATE turn_streams SET chunk_count = chunk_count + $3, \
-                 status = 'finished', finished_at = now() \
-             WHERE id = $1 AND status = 'active' AND chunk_count = $2 \
+                 status = {STREAM_FINISHED}, finished_at = now() \
+             WHERE id = $1 AND status = {STREAM_ACTIVE} AND chunk_count = $2 \
              RETURNING id, followers), \
          added AS ( \
              INSERT INTO turn_stream_batches (stream_id, first_idx, chunks) \
@@ -393,8 +409,8 @@ async fn finish_with(
              RETURNING 1) \
          SELECT live.id FROM live \
          WHERE CASE WHEN live.followers > 0 THEN pg_notify($5, $1::text) IS NOT NULL \
-                    ELSE true END",
-    )
+                    ELSE true END"
+    ))
     .bind(stream)
     .bind(from)
     .bind(added)
@@ -412,9 +428,9 @@ pub async fn latest(
     account: &AccountId,
     conversation_id: &str,
 ) -> Result<Option<StreamState>, StoreError> {
-    let found = sqlx::query_as(&format!(
-        "{STATE} WHERE s.account_id = $1 AND s.conversation_id = $2 \
-         ORDER BY s.created_at DESC, s.id DESC LIMIT 1"
+    let found = sqlx::query_as(&select_state(
+        "WHERE s.account_id = $1 AND s.conversation_id = $2 \
+         ORDER BY s.created_at DESC, s.id DESC LIMIT 1",
     ))
     .bind(account.as_str())
     .bind(conversation_id)
@@ -425,7 +441,7 @@ pub async fn latest(
 
 /// The state of stream `stream` (found earlier through [`latest`]).
 pub async fn state(pool: &PgPool, stream: Uuid) -> Result<StreamState, StoreError> {
-    let found = sqlx::query_as(&format!("{STATE} WHERE s.id = $1"))
+    let found = sqlx::query_as(&select_state("WHERE s.id = $1"))
         .bind(stream)
         .fetch_optional(pool)
         .await?;
@@ -486,10 +502,10 @@ pub async fn abandon_newest(
     let Some((stream,)) = newest else {
         return Ok(None);
     };
-    sqlx::query(
+    sqlx::query(&format!(
         "UPDATE turn_streams SET alive_until = least(alive_until, now()) \
-         WHERE id = $1 AND status = 'active'",
-    )
+         WHERE id = $1 AND status = {STREAM_ACTIVE}"
+    ))
     .bind(stream)
     .execute(pool)
     .await?;
@@ -504,10 +520,10 @@ pub async fn finish_orphan(
     end: &[String],
 ) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
-    let orphan: Option<(i32,)> = sqlx::query_as(
+    let orphan: Option<(i32,)> = sqlx::query_as(&format!(
         "SELECT chunk_count FROM turn_streams \
-         WHERE id = $1 AND status = 'active' AND alive_until <= now() FOR UPDATE",
-    )
+         WHERE id = $1 AND status = {STREAM_ACTIVE} AND alive_until <= now() FOR UPDATE"
+    ))
     .bind(stream)
     .fetch_optional(&mut *tx)
     .await?;
@@ -528,11 +544,11 @@ pub async fn request_stop(
     conversation_id: &str,
 ) -> Result<Option<Uuid>, StoreError> {
     let mut tx = pool.begin().await?;
-    let stopped: Option<(Uuid,)> = sqlx::query_as(
+    let stopped: Option<(Uuid,)> = sqlx::query_as(&format!(
         "UPDATE turn_streams SET stop_requested = true \
-         WHERE account_id = $1 AND conversation_id = $2 AND status = 'active' \
-         RETURNING id",
-    )
+         WHERE account_id = $1 AND conversation_id = $2 AND status = {STREAM_ACTIVE} \
+         RETURNING id"
+    ))
     .bind(account.as_str())
     .bind(conversation_id)
     .fetch_optional(&mut *tx)
@@ -587,11 +603,11 @@ pub async fn keep_alive(
     stream: Uuid,
     alive: Duration,
 ) -> Result<Option<bool>, StoreError> {
-    let found: Option<(bool,)> = sqlx::query_as(
+    let found: Option<(bool,)> = sqlx::query_as(&format!(
         "UPDATE turn_streams SET alive_until = now() + make_interval(secs => $2) \
-         WHERE id = $1 AND status = 'active' AND alive_until > now() \
-         RETURNING stop_requested",
-    )
+         WHERE id = $1 AND status = {STREAM_ACTIVE} AND alive_until > now() \
+         RETURNING stop_requested"
+    ))
     .bind(stream)
     .bind(alive.as_secs_f64())
     .fetch_optional(pool)
@@ -604,11 +620,11 @@ pub async fn keep_alive(
 /// returns how many. Such a stream opened longer ago still, which is how
 /// they are found.
 pub async fn purge_finished(pool: &PgPool, retention: Duration) -> Result<u64, StoreError> {
-    let done = sqlx::query(
+    let done = sqlx::query(&format!(
         "DELETE FROM turn_streams WHERE created_at < now() - make_interval(secs => $1) \
-           AND ((status = 'finished' AND finished_at < now() - make_interval(secs => $1)) \
-                OR (status = 'active' AND alive_until < now() - make_interval(secs => $1)))",
-    )
+           AND ((status = {STREAM_FINISHED} AND finished_at < now() - make_interval(secs => $1)) \
+                OR (status = {STREAM_ACTIVE} AND alive_until < now() - make_interval(secs => $1)))"
+    ))
     .bind(retention.as_secs_f64())
     .execute(pool)
     .await?;

@@ -1,10 +1,10 @@
 //! Subcommands: `serve`, `worker`, `egress-proxy`, `migrate`, `openapi`,
-//! `settings-docs`, `token`.
+//! `routes-docs`, `settings-docs`, `token`.
 
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, AuthConfig, DatabaseConfig, EgressProxyConfig, ServeConfig};
-use crate::{keys, startup};
+use crate::{keys, routes_docs, startup};
 
 /// Multi-tenant tool execution server.
 #[derive(Debug, Parser)]
@@ -30,6 +30,9 @@ pub enum Command {
     Migrate(DatabaseConfig),
     /// Print the OpenAPI document (YAML) of the HTTP API.
     Openapi,
+    /// Print the routes page (`docs/routes.md`): every route of the OpenAPI
+    /// document with its summary and authentication, in Markdown.
+    RoutesDocs,
     /// Print the settings reference (Markdown, `docs/configuration.md`).
     SettingsDocs,
     /// Mint an HS256 bearer token for an account, with the configured secret
@@ -63,6 +66,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(config) => startup::migrate_only(&config).await,
         Command::Openapi => {
             print!("{}", toolserver_api::contract_yaml()?);
+            Ok(())
+        }
+        Command::RoutesDocs => {
+            print!("{}", routes_docs::markdown()?);
             Ok(())
         }
         Command::SettingsDocs => {

@@ -7,6 +7,7 @@ pub mod config;
 pub mod embedded_pg;
 pub mod keys;
 pub mod metrics_endpoint;
+pub mod routes_docs;
 pub mod runner_isolation;
 pub mod startup;
 pub mod telemetry;

@@ -17,7 +17,6 @@ use serde_json::{Map, Value};
 use toolserver_domain::AccountId;
 
 use crate::error::ApiError;
-use crate::state::AppState;
 pub use jwks::JwksKeys;
 pub use operator::{Operator, OperatorKey};
 
@@ -134,14 +133,22 @@ fn describe(err: &jsonwebtoken::errors::Error) -> String {
     }
 }
 
+/// What the authenticating extractors need of the server's state.
+pub trait AuthState: Send + Sync {
+    /// The tenant token verifier.
+    fn authenticator(&self) -> &Authenticator;
+    /// The key of the operator routes; `None`: they are switched off.
+    fn operator_key(&self) -> Option<&OperatorKey>;
+}
+
 /// The account of an authenticated request.
 #[derive(Debug, Clone)]
 pub struct Account(pub AccountId);
 
-impl FromRequestParts<AppState> for Account {
+impl<S: AuthState> FromRequestParts<S> for Account {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let value = parts
             .headers
             .get(AUTHORIZATION)
@@ -155,7 +162,7 @@ impl FromRequestParts<AppState> for Account {
             .ok_or_else(|| {
                 ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into())
             })?;
-        let account = state.auth().authenticate(token).await?;
+        let account = state.authenticator().authenticate(token).await?;
         tracing::Span::current().record("account.id", account.as_str());
         Ok(Self(account))
     }

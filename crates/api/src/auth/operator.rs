@@ -9,8 +9,8 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use subtle::ConstantTimeEq;
 
+use super::AuthState;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// The operator key; its `Debug` never shows it.
 #[derive(Clone)]
@@ -46,10 +46,10 @@ impl fmt::Debug for OperatorKey {
 #[derive(Debug, Clone, Copy)]
 pub struct Operator;
 
-impl FromRequestParts<AppState> for Operator {
+impl<S: AuthState> FromRequestParts<S> for Operator {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let presented = parts
             .headers
             .get(AUTHORIZATION)
@@ -62,7 +62,7 @@ impl FromRequestParts<AppState> for Operator {
                     "operator routes need `Authorization: Bearer <operator key>`".into(),
                 )
             })?;
-        let Some(key) = &state.settings().operator_key else {
+        let Some(key) = state.operator_key() else {
             return Err(ApiError::Forbidden(
                 "operator routes are switched off: this server has no TOOLSERVER_OPERATOR_KEY"
                     .into(),

@@ -8,11 +8,11 @@
 mod auth;
 mod handler;
 mod progress;
+pub mod settings;
 mod task_name;
 mod wire;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -23,47 +23,11 @@ use crate::state::AppState;
 
 pub use auth::{McpCaller, METADATA_PATH};
 pub use handler::LIMIT_EXCEEDED;
+pub use settings::McpSettings;
 
 /// Where the MCP endpoint is served. It and the metadata routes are
 /// described in `contract.yaml` (the SDK's service carries no annotation).
 pub const MCP_PATH: &str = "/mcp";
-
-/// Knobs of the MCP server; each one is a server setting.
-#[derive(Debug, Clone)]
-pub struct McpSettings {
-    /// How long a task lives (and is kept) from its creation.
-    pub task_ttl: Duration,
-    /// The longest poll interval tasks suggest to their clients.
-    pub task_poll_interval: Duration,
-    /// A task-augmented call that ends within this long answers inline;
-    /// only one that does not becomes a task. Zero: every such call does.
-    pub task_inline_window: Duration,
-    /// Tools per `tools/list` page.
-    pub page_size: u32,
-    /// `Host` values `/mcp` accepts; empty: any (requests need a token).
-    pub allowed_hosts: Vec<String>,
-    /// Authorization servers the protected-resource metadata names; empty:
-    /// this server's own origin.
-    pub authorization_servers: Vec<String>,
-}
-
-impl McpSettings {
-    /// The settings' defaults.
-    pub const DEFAULT: Self = Self {
-        task_ttl: Duration::from_secs(3600),
-        task_poll_interval: Duration::from_secs(1),
-        task_inline_window: Duration::from_millis(250),
-        page_size: 100,
-        allowed_hosts: Vec::new(),
-        authorization_servers: Vec::new(),
-    };
-}
-
-impl Default for McpSettings {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
 
 /// `/mcp` and the OAuth protected-resource metadata routes.
 pub fn routes(state: AppState) -> Router {

@@ -21,6 +21,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
+use toolserver_domain::CallStatus;
 use toolserver_store::async_results::{self, AsyncOutcome, Beat, HeartbeatAnswer, Settlement};
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
@@ -104,7 +105,7 @@ pub enum Completion {
 #[serde(rename_all = "camelCase")]
 pub struct CompletionReceipt {
     /// The call's status now: `completed` or `failed`.
-    pub status: String,
+    pub status: CallStatus,
     /// True when the call had already been settled with this same completion.
     pub replay: bool,
 }
@@ -138,12 +139,7 @@ pub async fn complete(
         Completion::Failed { error } => AsyncOutcome::Failed(error),
     };
     let status = outcome.status();
-    let receipt = |replay| {
-        Json(CompletionReceipt {
-            status: status.as_str().to_owned(),
-            replay,
-        })
-    };
+    let receipt = |replay| Json(CompletionReceipt { status, replay });
     match async_results::settle(state.pool(), id, &outcome).await? {
         Settlement::Settled { continued } => {
             tracing::info!(continued, "async call settled");
@@ -178,7 +174,7 @@ pub struct Heartbeat {
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatReceipt {
     /// Always `pending`: the call goes on.
-    pub status: String,
+    pub status: CallStatus,
     /// When the call expires unless another heartbeat comes first (RFC 3339).
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
@@ -215,7 +211,7 @@ pub async fn heartbeat(
     let liveness = state.harness().settings().lifecycle.liveness_timeout;
     match async_results::heartbeat(state.pool(), id, &beat, liveness).await? {
         HeartbeatAnswer::Pending(expires_at) => Ok(Json(HeartbeatReceipt {
-            status: "pending".into(),
+            status: CallStatus::Pending,
             expires_at,
         })),
         HeartbeatAnswer::Settled(status) => Err(ApiError::Conflict {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 use url::Url;
 
-use super::config::{endpoint_pattern, parse_endpoint};
+use super::endpoint::{endpoint_pattern, parse_endpoint};
 use crate::ValidationError;
 
 /// Most MCP servers one agent may name.

@@ -3,6 +3,7 @@
 //! time and again before every run; a parsed config is valid.
 
 pub mod config;
+mod endpoint;
 mod id;
 pub mod mcp;
 mod secrets;

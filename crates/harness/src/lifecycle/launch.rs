@@ -45,7 +45,7 @@ impl Lifecycle {
         } = start;
         let new_turn = NewTurn {
             agent: lease.agent(),
-            conversation_id: lease.conversation_id(),
+            conversation_id: lease.conversation_id().as_str(),
             lease_holder: lease.holder(),
             reply_subject: reply_subject.as_deref(),
             claim: self.claim_terms(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, AgentId};
+use toolserver_domain::{AccountId, AgentId, ConversationId};
 use toolserver_store::conversations::{Begun, LeaseTerms};
 use toolserver_store::turn_end::{self, TurnEnded};
 use toolserver_store::turn_streams::Append;
@@ -66,7 +66,7 @@ pub struct ConversationLease {
     pool: PgPool,
     account: AccountId,
     agent: AgentId,
-    id: String,
+    id: ConversationId,
     holder: Uuid,
     lease: Duration,
     taken_at: OffsetDateTime,
@@ -79,7 +79,7 @@ impl ConversationLease {
     pub async fn take(
         lifecycle: &Lifecycle,
         account: &AccountId,
-        id: &str,
+        id: &ConversationId,
         agent: AgentId,
     ) -> Result<Self, LeaseError> {
         Self::take_as(lifecycle, account, id, agent, Uuid::now_v7()).await
@@ -90,7 +90,7 @@ impl ConversationLease {
     pub async fn take_as(
         lifecycle: &Lifecycle,
         account: &AccountId,
-        id: &str,
+        id: &ConversationId,
         agent: AgentId,
         holder: Uuid,
     ) -> Result<Self, LeaseError> {
@@ -101,7 +101,7 @@ impl ConversationLease {
             lease: lifecycle.turn_lease(),
         };
         for _ in 0..=RECOVERIES {
-            let begun = conversations::begin_turn(pool, account, id, agent, terms)
+            let begun = conversations::begin_turn(pool, account, id.as_str(), agent, terms)
                 .await
                 .map_err(lease_error)?;
             match begun {
@@ -110,7 +110,7 @@ impl ConversationLease {
                         pool: pool.clone(),
                         account: account.clone(),
                         agent,
-                        id: id.to_owned(),
+                        id: id.clone(),
                         holder,
                         lease: terms.lease,
                         taken_at,
@@ -119,7 +119,7 @@ impl ConversationLease {
                     })
                 }
                 Begun::Abandoned(abandoned) => {
-                    lifecycle.recover(account, id, abandoned).await?;
+                    lifecycle.recover(account, id.as_str(), abandoned).await?;
                 }
             }
         }
@@ -132,7 +132,7 @@ impl ConversationLease {
     }
 
     /// The conversation's id.
-    pub fn conversation_id(&self) -> &str {
+    pub fn conversation_id(&self) -> &ConversationId {
         &self.id
     }
 
@@ -156,7 +156,14 @@ impl ConversationLease {
     /// Stores `messages` as the conversation.
     pub async fn save(&self, messages: &[UiMessage]) -> Result<(), StoreError> {
         let values = message_values(messages);
-        conversations::save(&self.pool, &self.account, &self.id, self.holder, &values).await
+        conversations::save(
+            &self.pool,
+            &self.account,
+            self.id.as_str(),
+            self.holder,
+            &values,
+        )
+        .await
     }
 
     /// Renews the lease every third of its length until the returned task
@@ -172,7 +179,9 @@ impl ConversationLease {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
-                if let Err(err) = conversations::renew(&pool, &account, &id, holder, lease).await {
+                if let Err(err) =
+                    conversations::renew(&pool, &account, id.as_str(), holder, lease).await
+                {
                     tracing::warn!(error = %err, "could not renew the conversation lease");
                     if matches!(err, StoreError::NotFound) {
                         return;
@@ -194,7 +203,7 @@ impl ConversationLease {
         let ended = turn_end::store_and_release(
             &self.pool,
             &self.account,
-            &self.id,
+            self.id.as_str(),
             self.holder,
             &values,
             stream_end,
@@ -208,7 +217,7 @@ impl ConversationLease {
     pub async fn release(mut self) {
         self.released = true;
         if let Err(err) =
-            conversations::end_turn(&self.pool, &self.account, &self.id, self.holder).await
+            conversations::end_turn(&self.pool, &self.account, self.id.as_str(), self.holder).await
         {
             tracing::warn!(error = %err, "could not release the conversation; its lease will expire");
         }
@@ -255,7 +264,7 @@ impl Drop for ConversationLease {
         );
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let _ = conversations::end_turn(&pool, &account, &id, holder).await;
+                let _ = conversations::end_turn(&pool, &account, id.as_str(), holder).await;
             });
         }
     }

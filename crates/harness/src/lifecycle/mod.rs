@@ -226,8 +226,18 @@ impl Lifecycle {
         &self.0.harness.settings().lifecycle
     }
 
-    fn pool(&self) -> &PgPool {
+    pub(crate) fn pool(&self) -> &PgPool {
         &self.0.pool
+    }
+
+    /// The agent engine turns run on.
+    pub(crate) fn harness(&self) -> &Harness {
+        &self.0.harness
+    }
+
+    /// Where runs reach runners.
+    pub(crate) fn executor(&self) -> &Arc<dyn Executor> {
+        &self.0.executor
     }
 
     /// Runs `work` (an adapter's loop, such as the NATS subscription) on the

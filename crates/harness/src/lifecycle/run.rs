@@ -10,11 +10,11 @@ use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use toolserver_domain::{AccountId, AgentId, CallStatus, OnDisconnect, TurnStatus};
+use toolserver_domain::{AccountId, AgentId, CallStatus, ConversationId, OnDisconnect, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
 use toolserver_store::jobs::{self, Job, JobKind};
-use toolserver_store::{agents, StoreError};
+use toolserver_store::StoreError;
 use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
@@ -22,7 +22,7 @@ use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleEr
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
-use crate::{metrics, CheckedAgent};
+use crate::{metrics, AgentLoadError, CheckedAgent};
 
 /// How a job ended without an error.
 enum Ran {
@@ -151,19 +151,14 @@ impl Lifecycle {
         if job.kind == JobKind::Relaunch {
             return self.relaunch(job, &account, &checked).await;
         }
-        let lease = match ConversationLease::take_as(
-            self,
-            &account,
-            &turn.conversation_id,
-            agent_id,
-            job.id,
-        )
-        .await
-        {
-            Ok(lease) => lease,
-            Err(LeaseError::Busy) => return Ok(Ran::Busy),
-            Err(err) => return Err(err.into()),
-        };
+        let conversation = ConversationId::from_stored(turn.conversation_id.clone());
+        let lease =
+            match ConversationLease::take_as(self, &account, &conversation, agent_id, job.id).await
+            {
+                Ok(lease) => lease,
+                Err(LeaseError::Busy) => return Ok(Ran::Busy),
+                Err(err) => return Err(err.into()),
+            };
         if job.attempts > 1 && self.earlier_attempt_launched(job).await? {
             tracing::info!(turn.id = %turn.id, "an earlier attempt recorded detached calls; their groups carry the turn on");
             let end = match self
@@ -368,25 +363,15 @@ impl Lifecycle {
         account: &AccountId,
         agent_id: AgentId,
     ) -> Result<CheckedAgent, LifecycleError> {
-        let harness = &self.0.harness;
-        let record = match agents::get(self.pool(), account, agent_id).await {
-            Ok(record) => record,
-            Err(StoreError::NotFound) => return Err(LifecycleError::AgentDeleted),
-            Err(err) => return Err(err.into()),
-        };
-        let invalid = |err: String| LifecycleError::ConfigInvalid(err);
-        let config = harness
-            .unseal(
-                &record.config,
-                record.sealed_secrets.as_deref(),
-                account,
-                agent_id,
-            )
-            .map_err(|err| invalid(err.to_string()))?;
-        harness
-            .check(account, &config)
-            .await
-            .map_err(|err| invalid(err.to_string()))
+        let loaded = self
+            .harness()
+            .load_agent(self.pool(), account, agent_id)
+            .await;
+        loaded.map_err(|err| match err {
+            AgentLoadError::NotFound => LifecycleError::AgentDeleted,
+            AgentLoadError::Store(store) => store.into(),
+            invalid => LifecycleError::ConfigInvalid(invalid.to_string()),
+        })
     }
 
     /// Whether an earlier attempt of `job` opened dispatch groups.

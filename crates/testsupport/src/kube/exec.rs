@@ -18,7 +18,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::objects::{bad_request, not_found};
+use super::answers::{bad_request, not_found};
 use super::processes::Container;
 use super::{pods, Shared};
 

@@ -26,6 +26,7 @@
 //! `watch`, `PUT`, JSON and server-side apply patches, graceful deletion and
 //! finalizers, `tty`, and `valueFrom` environment variables.
 
+mod answers;
 mod exec;
 mod network;
 mod objects;
@@ -292,7 +293,7 @@ fn router(shared: Arc<Shared>) -> Router {
             "/api/v1/namespaces/{namespace}/pods/{name}/log",
             get(pods::log),
         )
-        .fallback(objects::unknown)
+        .fallback(answers::unknown)
         .layer(middleware::from_fn_with_state(shared.clone(), record))
         .with_state(shared)
 }

@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::objects::{not_found, now};
+use super::answers::{not_found, now};
 use super::processes::{Container, PodRuntime};
 use super::{FakeClusterOptions, Shared, Store};
 

@@ -1,7 +1,8 @@
 //! Tests of the toolserver program: the embedded database, crash safety,
 //! the kubernetes executor behind the unchanged API, runner isolation at
 //! start, bad settings refused at start, the settings reference and the
-//! settings packaging files refer to, and upgrades with work in flight.
+//! settings packaging files refer to, the generated routes page, and
+//! upgrades with work in flight.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod chaos;
@@ -14,6 +15,7 @@ mod kubernetes;
 mod mcp_tasks;
 mod metrics;
 mod refusals;
+mod routes_docs;
 mod runner_exits;
 mod serve;
 mod settings;

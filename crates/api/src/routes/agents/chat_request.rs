@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use toolserver_domain::{AccountId, AgentId, ConversationId};
 use toolserver_harness::conversation::TurnTrigger;
+use toolserver_harness::submission::Submission;
 use toolserver_harness::ui::UiMessage;
 use utoipa::ToSchema;
 
@@ -35,9 +37,16 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// Checks the conversation id and parses the messages, naming the first bad one.
-    pub fn parse(self) -> Result<(String, Vec<UiMessage>, TurnTrigger), ApiError> {
-        check_conversation_id("id", &self.id)?;
+    /// The turn this request asks `agent_id` for on behalf of `account`:
+    /// checks the conversation id and parses the messages, naming the
+    /// first bad one; an agent id that does not parse is simply not found.
+    pub fn into_submission(
+        self,
+        account: AccountId,
+        agent_id: &str,
+    ) -> Result<Submission, ApiError> {
+        let agent = AgentId::parse(agent_id).ok_or(ApiError::NotFound("agent"))?;
+        let conversation = ConversationId::parse("id", &self.id)?;
         let messages = self
             .messages
             .into_iter()
@@ -57,17 +66,12 @@ impl ChatRequest {
                 message_id: self.message_id,
             },
         };
-        Ok((self.id, messages, trigger))
+        Ok(Submission {
+            account,
+            agent,
+            conversation,
+            messages,
+            trigger,
+        })
     }
-}
-
-/// Refuses a conversation id that is not 1-200 characters or holds a NUL,
-/// naming `field` (the body's `id`, or the path's `conversationId`).
-pub fn check_conversation_id(field: &str, id: &str) -> Result<(), ApiError> {
-    let length = id.chars().count();
-    if !(1..=200).contains(&length) {
-        return Err(ApiError::bad_field(field, "must be 1-200 characters"));
-    }
-    toolserver_domain::refuse_nul_text(field, id)?;
-    Ok(())
 }

@@ -9,15 +9,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
-use toolserver_domain::AccountId;
-use toolserver_harness::lifecycle::DetachedStart;
+use toolserver_domain::TurnStatus;
 use toolserver_harness::ui::UiMessage;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::chat_request::ChatRequest;
-use super::turn_request::{start_turn, StartedTurn};
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
@@ -38,7 +36,7 @@ pub struct AsyncTurnView {
     /// The status id.
     pub status_id: String,
     /// `running`, `waiting` (on detached tool calls), `completed` or `failed`.
-    pub status: String,
+    pub status: TurnStatus,
     /// The conversation id.
     pub conversation_id: String,
     /// The conversation's messages, once completed.
@@ -81,30 +79,15 @@ pub async fn start_async(
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
     state.admission().detached_turn(&account).await?;
-    let turn = start_turn(&state, &account, &agent_id, body).await?;
-    let turn_id = launch(&state, account, turn, None).await?;
+    let submission = body.into_submission(account, &agent_id)?;
+    tracing::Span::current().record("conversation.id", submission.conversation.as_str());
+    let turn_id = state.lifecycle().submit_detached(submission, None).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(AsyncAccepted {
             status_id: turn_id.to_string(),
         }),
     ))
-}
-
-/// Records a detached turn and runs it in the background; `reply_subject`
-/// is where a NATS requester hears the final result.
-pub(crate) async fn launch(
-    state: &AppState,
-    account: AccountId,
-    turn: StartedTurn,
-    reply_subject: Option<&str>,
-) -> ApiResult<Uuid> {
-    let start = DetachedStart {
-        account,
-        lease: turn.lease,
-        reply_subject: reply_subject.map(str::to_owned),
-    };
-    Ok(state.lifecycle().launch(start).await?)
 }
 
 /// Reads a detached turn's state.
@@ -132,7 +115,7 @@ pub async fn get_async(
         })?;
     Ok(Json(AsyncTurnView {
         status_id: record.id.to_string(),
-        status: record.status.as_str().to_owned(),
+        status: record.status,
         conversation_id: record.conversation_id,
         messages: record.messages.map(|messages| match messages {
             Value::Array(stored) => {

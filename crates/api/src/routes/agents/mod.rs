@@ -3,19 +3,17 @@
 //! they are sealed at rest and read back as `"[redacted]"`.
 
 mod chat;
-pub(crate) mod chat_request;
+mod chat_request;
 mod crud;
-pub(crate) mod detached;
+mod detached;
 mod resume;
 mod socket;
-pub(crate) mod turn_request;
 mod ui_stream;
 mod wire;
 
-use toolserver_domain::{AccountId, AgentId};
+use toolserver_domain::AgentId;
 use toolserver_harness::tools::RegistryError;
-use toolserver_harness::{CheckedAgent, Harness};
-use toolserver_store::{AgentRecord, StoreError};
+use toolserver_store::StoreError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -63,24 +61,4 @@ fn registry_error(err: RegistryError) -> ApiError {
         RegistryError::Invalid(invalid) => invalid.into(),
         RegistryError::Store(store) => store.into(),
     }
-}
-
-/// Re-checks a stored agent before it runs (its tools may have changed since).
-async fn checked_agent(
-    harness: &Harness,
-    account: &AccountId,
-    record: &AgentRecord,
-) -> Result<CheckedAgent, ApiError> {
-    let config = harness
-        .unseal(
-            &record.config,
-            record.sealed_secrets.as_deref(),
-            account,
-            record.id,
-        )
-        .map_err(|err| ApiError::Internal(err.to_string()))?;
-    harness
-        .check(account, &config)
-        .await
-        .map_err(registry_error)
 }

@@ -11,12 +11,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
-use toolserver_domain::AccountId;
+use toolserver_domain::{AccountId, ConversationId};
 use toolserver_harness::stream::follow_held;
 use toolserver_store::{agents, conversations, StoreError};
 use utoipa::{IntoParams, ToSchema};
 
-use super::chat_request::check_conversation_id;
 use super::ui_stream::ui_message_stream;
 use super::{agent_not_found, parse_agent_id};
 use crate::auth::Account;
@@ -74,15 +73,18 @@ pub async fn resume_stream(
     Path((agent_id, conversation_id)): Path<(String, String)>,
     ApiQuery(params): ApiQuery<ResumeParams>,
 ) -> ApiResult<Response> {
-    if !conversation_of_agent(&state, &account, &agent_id, &conversation_id).await? {
+    let field = "conversationId";
+    let Some(conversation) =
+        conversation_of_agent(&state, &account, &agent_id, field, &conversation_id).await?
+    else {
         return Ok(StatusCode::NO_CONTENT.into_response());
-    }
+    };
     let streams = state.lifecycle().streams();
     let deadline = Instant::now() + streams.settings().resume_hold;
     let held = follow_held(
         streams,
         &account,
-        &conversation_id,
+        conversation.as_str(),
         params.start_index,
         Some(deadline),
     );
@@ -118,12 +120,15 @@ pub async fn stop_turn(
     State(state): State<AppState>,
     Path((agent_id, conversation_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    if !conversation_of_agent(&state, &account, &agent_id, &conversation_id).await? {
+    let field = "conversationId";
+    let Some(conversation) =
+        conversation_of_agent(&state, &account, &agent_id, field, &conversation_id).await?
+    else {
         return Ok(StatusCode::NO_CONTENT.into_response());
-    }
+    };
     let stopped = state
         .lifecycle()
-        .stop_turn(&account, &conversation_id)
+        .stop_turn(&account, conversation.as_str())
         .await?;
     Ok(match stopped {
         Some(stream_id) => {
@@ -138,24 +143,26 @@ pub async fn stop_turn(
     })
 }
 
-/// Whether `account`'s conversation `conversation_id` exists and talks to
-/// the agent `agent_id` (false: no such conversation yet); 404 for an
-/// unknown agent or a conversation of another agent.
+/// `account`'s conversation `conversation_id` (named `field` in the
+/// request) when it exists and talks to the agent `agent_id` (`None`: no
+/// such conversation yet); 404 for an unknown agent or a conversation of
+/// another agent.
 pub(super) async fn conversation_of_agent(
     state: &AppState,
     account: &AccountId,
     agent_id: &str,
+    field: &str,
     conversation_id: &str,
-) -> Result<bool, ApiError> {
+) -> Result<Option<ConversationId>, ApiError> {
     let agent_id = parse_agent_id(agent_id)?;
-    check_conversation_id("conversationId", conversation_id)?;
+    let conversation = ConversationId::parse(field, conversation_id)?;
     agents::get(state.pool(), account, agent_id)
         .await
         .map_err(agent_not_found)?;
-    match conversations::agent_of(state.pool(), account, conversation_id).await {
-        Ok(owner) if owner == agent_id => Ok(true),
+    match conversations::agent_of(state.pool(), account, conversation.as_str()).await {
+        Ok(owner) if owner == agent_id => Ok(Some(conversation)),
         Ok(_) => Err(ApiError::NotFound("conversation")),
-        Err(StoreError::NotFound) => Ok(false),
+        Err(StoreError::NotFound) => Ok(None),
         Err(err) => Err(err.into()),
     }
 }

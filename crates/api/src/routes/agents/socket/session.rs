@@ -17,8 +17,7 @@ use toolserver_harness::stream::follow_held;
 
 use super::frames::{chat_request, ClientFrame, ServerFrame};
 use crate::error::ApiError;
-use crate::routes::agents::chat::launch_turn;
-use crate::routes::agents::chat_request::check_conversation_id;
+use crate::routes::agents::chat::stream_turn;
 use crate::routes::agents::resume::conversation_of_agent;
 use crate::state::AppState;
 
@@ -172,7 +171,7 @@ impl Answer {
                 ..
             } => {
                 let request = chat_request(id, trigger, message_id, messages);
-                match launch_turn(state, account, agent_id, request).await {
+                match stream_turn(state, account, agent_id, request).await {
                     Ok(chunks) => {
                         self.forward(chunks, 0).await;
                         Ok(())
@@ -203,14 +202,15 @@ impl Answer {
             account,
             agent_id,
         } = &self.peer;
-        check_conversation_id("id", conversation_id)?;
-        if !conversation_of_agent(state, account, agent_id, conversation_id).await? {
+        let Some(conversation) =
+            conversation_of_agent(state, account, agent_id, "id", conversation_id).await?
+        else {
             self.send(ServerFrame::NoActive).await;
             return Ok(());
-        }
+        };
         let start = last.map(|last| i64::from(last) + 1);
         let streams = state.lifecycle().streams();
-        match follow_held(streams, account, conversation_id, start, None).await? {
+        match follow_held(streams, account, conversation.as_str(), start, None).await? {
             Some(followed) => {
                 self.send(ServerFrame::Start).await;
                 self.forward(followed.chunks, followed.start_index).await;

@@ -6,20 +6,19 @@
 //! at once, and the final `{"statusId", "status", "messages" | "error"}`
 //! when the detached turn settles, from whichever process settles it.
 
-use async_trait::async_trait;
+pub mod replies;
+
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::{json, Value};
-use sqlx::PgPool;
-use toolserver_harness::lifecycle::TurnListener;
-use toolserver_store::async_turns;
+use serde_json::json;
+use toolserver_domain::TurnStatus;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::routes::agents::chat_request::ChatRequest;
-use crate::routes::agents::detached::launch;
-use crate::routes::agents::turn_request::start_turn;
+use crate::routes::agents::ChatRequest;
 use crate::state::AppState;
+use replies::publish;
+pub use replies::NatsReplies;
 
 /// A turn request as it arrives over NATS.
 #[derive(Debug, Deserialize)]
@@ -46,7 +45,7 @@ pub async fn spawn_turns(
             tokio::spawn(async move {
                 let Some(reply) = message.reply else { return };
                 let answer = match start(&state, &message.payload, reply.as_str()).await {
-                    Ok(status_id) => json!({"statusId": status_id, "status": "running"}),
+                    Ok(status_id) => json!({"statusId": status_id, "status": TurnStatus::Running}),
                     Err(ApiError::TooManyRequests(refusal)) => json!({"error": {
                         "code": "limit_exceeded",
                         "message": refusal.to_string(),
@@ -70,49 +69,12 @@ async fn start(state: &AppState, payload: &[u8], reply: &str) -> Result<Uuid, Ap
         })?;
     let account = state.auth().authenticate(&request.token).await?;
     state.admission().detached_turn(&account).await?;
-    let turn = start_turn(state, &account, &request.agent_id, request.request).await?;
-    launch(state, account, turn, Some(reply)).await
-}
-
-/// Tells NATS requesters how their turns ended, whichever process settles them.
-pub struct NatsReplies {
-    client: async_nats::Client,
-    pool: PgPool,
-}
-
-impl NatsReplies {
-    /// Replies through `client`, reading turns from `pool`.
-    pub fn new(client: async_nats::Client, pool: PgPool) -> Self {
-        Self { client, pool }
-    }
-}
-
-#[async_trait]
-impl TurnListener for NatsReplies {
-    async fn turn_settled(&self, turn_id: Uuid) {
-        let Ok(Some(subject)) = async_turns::reply_subject(&self.pool, turn_id).await else {
-            return;
-        };
-        let Ok((_, record)) = async_turns::get_any(&self.pool, turn_id).await else {
-            return;
-        };
-        let mut result = json!({"statusId": turn_id, "status": record.status.as_str()});
-        if let Some(messages) = record.messages {
-            result["messages"] = messages;
-        }
-        if let Some(error) = record.error {
-            result["error"] = json!(error);
-        }
-        publish(&self.client, subject, &result).await;
-    }
-}
-
-async fn publish(client: &async_nats::Client, subject: String, body: &Value) {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    if let Err(err) = client.publish(subject, bytes.into()).await {
-        tracing::warn!(error = %err, "could not publish to NATS");
-    }
-    if let Err(err) = client.flush().await {
-        tracing::warn!(error = %err, "could not flush NATS");
-    }
+    let submission = request
+        .request
+        .into_submission(account, &request.agent_id)?;
+    let reply_subject = Some(reply.to_owned());
+    Ok(state
+        .lifecycle()
+        .submit_detached(submission, reply_subject)
+        .await?)
 }

@@ -1,0 +1,37 @@
+//! `docs/routes.md` must be exactly the page `toolserver routes-docs`
+//! renders from the OpenAPI document the routers generate; change a route
+//! without regenerating it (`make routes-docs`) and this fails.
+
+#[test]
+fn routes_md_matches_the_routes() {
+    let generated = toolserver::routes_docs::markdown().unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/routes.md");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    if generated != committed {
+        let first_difference = generated
+            .lines()
+            .zip(committed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(generated.lines().count().min(committed.lines().count()));
+        panic!(
+            "docs/routes.md is out of date (first difference at line {}); run `make routes-docs`",
+            first_difference + 1
+        );
+    }
+}
+
+#[test]
+fn routes_md_lists_every_operation_of_the_contract() {
+    let contract = toolserver_api::contract().unwrap();
+    let page = toolserver::routes_docs::markdown().unwrap();
+    let mut operations = 0;
+    for (path, item) in contract["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let row = format!("| `{}` | `{path}` |", method.to_uppercase());
+            assert!(page.contains(&row), "docs/routes.md has no row {row}");
+            operations += 1;
+        }
+    }
+    let rows = page.lines().filter(|line| line.starts_with("| `")).count();
+    assert_eq!(rows, operations, "one row per operation");
+}
