@@ -6,8 +6,8 @@ use std::ffi::OsString;
 
 use clap::Command;
 
+use super::command_line::{self as cli, Cli};
 use super::{environment, BundleBackend, ExecutorKind, ServeConfig, TurnChunks};
-use crate::cli::{self, Cli};
 
 /// What is wrong with `cli`'s settings, a sentence each: for the
 /// long-running commands, `TOOLSERVER_*` variables among `vars` that are no

@@ -16,6 +16,7 @@ mod agents;
 mod auth;
 mod bundles;
 pub mod checks;
+pub mod command_line;
 mod cors;
 mod database;
 mod egress;
@@ -51,7 +52,7 @@ pub use server::ServeConfig;
 pub use streams::{StreamsConfig, TurnChunks};
 pub use telemetry::{LogConfig, LogFormat};
 
-use crate::cli::Cli;
+use command_line::Cli;
 
 /// The command line, each setting's help ending with what it accepts.
 pub fn command() -> Command {
@@ -145,7 +146,7 @@ mod tests {
             std::env::remove_var(name);
         }
         let token = token.unwrap();
-        let crate::cli::Command::Token(args) = &token.command else {
+        let command_line::Command::Token(args) = &token.command else {
             panic!("{token:?}");
         };
         assert_eq!(

@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use clap::{Arg, Command, CommandFactory};
 
+use super::command_line::Cli;
 use super::{environment, parse};
-use crate::cli::Cli;
 
 /// The reference in Markdown (`toolserver settings-docs`).
 pub fn markdown() -> String {

@@ -135,7 +135,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::config::command_line::{Cli, Command};
 
     fn serve(args: &[&str]) -> Result<ServeConfig, clap::Error> {
         let argv = ["toolserver", "serve"].iter().chain(args).copied();
