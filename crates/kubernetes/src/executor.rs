@@ -17,23 +17,21 @@
 //! worker still running calls (detached ones outlive their request) keeps
 //! its pod, marked used.
 
+mod backend;
+mod pod_runner;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::{Api, Client};
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 use toolserver_domain::AccountId;
 use toolserver_sandbox::metrics;
 use toolserver_sandbox::{
-    forward_frames, spawn_relay, EgressGrant, Executor, Frame, FrameStream, InvokeRequest,
-    ReservationKey, RunnerControl, RunnerInfo, RunnerUsage, SandboxError, StopListener,
-    WorkerConnection,
+    EgressGrant, InvokeRequest, ReservationKey, SandboxError, StopListener, WorkerConnection,
 };
 
 use crate::channel::PodChannel;
@@ -544,196 +542,5 @@ struct KeepTouched(tokio::task::JoinHandle<()>);
 impl Drop for KeepTouched {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// One runner pod as the shared relay sees it, for one call.
-struct PodRunner {
-    executor: KubernetesExecutor,
-    runner: Arc<Runner>,
-    _touching: KeepTouched,
-}
-
-#[async_trait]
-impl RunnerControl for PodRunner {
-    fn runner_name(&self) -> &str {
-        &self.runner.name
-    }
-
-    async fn kill_worker(&self) {
-        let socket = self.executor.inner.settings.socket_path.clone();
-        let stopped = match self
-            .executor
-            .exec(
-                &self.runner.name,
-                "launch.mjs",
-                &["--socket", &socket, "--stop"],
-            )
-            .await
-        {
-            Ok(stream) => stream.output().await,
-            Err(err) => Err(err),
-        };
-        if let Err(err) = stopped {
-            tracing::warn!(runner = %self.runner.name, error = %err, "could not stop the worker");
-        }
-    }
-
-    async fn oneshot(
-        &self,
-        request: &InvokeRequest,
-        tx: &mpsc::Sender<Frame>,
-    ) -> Result<(), SandboxError> {
-        let mut stream = self
-            .executor
-            .exec(&self.runner.name, "oneshot.mjs", &[])
-            .await?;
-        let body =
-            serde_json::to_vec(request).map_err(|e| SandboxError::Protocol(e.to_string()))?;
-        stream.write_all(&body).await?;
-        stream.shutdown().await?;
-        if forward_frames(&mut stream, tx).await? {
-            return Ok(());
-        }
-        Err(SandboxError::Protocol(format!(
-            "one-shot runner ended without a result: {}",
-            stream.stderr().trim()
-        )))
-    }
-
-    async fn knows_call(&self, call_id: &str) -> bool {
-        match self.executor.query_connection(&self.runner.name).await {
-            Ok(mut connection) => connection.logs(call_id).await.is_ok(),
-            Err(_) => false,
-        }
-    }
-
-    async fn relaunch(
-        &self,
-        request: &InvokeRequest,
-    ) -> Result<mpsc::Receiver<Frame>, SandboxError> {
-        let (connection, _) = self.executor.connect_retrying(&self.runner).await?;
-        connection.invoke(request).await
-    }
-
-    async fn call_finished(&self) {
-        self.runner.inflight.fetch_sub(1, Ordering::SeqCst);
-        self.executor.touch(&self.runner).await;
-    }
-}
-
-#[async_trait]
-impl Executor for KubernetesExecutor {
-    async fn ensure(&self, key: &ReservationKey) -> Result<RunnerInfo, SandboxError> {
-        let runner = self.runner(key);
-        let (_connection, started) = self.connect_retrying(&runner).await?;
-        self.touch(&runner).await;
-        Ok(RunnerInfo {
-            name: runner.name.clone(),
-            started,
-        })
-    }
-
-    async fn invoke(
-        &self,
-        key: &ReservationKey,
-        mut request: InvokeRequest,
-    ) -> Result<FrameStream, SandboxError> {
-        let runner = self.runner(key);
-        request.egress_token = self.egress_grant(key, &runner.name, &request)?;
-        runner.inflight.fetch_add(1, Ordering::SeqCst);
-        let connection = match self.connect_retrying(&runner).await {
-            Ok((connection, _)) => connection,
-            Err(err) => {
-                runner.inflight.fetch_sub(1, Ordering::SeqCst);
-                return Err(err);
-            }
-        };
-        self.touch(&runner).await;
-        let sent = request.clone();
-        let (executor, target) = (self.clone(), runner.clone());
-        let worker = async move {
-            match connection.invoke(&sent).await {
-                Err(SandboxError::Unauthorized(reason)) => {
-                    tracing::info!(runner = %target.name, %reason, "runner refused a stale channel; looking the pod up");
-                    target.set_route(Route::Unknown);
-                    let (connection, _) = executor.connect_retrying(&target).await?;
-                    connection.invoke(&sent).await
-                }
-                answer => answer,
-            }
-        };
-        let kill_grace = self.inner.settings.kill_grace;
-        let control = PodRunner {
-            executor: self.clone(),
-            _touching: self.keep_touched(&runner),
-            runner,
-        };
-        Ok(spawn_relay(control, request, worker, kill_grace))
-    }
-
-    async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {
-        self.query_connection(&manifests::pod_name(key))
-            .await?
-            .cancel(call_id)
-            .await
-    }
-
-    async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError> {
-        self.query_connection(&manifests::pod_name(key))
-            .await?
-            .logs(call_id)
-            .await
-    }
-
-    async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError> {
-        let runner = self.runner(key);
-        self.inner.pods.delete(&runner.name, None).await?;
-        runner.forget_pod();
-        Ok(())
-    }
-
-    async fn stop_if_idle(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
-        let runner = self.runner(key);
-        let idle = || runner.inflight.load(Ordering::SeqCst) == 0;
-        if !idle() {
-            return Ok(false);
-        }
-        let _starting = runner.starting.lock().await;
-        if !idle() || self.worker_busy(&runner.name).await {
-            return Ok(false);
-        }
-        self.inner.pods.delete(&runner.name, None).await?;
-        tracing::info!(runner = %runner.name, "runner pod deleted to make room");
-        runner.forget_pod();
-        Ok(true)
-    }
-
-    fn usage(&self, account: &AccountId) -> RunnerUsage {
-        RunnerUsage {
-            live_runners: self.live_runners().remove(account).unwrap_or(0),
-            ..RunnerUsage::default()
-        }
-    }
-
-    fn usage_all(&self) -> Vec<(AccountId, RunnerUsage)> {
-        self.live_runners()
-            .into_iter()
-            .map(|(account, live_runners)| {
-                let usage = RunnerUsage {
-                    live_runners,
-                    ..RunnerUsage::default()
-                };
-                (account, usage)
-            })
-            .collect()
-    }
-
-    fn watch_stops(&self, listener: StopListener) {
-        self.inner
-            .stops
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(listener);
     }
 }
