@@ -1,0 +1,342 @@
+//! Load generator for agent turns (`make bench`), against the real server
+//! binary on loopback with a scripted model (OpenAI wire format) in this
+//! process:
+//!   - turns per second and time to first byte (p50/p99) for one client and
+//!     for N concurrent clients, each turn calling one uploaded tool (two
+//!     model passes);
+//!   - the same streaming requests made straight to the scripted model, the
+//!     floor the server adds to;
+//!   - the CPU time each turn costs (its server, Postgres, every process
+//!     of the machine), read from /proc around each arm's run;
+//!   - the same turns on a server recording chunks in NATS JetStream
+//!     (`TOOLSERVER_TURN_CHUNKS=nats`, the server at 127.0.0.1:4222, a
+//!     stream of this run's own) and on one with recording off
+//!     (`TOOLSERVER_STREAM_RECORDING=false`), for the cost of recording in
+//!     each store; the three arms take turns over several rounds, and both the
+//!     ratio of their median turns/s and the median of each round's ratio
+//!     are reported;
+//!   - for one client, the same comparison turn by turn: sequential turns
+//!     alternating between the server recording in Postgres and the one
+//!     with recording off, so both arms see the machine in the same state at
+//!     the same moment (its speed drifts between rounds by more than the
+//!     cost measured); the ratio of their mean turn times is the ratio of
+//!     their turns/s. Each arm's turns are also split by the arm of the
+//!     turn before: a turn after the other server's pays for the switch,
+//!     alike for both arms unless one arm leaves work behind for whichever
+//!     turn comes next (which would flatter that arm);
+//!   - the cost of admission (per-account limits on what may start), turn
+//!     by turn in the same way: the server recording in Postgres against one
+//!     with admission checks off (`TOOLSERVER_ADMISSION=false`); the goal is
+//!     a cost of at most 2% of the turns/s;
+//!   - the same comparison with the model pacing its text as a hosted model
+//!     streams (a chunk every 10 ms), where a turn spends its time waiting
+//!     for the model rather than for the store;
+//!   - resume latency: a request for a running turn's stream to its first
+//!     replayed chunk (p50/p99), from Postgres and from JetStream;
+//!   - the server's resident memory with 1,000 turns open at once (the model
+//!     holds each pass open), read from /proc.
+//!
+//! Needs `DATABASE_URL` (a server where it may create a scratch database)
+//! and NATS with JetStream at 127.0.0.1:4222.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod compare;
+mod cpu;
+mod measure;
+mod plan;
+mod server;
+
+use std::time::Duration;
+
+use base64::Engine;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
+use toolserver_testsupport::{Reply, ScriptedModel};
+
+use crate::compare::{interleaved, report_interleaved, rounds};
+use crate::cpu::ArmMedians;
+use crate::measure::{concurrent, model_direct, resume_latency, turn};
+use crate::plan::{
+    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, NATS_URL, OPEN_TURNS, PACED_CHUNK_DELAY,
+    PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS, SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
+};
+use crate::server::Server;
+
+#[tokio::main]
+async fn main() {
+    let database = ScratchDatabase::create("turns").await;
+    let data = tempfile::tempdir().unwrap();
+    let bundles = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start().await;
+    let server =
+        std::sync::Arc::new(Server::start(&database.url, data.path(), bundles.path(), &[]).await);
+    let unrecorded_data = tempfile::tempdir().unwrap();
+    let unrecorded = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            unrecorded_data.path(),
+            bundles.path(),
+            &[("TOOLSERVER_STREAM_RECORDING", "false")],
+        )
+        .await,
+    );
+    let unadmitted_data = tempfile::tempdir().unwrap();
+    let unadmitted = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            unadmitted_data.path(),
+            bundles.path(),
+            &[("TOOLSERVER_ADMISSION", "false")],
+        )
+        .await,
+    );
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let jetstream_name = format!("BENCH_{run_id}");
+    let (chunk_prefix, request_subject) = (
+        format!("bench-chunks.{run_id}"),
+        format!("bench-turns.{run_id}"),
+    );
+    let jetstream_data = tempfile::tempdir().unwrap();
+    let jetstream = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            jetstream_data.path(),
+            bundles.path(),
+            &[
+                ("TOOLSERVER_NATS_URL", NATS_URL),
+                ("TOOLSERVER_TURN_CHUNKS", "nats"),
+                ("TOOLSERVER_NATS_STREAM", &jetstream_name),
+                ("TOOLSERVER_NATS_CHUNK_PREFIX", &chunk_prefix),
+                ("TOOLSERVER_NATS_SUBJECT", &request_subject),
+            ],
+        )
+        .await,
+    );
+
+    let tool = server
+        .post(
+            "/accounts/me/tools",
+            json!({
+                "name": "echo", "description": "echo", "inputSchema": {"type": "object"},
+                "bundle": base64::engine::general_purpose::STANDARD.encode(ECHO),
+            }),
+        )
+        .await["toolId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let agent = |model_id: &str, tools: Value| {
+        json!({"name": model_id, "config": {
+            "model": {"provider": "openai", "modelId": model_id},
+            "provider": {"openai": {"baseUrl": model.base_url(), "apiKey": "bench"}},
+            "tools": tools,
+        }})
+    };
+    model.script(
+        "bench-tool",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"n": 1})),
+            Reply::text("done"),
+        ],
+    );
+    model.script(
+        "bench-hold",
+        vec![Reply::text("held").delay_first(Duration::from_secs(3600))],
+    );
+    let paced_text = "word ".repeat(40);
+    model.script(
+        "bench-paced",
+        vec![
+            Reply::tool_call("c1", "echo", json!({"n": 1})),
+            Reply::text(&paced_text).chunk_delay(PACED_CHUNK_DELAY),
+        ],
+    );
+    let paced_agent = server
+        .post("/agents", agent("bench-paced", json!({ &tool: {} })))
+        .await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tool_agent = server
+        .post("/agents", agent("bench-tool", json!({ &tool: {} })))
+        .await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hold_agent = server.post("/agents", agent("bench-hold", json!({}))).await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    for target in [&server, &jetstream, &unrecorded, &unadmitted] {
+        for _ in 0..20 {
+            turn(target, &tool_agent).await;
+        }
+    }
+    let direct_client = reqwest::Client::new();
+    for (clients, per_client) in [(1, SEQUENTIAL_TURNS), (CLIENTS, TURNS_PER_CLIENT)] {
+        println!(
+            "== {} turns, {clients} concurrent clients, one tool call each ==",
+            clients * per_client
+        );
+        let (client, base) = (direct_client.clone(), model.base_url());
+        let (floor_rate, floor_ttfb) =
+            concurrent("model alone (floor)", clients, per_client, move || {
+                let (client, base) = (client.clone(), base.clone());
+                async move { model_direct(&client, &base).await }
+            })
+            .await;
+        let arms = [
+            ("server turn, recorded in Postgres", server.clone()),
+            ("server turn, recorded in JetStream", jetstream.clone()),
+            ("server turn, recording off", unrecorded.clone()),
+        ];
+        let medians = rounds(&arms, &tool_agent, clients, per_client).await;
+        let ArmMedians {
+            rate, ttfb, cpu, ..
+        } = &medians;
+        println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
+        for (arm, (label, _)) in arms.iter().enumerate() {
+            let [server_cpu, postgres_cpu, all_cpu] = cpu[arm];
+            println!(
+                "{label:<40} {:.1} turns/s, time to first byte p50 {:.3} ms, CPU per turn: server {server_cpu:.3} ms, Postgres {postgres_cpu:.3} ms, all processes {all_cpu:.3} ms",
+                rate[arm], ttfb[arm]
+            );
+        }
+        println!(
+            "server vs floor: {:.3}x the turns/s, time to first byte p50 +{:.3} ms",
+            rate[0] / floor_rate,
+            ttfb[0] - ms(floor_ttfb)
+        );
+        println!(
+            "recorded in Postgres vs off: {:.3}x the turns/s (median of rounds' ratios {:.3}x), time to first byte p50 {:+.3} ms",
+            rate[0] / rate[2],
+            medians.paired_ratio(0, 2),
+            ttfb[0] - ttfb[2]
+        );
+        println!(
+            "recorded in JetStream vs off: {:.3}x the turns/s (median of rounds' ratios {:.3}x), time to first byte p50 {:+.3} ms",
+            rate[1] / rate[2],
+            medians.paired_ratio(1, 2),
+            ttfb[1] - ttfb[2]
+        );
+        println!(
+            "JetStream vs Postgres: {:.3}x the turns/s, time to first byte p50 {:+.3} ms",
+            rate[1] / rate[0],
+            ttfb[1] - ttfb[0]
+        );
+    }
+
+    println!("== 1 client, turn by turn: {INTERLEAVED_TURNS} turns on each arm, alternating ==");
+    let turns = interleaved([&server, &unrecorded], &tool_agent).await;
+    report_interleaved(
+        &turns,
+        ["recorded in Postgres", "recording off"],
+        ["recorded", "unrecorded"],
+    );
+
+    println!(
+        "== 1 client, turn by turn: admission checks on vs off, {INTERLEAVED_TURNS} turns on each arm, alternating =="
+    );
+    let turns = interleaved([&server, &unadmitted], &tool_agent).await;
+    let admitted = report_interleaved(
+        &turns,
+        ["admission on", "admission off"],
+        ["admitted", "unadmitted"],
+    );
+    let cost = 1.0 - admitted;
+    println!(
+        "goal: admission costs at most {:.0}% of the turns/s: {:.2}% {}",
+        ADMISSION_COST_GOAL * 100.0,
+        cost * 100.0,
+        if cost <= ADMISSION_COST_GOAL {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    );
+    drop(unadmitted);
+
+    println!(
+        "== paced model: {} turns, {CLIENTS} concurrent clients, 40 text chunks {} ms apart ==",
+        CLIENTS * PACED_TURNS_PER_CLIENT,
+        PACED_CHUNK_DELAY.as_millis()
+    );
+    let arms = [
+        ("paced, recorded in Postgres", server.clone()),
+        ("paced, recorded in JetStream", jetstream.clone()),
+        ("paced, recording off", unrecorded.clone()),
+    ];
+    let paced = rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
+    let ArmMedians { rate, cpu, .. } = &paced;
+    for (arm, (label, _)) in arms.iter().enumerate() {
+        println!(
+            "{label:<40} {:.1} turns/s, all processes' CPU per turn {:.3} ms (medians of {ROUNDS})",
+            rate[arm], cpu[arm][2]
+        );
+    }
+    println!(
+        "paced: recorded in Postgres vs off {:.3}x (median of rounds' ratios {:.3}x), in JetStream vs off {:.3}x ({:.3}x) the turns/s",
+        rate[0] / rate[2],
+        paced.paired_ratio(0, 2),
+        rate[1] / rate[2],
+        paced.paired_ratio(1, 2)
+    );
+
+    println!("== resume: request to first replayed chunk ==");
+    for (label, target) in [
+        ("resume to first chunk, Postgres", &server),
+        ("resume to first chunk, JetStream", &jetstream),
+    ] {
+        let mut latencies = Vec::new();
+        for _ in 0..RESUMES {
+            latencies.push(resume_latency(target, &hold_agent).await);
+        }
+        summary(label, latencies);
+    }
+
+    let (idle_rss, _) = server.memory();
+    println!("== {OPEN_TURNS} turns open at once ==");
+    let mut open = Vec::new();
+    for _ in 0..OPEN_TURNS {
+        let server = server.clone();
+        let agent = hold_agent.clone();
+        open.push(tokio::spawn(async move {
+            let body = json!({
+                "id": uuid::Uuid::new_v4().to_string(),
+                "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hold"}]}],
+                "trigger": "submit-message",
+            });
+            let response = server.client.post(format!("{}/agents/{agent}/chat", server.base)).bearer_auth(&server.token).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let mut stream = response.bytes_stream();
+            let mut seen = String::new();
+            while !seen.contains("start-step") {
+                seen.push_str(&String::from_utf8_lossy(&stream.next().await.unwrap().unwrap()));
+            }
+            stream
+        }));
+    }
+    let mut streams = Vec::new();
+    for task in open {
+        streams.push(task.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, peak) = server.memory();
+    println!(
+        "server memory: idle {idle_rss:.1} MiB, with {} open turns {rss:.1} MiB (peak {peak:.1} MiB), {:.1} KiB per open turn",
+        streams.len(),
+        (rss - idle_rss) * 1024.0 / streams.len() as f64
+    );
+    drop(streams);
+    drop(server);
+    drop(jetstream);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    database.drop_now().await;
+    let nats = async_nats::connect(NATS_URL).await.unwrap();
+    async_nats::jetstream::new(nats)
+        .delete_stream(&jetstream_name)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,93 @@
+//! A server under test, started from the binary with a scratch database.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
+use toolserver_testsupport::server_env::inherited_settings;
+
+use crate::plan::{GENEROUS_LIMITS, OPEN_TURNS, SECRET};
+
+pub(crate) struct Server {
+    pub(crate) base: String,
+    pub(crate) child: tokio::process::Child,
+    pub(crate) client: reqwest::Client,
+    pub(crate) token: String,
+}
+
+impl Server {
+    /// Starts a server on `data_dir` whose bundles are kept in `bundles`,
+    /// shared by all the servers of a run, so each can run the tool.
+    pub(crate) async fn start(
+        database_url: &str,
+        data_dir: &std::path::Path,
+        bundles: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let port = free_port();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"));
+        for name in inherited_settings() {
+            command.env_remove(name);
+        }
+        let child = command
+            .arg("serve")
+            .envs(env.iter().copied())
+            .env("DATABASE_URL", database_url)
+            .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
+            .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
+            .env("TOOLSERVER_DATA_DIR", data_dir)
+            .env("TOOLSERVER_BUNDLE_DIR", bundles)
+            .env("TOOLSERVER_JWT_SECRET", SECRET)
+            .env("TOOLSERVER_SECRETS_KEY", "11".repeat(32))
+            .env("TOOLSERVER_OUTBOUND_ALLOW_PRIVATE", "true")
+            // Four servers share one Postgres (100 connections by default).
+            .env("TOOLSERVER_DB_MAX_CONNECTIONS", "20")
+            // One account runs every turn, 1,000 at once at the most: its
+            // limits are raised so admission checks every turn but refuses none.
+            .envs(GENEROUS_LIMITS)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(OPEN_TURNS)
+            .build()
+            .unwrap();
+        wait_ready(&client, &base).await;
+        let token = hs256_token(SECRET, "bench");
+        Self {
+            base,
+            child,
+            client,
+            token,
+        }
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
+        post_json(
+            &self.client,
+            &format!("{}{path}", self.base),
+            &self.token,
+            body,
+        )
+        .await
+    }
+
+    /// Resident and peak resident memory of the server, in MiB.
+    pub(crate) fn memory(&self) -> (f64, f64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
+        let field = |name: &str| -> f64 {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+                / 1024.0
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
