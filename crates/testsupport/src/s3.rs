@@ -2,10 +2,12 @@
 //! started on a free loopback port with a private data directory. It verifies
 //! SigV4 signatures, including the expiry of presigned URLs.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::http::free_port;
 
 /// Access key the server is started with.
 pub const ACCESS_KEY: &str = "toolserver-test";
@@ -68,11 +70,6 @@ fn binary() -> PathBuf {
         Some(path) if path.exists() => path,
         _ => PathBuf::from("s3s-fs"),
     }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().expect("local addr").port()
 }
 
 fn wait_until_listening(addr: SocketAddr) {

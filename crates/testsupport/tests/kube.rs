@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use toolserver_testsupport::kube::{FakeCluster, FakeClusterOptions};
+use toolserver_testsupport::wait::until_within;
 
 const BOTH: &str = "v5.channel.k8s.io, v4.channel.k8s.io";
 const PODS: &str = "/api/v1/namespaces/ns/pods";
@@ -151,16 +152,11 @@ fn alive(pid: u32) -> bool {
     std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok()
 }
 
-async fn until(what: &str, condition: impl Fn() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How long a pod's processes get to do what a test waits for.
+const PROMPTLY: Duration = Duration::from_secs(10);
 
 async fn pid_in(file: &Path) -> u32 {
-    until("the pid file is written", || {
+    until_within("the pid file to be written", PROMPTLY, || async {
         std::fs::read_to_string(file).is_ok_and(|text| text.ends_with('\n'))
     })
     .await;
@@ -366,7 +362,7 @@ async fn containers_see_their_paths_and_environment() {
     ];
     let pod = fixture.create_pod("w", &command).await;
     let tmp = fixture.tmp(&pod);
-    until("the worker writes its file", || {
+    until_within("the worker to write its file", PROMPTLY, || async {
         std::fs::read_to_string(tmp.join("out")).is_ok_and(|text| text.lines().count() == 2)
     })
     .await;
@@ -576,13 +572,18 @@ async fn a_lost_client_kills_its_command_but_not_what_it_detached() {
     let [exec, detached] = pids[..] else {
         panic!("two pids, not {pids:?}");
     };
-    until("setsid has detached and run sleep", || {
+    until_within("setsid to detach and run sleep", PROMPTLY, || async {
         std::fs::read_to_string(format!("/proc/{detached}/comm"))
             .is_ok_and(|comm| comm == "sleep\n")
     })
     .await;
     drop(socket);
-    until("the exec'd command dies with its client", || !alive(exec)).await;
+    until_within(
+        "the exec'd command to die with its client",
+        PROMPTLY,
+        || async { !alive(exec) },
+    )
+    .await;
     assert!(alive(detached), "a detached process outlives its exec");
     assert!(alive(main));
 
