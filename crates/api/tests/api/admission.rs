@@ -12,10 +12,10 @@ use toolserver_api::admission::AdmissionSettings;
 use toolserver_api::auth::OperatorKey;
 use toolserver_api::ApiSettings;
 use toolserver_domain::AccountLimits;
-use toolserver_testsupport::Reply;
+use toolserver_testsupport::{tools, Reply};
 
+use crate::app::{spawn_live_app, TestApp};
 use crate::detached::wait_for_status;
-use crate::live::{fast_lifecycle, user_turn, LiveApp};
 use crate::support::*;
 
 const OPERATOR_KEY: &str = "operator-key-for-tests";
@@ -37,7 +37,7 @@ fn generous() -> AccountLimits {
     }
 }
 
-async fn app_with(pool: PgPool, limits: AccountLimits) -> LiveApp {
+async fn app_with(pool: PgPool, limits: AccountLimits) -> TestApp {
     let api = ApiSettings {
         admission: AdmissionSettings {
             enabled: true,
@@ -48,12 +48,12 @@ async fn app_with(pool: PgPool, limits: AccountLimits) -> LiveApp {
         operator_key: Some(OperatorKey::new(OPERATOR_KEY.into()).unwrap()),
         ..ApiSettings::default()
     };
-    LiveApp::start_settings(pool, api, fast_lifecycle()).await
+    TestApp::live(pool).api(api).spawn().await
 }
 
 /// A raw request as `account` (a tenant token), with its headers.
 async fn send(
-    app: &LiveApp,
+    app: &TestApp,
     method: reqwest::Method,
     path: &str,
     bearer: &str,
@@ -61,7 +61,7 @@ async fn send(
 ) -> reqwest::Response {
     let mut request = app
         .client
-        .request(method, format!("{}{path}", app.base))
+        .request(method, format!("{}{path}", app.base()))
         .bearer_auth(bearer);
     if let Some(body) = body {
         request = request.json(&body);
@@ -69,25 +69,14 @@ async fn send(
     request.send().await.unwrap()
 }
 
-async fn invoke(app: &LiveApp, account: &str, tool: &str, input: Value) -> reqwest::Response {
-    send(
-        app,
-        reqwest::Method::POST,
-        &format!("/accounts/me/tools/{tool}/invoke"),
-        &token(account),
-        Some(json!({ "input": input })),
-    )
-    .await
-}
-
 /// Calls `tool` of account A, sleeping `ms`, in a task of its own; its status.
-fn invoke_in_background(app: &LiveApp, tool: &str, ms: u64) -> tokio::task::JoinHandle<u16> {
-    let request = app
-        .client
-        .post(format!("{}/accounts/me/tools/{tool}/invoke", app.base))
-        .bearer_auth(token(ACCOUNT_A))
-        .json(&json!({"input": {"ms": ms}}));
-    tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+fn invoke_in_background(app: &TestApp, tool: &str, ms: u64) -> tokio::task::JoinHandle<u16> {
+    let (client, base, tool) = (app.client.clone(), app.base().to_owned(), tool.to_owned());
+    tokio::spawn(async move {
+        let body = json!({"input": {"ms": ms}});
+        let response = tools::invoke(&client, &base, &token(ACCOUNT_A), &tool, &body).await;
+        response.status().as_u16()
+    })
 }
 
 /// Asserts `response` is a 429 naming `limit` = `value`, with a
@@ -117,7 +106,7 @@ async fn assert_refused(response: reqwest::Response, limit: &str, value: u32) ->
     body
 }
 
-async fn put_limits(app: &LiveApp, account: &str, overrides: Value) -> reqwest::Response {
+async fn put_limits(app: &TestApp, account: &str, overrides: Value) -> reqwest::Response {
     send(
         app,
         reqwest::Method::PUT,
@@ -128,7 +117,7 @@ async fn put_limits(app: &LiveApp, account: &str, overrides: Value) -> reqwest::
     .await
 }
 
-async fn usage(app: &LiveApp, account: &str) -> Value {
+async fn usage(app: &TestApp, account: &str) -> Value {
     let (status, body) = app
         .request(reqwest::Method::GET, "/accounts/me/usage", account, None)
         .await;
@@ -161,7 +150,7 @@ fn rate_left(usage: &Value, name: &str) -> u64 {
 }
 
 /// Polls usage until `name` has `count` in use.
-async fn until_in_use(app: &LiveApp, account: &str, name: &str, count: u64) {
+async fn until_in_use(app: &TestApp, account: &str, name: &str, count: u64) {
     for _ in 0..200 {
         if limit_in_use(&usage(app, account).await, name).1 == count {
             return;
@@ -187,17 +176,20 @@ async fn concurrent_calls_are_refused_at_their_limit_and_admitted_again_after(po
     let first = invoke_in_background(&app, &slow, 1500);
     until_in_use(&app, ACCOUNT_A, "concurrentCalls", 1).await;
     assert_refused(
-        invoke(&app, ACCOUNT_A, &slow, json!({"ms": 1})).await,
+        app.invoke_response(ACCOUNT_A, &slow, json!({"input": {"ms": 1}}))
+            .await,
         "concurrentCalls",
         1,
     )
     .await;
-    let other = invoke(&app, ACCOUNT_B, &slow, json!({"ms": 1})).await;
+    let other = app
+        .invoke_response(ACCOUNT_B, &slow, json!({"input": {"ms": 1}}))
+        .await;
     assert_eq!(other.status(), 404, "another account is not held back by A");
     assert_eq!(first.await.unwrap(), 200);
     until_in_use(&app, ACCOUNT_A, "concurrentCalls", 0).await;
     assert_eq!(
-        invoke(&app, ACCOUNT_A, &slow, json!({"ms": 1}))
+        app.invoke_response(ACCOUNT_A, &slow, json!({"input": {"ms": 1}}))
             .await
             .status(),
         200
@@ -220,12 +212,15 @@ async fn the_call_rate_lets_its_burst_through_then_refuses(pool: PgPool) {
         .await;
     for _ in 0..3 {
         assert_eq!(
-            invoke(&app, ACCOUNT_A, &echo, json!({})).await.status(),
+            app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+                .await
+                .status(),
             200
         );
     }
     let body = assert_refused(
-        invoke(&app, ACCOUNT_A, &echo, json!({})).await,
+        app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+            .await,
         "callsPerMinute",
         1,
     )
@@ -366,7 +361,8 @@ async fn detached_turns_are_refused_at_their_limit_and_admitted_work_passes_at_a
     });
     assert_eq!(put_limits(&app, ACCOUNT_A, zero).await.status(), 200);
     assert_refused(
-        invoke(&app, ACCOUNT_A, &job, json!({"job": "x"})).await,
+        app.invoke_response(ACCOUNT_A, &job, json!({"input": {"job": "x"}}))
+            .await,
         "callsPerMinute",
         0,
     )
@@ -392,7 +388,8 @@ async fn the_operator_raises_a_limit_and_the_next_call_is_admitted(pool: PgPool)
         .upload(ACCOUNT_A, "echo", ECHO, json!({"type": "object"}))
         .await;
     assert_refused(
-        invoke(&app, ACCOUNT_A, &echo, json!({})).await,
+        app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+            .await,
         "concurrentCalls",
         0,
     )
@@ -404,7 +401,9 @@ async fn the_operator_raises_a_limit_and_the_next_call_is_admitted(pool: PgPool)
     assert_eq!(view["overrides"], json!({"concurrentCalls": 2}), "{view}");
     assert_eq!(view["defaults"]["concurrentCalls"], 0, "{view}");
     assert_eq!(
-        invoke(&app, ACCOUNT_A, &echo, json!({})).await.status(),
+        app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+            .await
+            .status(),
         200
     );
     assert_eq!(
@@ -422,7 +421,8 @@ async fn the_operator_raises_a_limit_and_the_next_call_is_admitted(pool: PgPool)
     .await;
     assert_eq!(reset.status(), 204);
     assert_refused(
-        invoke(&app, ACCOUNT_A, &echo, json!({})).await,
+        app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+            .await,
         "concurrentCalls",
         0,
     )
@@ -455,7 +455,7 @@ async fn a_tenant_token_cannot_reach_the_operator_route(pool: PgPool) {
     }
     let anonymous = app
         .client
-        .get(format!("{}{path}", app.base))
+        .get(format!("{}{path}", app.base()))
         .send()
         .await
         .unwrap();
@@ -466,10 +466,10 @@ async fn a_tenant_token_cannot_reach_the_operator_route(pool: PgPool) {
         .unwrap();
     assert_eq!(stored, 0, "nothing was changed");
 
-    let unkeyed = LiveApp::start(pool).await;
+    let unkeyed = spawn_live_app(pool).await;
     let closed = unkeyed
         .client
-        .get(format!("{}{path}", unkeyed.base))
+        .get(format!("{}{path}", unkeyed.base()))
         .bearer_auth(OPERATOR_KEY)
         .send()
         .await
@@ -497,7 +497,9 @@ async fn usage_reports_the_limits_and_what_was_used(pool: PgPool) {
         .await;
     for _ in 0..3 {
         assert_eq!(
-            invoke(&app, ACCOUNT_A, &echo, json!({})).await.status(),
+            app.invoke_response(ACCOUNT_A, &echo, json!({"input": {}}))
+                .await
+                .status(),
             200
         );
     }
@@ -532,7 +534,7 @@ async fn live_runners_are_refused_at_their_limit_and_usage_counts_them(pool: PgP
         200
     );
     assert_eq!(
-        invoke(&app, ACCOUNT_A, &spin, json!({"ms": 300}))
+        app.invoke_response(ACCOUNT_A, &spin, json!({"input": {"ms": 300}}))
             .await
             .status(),
         200
@@ -544,7 +546,7 @@ async fn live_runners_are_refused_at_their_limit_and_usage_counts_them(pool: PgP
 
     // The idle runner of `spin` makes room for `slow`'s.
     assert_eq!(
-        invoke(&app, ACCOUNT_A, &slow, json!({"ms": 1}))
+        app.invoke_response(ACCOUNT_A, &slow, json!({"input": {"ms": 1}}))
             .await
             .status(),
         200
@@ -553,7 +555,8 @@ async fn live_runners_are_refused_at_their_limit_and_usage_counts_them(pool: PgP
     until_in_use(&app, ACCOUNT_A, "concurrentCalls", 1).await;
     // `slow`'s runner is busy: `spin` waits for a runner, then is refused.
     assert_refused(
-        invoke(&app, ACCOUNT_A, &spin, json!({"ms": 1})).await,
+        app.invoke_response(ACCOUNT_A, &spin, json!({"input": {"ms": 1}}))
+            .await,
         "liveRunners",
         1,
     )

@@ -4,10 +4,10 @@
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::live::LiveApp;
+use crate::app::{spawn_live_app, TestApp};
 use crate::support::*;
 
-async fn create(app: &LiveApp, account: &str, name: &str, config: Value) -> (u16, Value) {
+async fn create(app: &TestApp, account: &str, name: &str, config: Value) -> (u16, Value) {
     app.request(
         reqwest::Method::POST,
         "/agents",
@@ -19,7 +19,7 @@ async fn create(app: &LiveApp, account: &str, name: &str, config: Value) -> (u16
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn credentials_are_sealed_and_never_returned(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let mut config = app.agent_config(
         "m",
         json!({"tavilySearch": {"apiKey": "tvly-plaintext-key", "maxResults": 3}}),
@@ -107,7 +107,7 @@ async fn credentials_are_sealed_and_never_returned(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn agents_are_scoped_to_their_account(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let (_, created) = create(&app, ACCOUNT_A, "mine", app.agent_config("m", json!({}))).await;
     let path = format!("/agents/{}", created["agentId"].as_str().unwrap());
     for (method, body) in [
@@ -142,7 +142,7 @@ async fn agents_are_scoped_to_their_account(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn bad_agent_bodies_are_4xx_naming_the_field(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let good = app.agent_config("m", json!({}));
     for (body, status, field) in [
         (json!({"name": "", "config": good}), 422, "name"),

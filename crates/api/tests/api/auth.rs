@@ -11,8 +11,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
 use serde_json::json;
 use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, JwksKeys, KeySource};
-use toolserver_api::ApiSettings;
 
+use crate::app::{spawn_app, TestApp};
 use crate::support::*;
 
 const RSA_PRIVATE: &[u8] = include_bytes!("fixtures/rsa_private.pem");
@@ -22,10 +22,8 @@ const EC_PUBLIC: &[u8] = include_bytes!("fixtures/ec_public.pem");
 const JWKS: &str = include_str!("fixtures/jwks.json");
 
 async fn app_with(pool: PgPool, settings: AuthSettings, keys: KeySource) -> TestApp {
-    let dir = tempfile::tempdir().unwrap();
-    let bundles = fs_store(dir.path()).await;
     let auth = Authenticator::new(&settings, keys);
-    TestApp::assemble(pool, bundles, auth, ApiSettings::default(), Some(dir))
+    TestApp::builder(pool).auth(auth).spawn().await
 }
 
 async fn status_with(app: &TestApp, authorization: Option<String>) -> (StatusCode, String) {
@@ -62,7 +60,7 @@ fn unsigned_token(claims: serde_json::Value) -> String {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn hs256_refuses_bad_tokens(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let valid = json!({"account_id": ACCOUNT_A, "exp": now() + 600});
     let rsa = EncodingKey::from_rsa_pem(RSA_PRIVATE).unwrap();
     let cases: Vec<(&str, Option<String>, &str)> = vec![

@@ -3,16 +3,17 @@
 //! here with a scenarios file; afterwards, the stopped turn's runner call
 //! has ended.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_api::cors::CorsSettings;
 use toolserver_api::ApiSettings;
+use toolserver_testsupport::clients::client_dir;
+use toolserver_testsupport::http::free_port;
 use toolserver_testsupport::Reply;
 
-use crate::live::{fast_lifecycle, LiveApp};
+use crate::app::TestApp;
 use crate::support::*;
 
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 200)); return { done: input.job }; } };";
@@ -24,20 +25,10 @@ fn job_schema() -> Value {
     json!({"type": "object", "properties": {"job": {"type": "string"}}})
 }
 
-fn client_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/browser")
-}
-
-/// A port nothing listens on now, for the page's origin.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// An agent whose turn calls `tool` (named `name`, with `input`) and then
 /// answers `text`.
 async fn agent_calling(
-    app: &LiveApp,
+    app: &TestApp,
     model: &str,
     (tool, name): (&str, &str),
     input: Value,
@@ -56,7 +47,7 @@ async fn agent_calling(
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn use_chat_in_chromium_on_another_origin(pool: PgPool) {
-    let dir = client_dir();
+    let dir = client_dir("browser");
     assert!(
         dir.join("node_modules/playwright-core").exists()
             && std::path::Path::new("/usr/bin/chromium").exists(),
@@ -76,7 +67,7 @@ async fn use_chat_in_chromium_on_another_origin(pool: PgPool) {
         cors,
         ..ApiSettings::default()
     };
-    let app = LiveApp::start_settings(pool, api, fast_lifecycle()).await;
+    let app = TestApp::live(pool).api(api).spawn().await;
 
     let slow = app.upload(ACCOUNT_A, "slow", SLOW, job_schema()).await;
     let long = app.upload(ACCOUNT_A, "long", LONG, job_schema()).await;
@@ -140,7 +131,7 @@ async fn use_chat_in_chromium_on_another_origin(pool: PgPool) {
     let output = tokio::process::Command::new("node")
         .args(["--test", "--test-reporter=spec", "test/"])
         .current_dir(&dir)
-        .env("TOOLSERVER_URL", &app.base)
+        .env("TOOLSERVER_URL", app.base())
         .env("TOOLSERVER_TOKEN", token(ACCOUNT_A))
         .env("TOOLSERVER_SCENARIOS", file.path())
         .output()

@@ -11,6 +11,7 @@ use toolserver_api::ApiSettings;
 use toolserver_bundles::{S3BundleStore, S3Settings};
 use toolserver_testsupport::S3Server;
 
+use crate::app::{spawn_app, TestApp};
 use crate::support::*;
 
 fn short_links() -> ApiSettings {
@@ -29,7 +30,7 @@ async fn unauthenticated_get(app: &TestApp, url: &str) -> Reply {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn fs_signed_link_works_until_it_expires(pool: PgPool) {
-    let app = TestApp::with(pool, short_links()).await;
+    let app = TestApp::builder(pool).api(short_links()).spawn().await;
     let tool = app.create(ACCOUNT_A, "linked", BUNDLE).await;
     let path = format!(
         "/accounts/me/tools/{}/bundle-url",
@@ -58,7 +59,7 @@ async fn fs_signed_link_works_until_it_expires(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn signed_route_needs_its_parameters(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let sha = toolserver_domain::Sha256Digest::of(BUNDLE);
     let reply = app
         .send(
@@ -95,7 +96,11 @@ async fn s3_backed_api_uploads_downloads_and_presigns(pool: PgPool) {
         )),
     })
     .await;
-    let app = TestApp::assemble(pool, Arc::new(store), hs256_auth(), short_links(), None);
+    let app = TestApp::builder(pool)
+        .bundles(Arc::new(store))
+        .api(short_links())
+        .spawn()
+        .await;
 
     let tool = app.create(ACCOUNT_A, "s3_tool", BUNDLE).await;
     let id = tool["toolId"].as_str().unwrap();

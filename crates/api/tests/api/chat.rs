@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::Reply;
 
-use crate::live::{parse_frames, user_turn, FakeTavily, LiveApp};
+use crate::app::{spawn_live_app, TestApp};
+use crate::fake_tavily::FakeTavily;
 use crate::support::*;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input, greeting: ctx.config.greeting, region: ctx.config.region }; } };";
@@ -59,7 +60,7 @@ fn assert_tool_results_answer_calls(request: &Value) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_plain_text_turn_streams_the_protocol_and_is_stored(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.model
         .script("plain", vec![Reply::text("Hello there, friend.")]);
     let agent = app.agent(ACCOUNT_A, "plain", json!({})).await;
@@ -150,7 +151,7 @@ async fn a_plain_text_turn_streams_the_protocol_and_is_stored(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_uploaded_tool_runs_with_merged_config_and_its_result_goes_back(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app.upload(ACCOUNT_A, "echo", ECHO, q_schema()).await;
     app.model.script(
         "uploaded",
@@ -203,7 +204,7 @@ async fn an_uploaded_tool_runs_with_merged_config_and_its_result_goes_back(pool:
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_streaming_tool_sends_preliminary_snapshots_then_one_final(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app
         .upload(ACCOUNT_A, "progress", STREAMING, json!({"type": "object"}))
         .await;
@@ -237,7 +238,7 @@ async fn a_streaming_tool_sends_preliminary_snapshots_then_one_final(pool: PgPoo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn invalid_input_is_an_error_result_and_the_loop_continues(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app.upload(ACCOUNT_A, "echo", ECHO, q_schema()).await;
     app.model.script(
         "invalid",
@@ -279,7 +280,7 @@ async fn invalid_input_is_an_error_result_and_the_loop_continues(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn unknown_tools_are_refused_at_save_and_at_run(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let foreign = app.upload(ACCOUNT_B, "echo", ECHO, q_schema()).await;
     for (tools, field) in [
         (json!({"bash": {}}), "config.tools.bash"),
@@ -330,7 +331,7 @@ async fn unknown_tools_are_refused_at_save_and_at_run(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn async_on_a_provider_defined_tool_is_a_warning(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let (status, body) = app
         .request(
             reqwest::Method::POST,
@@ -352,7 +353,7 @@ async fn async_on_a_provider_defined_tool_is_a_warning(pool: PgPool) {
 /// Runs a turn that asks for approval and returns (conversation body, the
 /// assistant message as stored).
 async fn pending_approval(
-    app: &LiveApp,
+    app: &TestApp,
     model: &str,
     conversation: &str,
 ) -> (String, Value, Value) {
@@ -410,7 +411,7 @@ fn respond(user: &Value, assistant: &Value, approval_id: &Value, approved: bool)
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_approved_call_runs_and_continues_the_same_message(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let (agent, user, assistant) = pending_approval(&app, "approve", "conv-approve").await;
     let approval_id = assistant["parts"][1]["approval"]["id"].clone();
     let turn = app
@@ -456,7 +457,7 @@ async fn an_approved_call_runs_and_continues_the_same_message(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_denied_call_does_not_run_and_the_model_is_told(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let (agent, user, assistant) = pending_approval(&app, "deny", "conv-deny").await;
     let approval_id = assistant["parts"][1]["approval"]["id"].clone();
     let turn = app
@@ -486,7 +487,7 @@ async fn a_denied_call_does_not_run_and_the_model_is_told(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_forged_approval_id_is_refused_and_changes_nothing(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let (agent, user, assistant) = pending_approval(&app, "forged", "conv-forged").await;
     let turn = app
         .turn(
@@ -521,7 +522,7 @@ async fn a_forged_approval_id_is_refused_and_changes_nothing(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_uploaded_async_tool_result_arrives_while_the_model_answers(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     app.model.script(
         "async-up",
@@ -595,7 +596,11 @@ async fn an_uploaded_async_tool_result_arrives_while_the_model_answers(pool: PgP
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_builtin_async_tool_result_is_injected_too(pool: PgPool) {
     let tavily = FakeTavily::start(Duration::from_millis(300)).await;
-    let app = LiveApp::start_with(pool, Some(tavily.url.clone()), Default::default()).await;
+    let app = TestApp::live(pool)
+        .tavily(tavily.url.clone())
+        .harness(Default::default())
+        .spawn()
+        .await;
     app.model.script(
         "async-builtin",
         vec![
@@ -631,7 +636,7 @@ async fn a_builtin_async_tool_result_is_injected_too(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn under_on_disconnect_cancel_a_client_disconnect_cancels_the_runner_call(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -706,7 +711,7 @@ async fn limits_are_errors_on_the_stream_or_4xx_before_it(pool: PgPool) {
         max_conversation_messages: 3,
         ..Default::default()
     };
-    let app = LiveApp::start_with(pool, None, settings).await;
+    let app = TestApp::live(pool).harness(settings).spawn().await;
     let tool = app.upload(ACCOUNT_A, "echo", ECHO, q_schema()).await;
     let looping: Vec<Reply> = (0..3)
         .map(|i| Reply::tool_call(&format!("call_{i}"), "echo", json!({"q": "again"})))
@@ -760,7 +765,7 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
         turn_lease: Duration::from_secs(3),
         ..Default::default()
     };
-    let app = LiveApp::start_with(pool.clone(), None, settings).await;
+    let app = TestApp::live(pool.clone()).harness(settings).spawn().await;
     app.model.script(
         "busy",
         vec![Reply::text("slow").delay_first(Duration::from_secs(5))],
@@ -818,7 +823,7 @@ async fn a_failing_model_or_an_overlong_turn_ends_the_stream_with_an_error(pool:
         max_turn_duration: Duration::from_secs(1),
         ..Default::default()
     };
-    let app = LiveApp::start_with(pool, None, settings).await;
+    let app = TestApp::live(pool).harness(settings).spawn().await;
     app.model
         .script("fails", vec![Reply::error(400, "model is overloaded")]);
     let agent = app.agent(ACCOUNT_A, "fails", json!({})).await;

@@ -16,8 +16,8 @@ use toolserver_store::turn_streams::{self, Appended, Opening};
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
+use crate::app::TestApp;
 use crate::chunk_stores::{own_jetstream, Chunks, TestStore, NATS_URL};
-use crate::live::LiveApp;
 use crate::support::ACCOUNT_A;
 
 const RECORDED: Appended = Appended::Recorded {
@@ -29,8 +29,8 @@ fn delta(text: &str) -> String {
 }
 
 /// A server keeping chunks in JetStream, with a conversation to write on.
-async fn app_with_conversation(pool: PgPool, conversation: &str) -> (LiveApp, JetStreamChunks) {
-    let app = LiveApp::start_on(pool, Chunks::Nats).await;
+async fn app_with_conversation(pool: PgPool, conversation: &str) -> (TestApp, JetStreamChunks) {
+    let app = TestApp::live(pool).chunks(Chunks::Nats).spawn().await;
     app.model.script("log", vec![Reply::text("hi")]);
     let agent = app.agent(ACCOUNT_A, "log", json!({})).await;
     assert_eq!(
@@ -48,7 +48,7 @@ async fn app_with_conversation(pool: PgPool, conversation: &str) -> (LiveApp, Je
 
 /// Opens a turn stream on `conversation` as a recorder does: its log and
 /// its row.
-async fn open(app: &LiveApp, chunks: &JetStreamChunks, conversation: &str) -> (Uuid, TurnLog) {
+async fn open(app: &TestApp, chunks: &JetStreamChunks, conversation: &str) -> (Uuid, TurnLog) {
     let account = AccountId::parse(ACCOUNT_A).unwrap();
     let stream = Uuid::now_v7();
     let log = TurnLog::open(chunks, &account, conversation, stream)
@@ -67,7 +67,7 @@ async fn open(app: &LiveApp, chunks: &JetStreamChunks, conversation: &str) -> (U
     (stream, log)
 }
 
-async fn follow_conversation(app: &LiveApp, conversation: &str) -> Option<Followed> {
+async fn follow_conversation(app: &TestApp, conversation: &str) -> Option<Followed> {
     let account = AccountId::parse(ACCOUNT_A).unwrap();
     follow(
         app.state.lifecycle().streams(),
@@ -105,7 +105,7 @@ fn types(chunks: &[Value]) -> Vec<&str> {
     chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
 }
 
-async fn take_for_dead(app: &LiveApp, stream: Uuid) {
+async fn take_for_dead(app: &TestApp, stream: Uuid) {
     sqlx::query("UPDATE turn_streams SET alive_until = now() - interval '1 second' WHERE id = $1")
         .bind(stream)
         .execute(&app.pool)

@@ -18,8 +18,8 @@ use toolserver_store::{conversations, turn_end};
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
+use crate::app::TestApp;
 use crate::chunk_stores::Chunks;
-use crate::live::LiveApp;
 use crate::support::ACCOUNT_A;
 
 const RECORDED: AppendAnswer = AppendAnswer {
@@ -39,8 +39,8 @@ fn delta(n: usize) -> String {
 }
 
 /// A server keeping chunks in Postgres, with a conversation to write on.
-async fn app_with_conversation(pool: PgPool, conversation: &str) -> LiveApp {
-    let app = LiveApp::start_on(pool, Chunks::Postgres).await;
+async fn app_with_conversation(pool: PgPool, conversation: &str) -> TestApp {
+    let app = TestApp::live(pool).chunks(Chunks::Postgres).spawn().await;
     app.model.script("rows", vec![Reply::text("hi")]);
     let agent = app.agent(ACCOUNT_A, "rows", json!({})).await;
     assert_eq!(
@@ -276,7 +276,7 @@ async fn a_recorder_taken_for_dead_is_refused_once_a_reader_has_ended_its_stream
 }
 
 /// The id of the newest stream of `conversation`.
-async fn latest_stream(app: &LiveApp, conversation: &str) -> Uuid {
+async fn latest_stream(app: &TestApp, conversation: &str) -> Uuid {
     let account = AccountId::parse(ACCOUNT_A).unwrap();
     turn_streams::latest(&app.pool, &account, conversation)
         .await

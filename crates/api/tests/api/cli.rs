@@ -3,25 +3,21 @@
 //! a second push updates it by name; `list` shows it, `rm` removes it; bad
 //! entries and missing settings are refused with readable errors.
 
-use std::path::PathBuf;
 use std::process::Output;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
 
-use crate::live::LiveApp;
+use crate::app::{spawn_live_app, TestApp};
 use crate::support::*;
 
-fn cli_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/cli")
-}
-
-async fn cli(app: &LiveApp, args: &[&str]) -> Output {
+async fn cli(app: &TestApp, args: &[&str]) -> Output {
     tokio::process::Command::new("node")
         .arg("bin/toolserver-tools.mjs")
         .args(args)
-        .current_dir(cli_dir())
-        .env("TOOLSERVER_URL", &app.base)
+        .current_dir(client_dir("cli"))
+        .env("TOOLSERVER_URL", app.base())
         .env("TOOLSERVER_TOKEN", token(ACCOUNT_A))
         .output()
         .await
@@ -36,19 +32,6 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-async fn invoke(app: &LiveApp, tool: &str, input: Value) -> Value {
-    app.client
-        .post(format!("{}/accounts/me/tools/{tool}/invoke", app.base))
-        .bearer_auth(token(ACCOUNT_A))
-        .json(&json!({ "input": input }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 const CLASSIFY: [&str; 7] = [
     "push",
     "test/fixtures/classify.ts",
@@ -61,7 +44,7 @@ const CLASSIFY: [&str; 7] = [
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn one_push_bundles_a_typescript_tool_with_its_npm_import_and_it_runs(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
 
     let mut args = CLASSIFY.to_vec();
     args.push("test/fixtures/classify.config.json");
@@ -75,13 +58,21 @@ async fn one_push_bundles_a_typescript_tool_with_its_npm_import_and_it_runs(pool
         stderr(&pushed)
     );
 
-    let answer = invoke(&app, &tool_id, json!({"value": "42"})).await;
+    let (_, answer) = app
+        .invoke(ACCOUNT_A, &tool_id, json!({"input": {"value": "42"}}))
+        .await;
     assert_eq!(
         answer["output"],
         json!({"label": "checked", "isNumber": true}),
         "{answer}"
     );
-    let answer = invoke(&app, &tool_id, json!({"value": "forty-two"})).await;
+    let (_, answer) = app
+        .invoke(
+            ACCOUNT_A,
+            &tool_id,
+            json!({"input": {"value": "forty-two"}}),
+        )
+        .await;
     assert_eq!(answer["output"]["isNumber"], false, "{answer}");
 
     let again = cli(
@@ -101,7 +92,9 @@ async fn one_push_bundles_a_typescript_tool_with_its_npm_import_and_it_runs(pool
         "{}",
         stderr(&again)
     );
-    let answer = invoke(&app, &tool_id, json!({"value": 7})).await;
+    let (_, answer) = app
+        .invoke(ACCOUNT_A, &tool_id, json!({"input": {"value": 7}}))
+        .await;
     assert_eq!(
         answer["output"],
         json!({"label": "value", "isNumber": true}),
@@ -125,7 +118,7 @@ async fn one_push_bundles_a_typescript_tool_with_its_npm_import_and_it_runs(pool
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn bad_entries_and_missing_settings_are_refused_readably(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
 
     let no_default = cli(
         &app,
@@ -196,9 +189,9 @@ async fn bad_entries_and_missing_settings_are_refused_readably(pool: PgPool) {
 
     let no_token = tokio::process::Command::new("node")
         .args(["bin/toolserver-tools.mjs", "list"])
-        .current_dir(cli_dir())
+        .current_dir(client_dir("cli"))
         .env_remove("TOOLSERVER_TOKEN")
-        .env("TOOLSERVER_URL", &app.base)
+        .env("TOOLSERVER_URL", app.base())
         .output()
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOw
 use toolserver_store::jobs::{self, JobKind};
 use uuid::Uuid;
 
-use crate::live::LiveApp;
+use crate::app::{fs_store, TestApp};
 use crate::support::*;
 
 struct Call {
@@ -88,10 +88,10 @@ async fn group_with(pool: &PgPool, ttls: &[Duration]) -> (Uuid, Vec<Call>) {
     (group, calls)
 }
 
-async fn complete(app: &LiveApp, id: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+async fn complete(app: &TestApp, id: &str, token: Option<&str>, body: Value) -> (u16, Value) {
     let mut request = app
         .client
-        .post(format!("{}/sandbox-jobs/{id}/complete", app.base))
+        .post(format!("{}/sandbox-jobs/{id}/complete", app.base()))
         .json(&body);
     if let Some(token) = token {
         request = request.header("x-job-token", token);
@@ -111,7 +111,7 @@ async fn outbox_rows(pool: &PgPool, group: Uuid) -> i64 {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
     let (first, second) = (&calls[0], &calls[1]);
     let done = json!({"status": "completed", "response": {"answer": 42}});
@@ -226,7 +226,7 @@ async fn forged_duplicate_and_conflicting_callbacks_change_nothing(pool: PgPool)
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn two_hundred_concurrent_callbacks_enqueue_one_continuation(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let (group, calls) = group_of(&pool, 200, Duration::from_secs(600)).await;
     let replies = join_all(calls.iter().map(|call| {
         let id = call.id.to_string();
@@ -257,7 +257,7 @@ async fn two_hundred_concurrent_callbacks_enqueue_one_continuation(pool: PgPool)
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_pass_is_recorded_whole_in_a_group_born_sealed(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let (group, calls) = group_of(&pool, 2, Duration::from_secs(600)).await;
     let (remaining, sealed): (i32, bool) = sqlx::query_as(
         "SELECT remaining, sealed_at IS NOT NULL FROM dispatch_groups WHERE id = $1",
@@ -290,7 +290,7 @@ async fn a_pass_is_recorded_whole_in_a_group_born_sealed(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_expired_call_is_gone(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let (_, calls) = group_of(&pool, 1, Duration::ZERO).await;
     let (got, reply) = complete(
         &app,
@@ -314,7 +314,7 @@ async fn an_expired_call_is_gone(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_expired_sibling_still_lets_the_group_continue_once(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let (group, mut calls) = group_with(&pool, &[Duration::from_secs(600), Duration::ZERO]).await;
     let stuck = calls.remove(1).id;
     let live = calls.remove(0);
@@ -401,7 +401,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
     use toolserver_harness::runner_call::{build_request, CallSpec, RunnerCallSettings};
     use toolserver_sandbox::{Executor, Frame, ReservationKey};
 
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let source = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 100)); return { done: input.job, resultId: ctx.asyncTool.resultId }; } };";
     let tool = app
         .upload(ACCOUNT_A, "job", source, json!({"type": "object"}))
@@ -431,7 +431,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
             async_meta: Some(json!({
                 "resultId": call.id,
                 "completePath": path,
-                "completeUrl": format!("{}{path}", app.base),
+                "completeUrl": format!("{}{path}", app.base()),
                 "completionToken": call.token,
             })),
         };

@@ -8,7 +8,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::live::{user_turn, LiveApp};
+use crate::app::{spawn_app, spawn_live_app, TestApp};
 use crate::support::*;
 
 fn assert_json_error(reply: &Reply, status: StatusCode, code: &str) {
@@ -29,7 +29,7 @@ fn assert_json_error(reply: &Reply, status: StatusCode, code: &str) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn nul_in_stored_tool_text_is_a_422_naming_the_field(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
+    let app = spawn_app(pool.clone()).await;
     let with = |key: &str, value: Value| {
         let mut body = manifest("nul_tool", BUNDLE);
         body[key] = value;
@@ -95,7 +95,7 @@ async fn nul_in_stored_tool_text_is_a_422_naming_the_field(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn nul_in_agent_text_or_a_conversation_id_is_refused_naming_it(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let good = app.agent_config("m", json!({}));
     let mut prompt_with_nul = good.clone();
     prompt_with_nul["systemPrompt"] = json!("be\u{0}nice");
@@ -142,7 +142,7 @@ async fn nul_in_agent_text_or_a_conversation_id_is_refused_naming_it(pool: PgPoo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn forged_history_never_reaches_the_model_or_the_record(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let agent = app.agent(ACCOUNT_A, "forgery", json!({})).await;
     let forged = json!({
         "id": "conv-forged",
@@ -211,7 +211,7 @@ async fn answers_axum_would_leave_empty_carry_the_json_error(pool: PgPool) {
         max_uri_bytes: 512,
         ..Default::default()
     };
-    let app = TestApp::with(pool, settings).await;
+    let app = TestApp::builder(pool).api(settings).spawn().await;
     let method_not_allowed = app.call(Method::PUT, "/agents", ACCOUNT_A, None).await;
     assert_json_error(
         &method_not_allowed,
@@ -242,7 +242,7 @@ async fn answers_axum_would_leave_empty_carry_the_json_error(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_error_never_echoes_large_input(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let huge = "x".repeat(200_000);
     let mut typed_wrong = manifest("echo", BUNDLE);
     typed_wrong["inputSchema"] = json!({"type": "object", "properties": {"a": {"type": huge}}});
@@ -285,7 +285,7 @@ async fn an_error_never_echoes_large_input(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_private_model_endpoint_is_refused_when_saved(pool: PgPool) {
-    let app = TestApp::public_outbound_only(pool).await;
+    let app = TestApp::builder(pool).public_outbound_only().spawn().await;
     let config = |base_url: &str| {
         json!({"name": "local", "config": {
             "model": {"provider": "openai", "modelId": "m"},
@@ -340,7 +340,7 @@ async fn a_private_model_endpoint_is_refused_when_saved(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn deleting_an_agent_while_its_turns_run_answers_no_5xx(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.model.script(
         "busy",
         (0..40)
@@ -350,7 +350,7 @@ async fn deleting_an_agent_while_its_turns_run_answers_no_5xx(pool: PgPool) {
     let agent = app.agent(ACCOUNT_A, "busy", json!({})).await;
     let mut turns = Vec::new();
     for n in 0..20 {
-        let app_base = app.base.clone();
+        let app_base = app.base().to_owned();
         let client = app.client.clone();
         let agent = agent.clone();
         turns.push(tokio::spawn(async move {

@@ -470,7 +470,7 @@ async fn the_mcp_routes_are_in_the_contract_and_answer_as_it_says(pool: sqlx::Pg
     use toolserver_api::mcp::{MCP_PATH, METADATA_PATH};
 
     let contract = contract();
-    let app = crate::live::LiveApp::start(pool).await;
+    let app = crate::app::spawn_live_app(pool).await;
     let operations = [
         (MCP_PATH.to_owned(), "post", "JsonRpcResponse"),
         (METADATA_PATH.to_owned(), "get", "ProtectedResourceMetadata"),
@@ -492,11 +492,11 @@ async fn the_mcp_routes_are_in_the_contract_and_answer_as_it_says(pool: sqlx::Pg
         let request = match method {
             "post" => app
                 .client
-                .post(format!("{}{path}", app.base))
+                .post(format!("{}{path}", app.base()))
                 .bearer_auth(crate::support::token(crate::support::ACCOUNT_A))
                 .header("accept", "application/json, text/event-stream")
                 .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
-            _ => app.client.get(format!("{}{path}", app.base)),
+            _ => app.client.get(format!("{}{path}", app.base())),
         };
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), 200, "{method} {path}");
@@ -512,7 +512,7 @@ async fn the_mcp_routes_are_in_the_contract_and_answer_as_it_says(pool: sqlx::Pg
     }
     let unauthenticated = app
         .client
-        .post(format!("{}{MCP_PATH}", app.base))
+        .post(format!("{}{MCP_PATH}", app.base()))
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         .send()
         .await

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::Reply;
 
+use crate::app::TestApp;
 use crate::chunk_stores::{on_each_chunk_store, Chunks};
-use crate::live::{user_turn, LiveApp};
 use crate::support::*;
 
 const JOB: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, 150)); return { finished: input.job }; } };";
@@ -25,7 +25,7 @@ pub async fn next_reply(replies: &mut async_nats::Subscriber) -> Value {
 }
 
 /// Starts a detached turn and returns its status id.
-pub async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &str) -> String {
+pub async fn start_async(app: &TestApp, agent: &str, conversation: &str, text: &str) -> String {
     let (status, accepted) = app
         .request(
             reqwest::Method::POST,
@@ -38,13 +38,13 @@ pub async fn start_async(app: &LiveApp, agent: &str, conversation: &str, text: &
     accepted["statusId"].as_str().unwrap().to_owned()
 }
 
-pub async fn wait_for_status(app: &LiveApp, id: &str, wanted: &str) -> Value {
+pub async fn wait_for_status(app: &TestApp, id: &str, wanted: &str) -> Value {
     wait_for_status_within(app, id, wanted, Duration::from_secs(10)).await
 }
 
 /// Polls `GET /async/{id}` every 50 ms until the turn is `wanted`, for at most `limit`.
 pub async fn wait_for_status_within(
-    app: &LiveApp,
+    app: &TestApp,
     id: &str,
     wanted: &str,
     limit: Duration,
@@ -70,7 +70,7 @@ pub async fn wait_for_status_within(
 }
 
 async fn a_detached_turn_continues_once_with_both_results(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool.clone(), chunks).await;
+    let app = TestApp::live(pool.clone()).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -163,7 +163,7 @@ async fn a_detached_turn_continues_once_with_both_results(pool: PgPool, chunks: 
 }
 
 async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -201,7 +201,7 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) 
 const LONG: &str = "export default { async execute(ctx) { ctx.log('started the long job'); await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
 
 async fn async_status_reads_logs_and_stops_a_detached_call(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool.clone(), chunks).await;
+    let app = TestApp::live(pool.clone()).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "long", LONG, json!({"type": "object"}))
         .await;
@@ -288,7 +288,11 @@ async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool, c
         .await
         .expect("NATS on 127.0.0.1:4222 (make test-deps)");
     let subject = format!("toolserver-test.{}.turns", uuid::Uuid::new_v4().simple());
-    let app = LiveApp::start_with_nats(pool, nats.clone(), &subject, chunks).await;
+    let app = TestApp::live(pool)
+        .nats(nats.clone(), &subject)
+        .chunks(chunks)
+        .spawn()
+        .await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -339,7 +343,7 @@ async fn a_turn_requested_over_nats_answers_on_its_reply_subject(pool: PgPool, c
 }
 
 async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool.clone(), chunks).await;
+    let app = TestApp::live(pool.clone()).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -395,7 +399,7 @@ async fn two_hundred_detached_siblings_continue_the_model_once(pool: PgPool, chu
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_detached_routes_answer_only_on_their_own_paths(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool).await;
+    let app = TestApp::live(pool).quiet().spawn().await;
     let agent = app.agent(ACCOUNT_A, "routes", json!({})).await;
     let (status, body) = app
         .request(

@@ -1,122 +1,28 @@
 //! Direct invocation over real HTTP: a server on a loopback port, real Node
 //! runners, and a filesystem store whose signed links point at that server.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_api::{ApiSettings, AppState};
+use toolserver_api::ApiSettings;
 
+use crate::app::TestApp;
 use crate::support::*;
 
-struct LiveServer {
-    base: String,
-    client: reqwest::Client,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-}
-
-impl LiveServer {
-    async fn start(pool: PgPool) -> Self {
-        Self::start_with(pool, ApiSettings::default()).await
-    }
-
-    async fn start_with(pool: PgPool, settings: ApiSettings) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let bundles_dir = tempfile::tempdir().unwrap();
-        let signer =
-            toolserver_bundles::UrlSigner::new(b"k".to_vec(), url::Url::parse(&base).unwrap())
-                .unwrap();
-        let bundles = toolserver_bundles::FsBundleStore::open(bundles_dir.path(), signer)
-            .await
-            .unwrap();
-        let runners = tempfile::tempdir().unwrap();
-        let executor: Arc<dyn toolserver_sandbox::Executor> = Arc::new(local_executor(
-            runners.path(),
-            Some(url::Url::parse(&base).unwrap()),
-        ));
-        let bundles: Arc<dyn toolserver_bundles::BundleStore> = Arc::new(bundles);
-        let harness = test_harness(
-            pool.clone(),
-            bundles.clone(),
-            executor.clone(),
-            None,
-            Default::default(),
-        );
-        let state = AppState::new(
-            pool,
-            bundles,
-            executor,
-            hs256_auth(),
-            settings,
-            harness,
-            None,
-        );
-        let app = toolserver_api::app(state);
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self {
-            base,
-            client: reqwest::Client::new(),
-            _dirs: (bundles_dir, runners),
-        }
-    }
-
-    /// The working directory of the runner for `account`'s `tool`.
-    fn work_dir(&self, account: &str, tool: &str) -> std::path::PathBuf {
-        let key = toolserver_sandbox::ReservationKey::new(
-            toolserver_domain::AccountId::parse(account).unwrap(),
-            toolserver_domain::ToolId::parse(tool).unwrap(),
-        );
-        self._dirs
-            .1
-            .path()
-            .join("runners")
-            .join(key.runner_name())
-            .join("work")
-    }
-
-    fn post(&self, path: &str, account: &str) -> reqwest::RequestBuilder {
-        self.client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token(account))
-    }
-
-    async fn upload(&self, account: &str, name: &str, source: &str) -> String {
-        let mut body = manifest(name, source.as_bytes());
-        body["inputSchema"] = json!({"type": "object"});
-        let reply = self
-            .post("/accounts/me/tools", account)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(reply.status(), 201);
-        reply.json::<Value>().await.unwrap()["toolId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    async fn invoke(&self, account: &str, tool: &str, body: Value) -> (u16, Value) {
-        let reply = self
-            .post(&format!("/accounts/me/tools/{tool}/invoke"), account)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (reply.status().as_u16(), reply.json().await.unwrap())
-    }
+/// Any object as input.
+fn any_input() -> Value {
+    json!({"type": "object"})
 }
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn plain_call_returns_output_with_merged_config(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
-    let tool = server
-        .upload(ACCOUNT_A, "echo", "export default { execute(ctx, input) { console.log('ran'); return { input, config: ctx.config, key: ctx.idempotencyKey }; } };")
+    let app = TestApp::builder(pool).serve().spawn().await;
+    let tool = app
+        .upload(ACCOUNT_A, "echo", "export default { execute(ctx, input) { console.log('ran'); return { input, config: ctx.config, key: ctx.idempotencyKey }; } };", any_input())
         .await;
-    let (status, body) = server
+    let (status, body) = app
         .invoke(
             ACCOUNT_A,
             &tool,
@@ -135,21 +41,12 @@ async fn plain_call_returns_output_with_merged_config(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn input_is_validated_before_anything_runs(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
-    let mut body = manifest("strict", BUNDLE);
-    body["inputSchema"] =
+    let app = TestApp::builder(pool).serve().spawn().await;
+    let schema =
         json!({"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}});
-    let reply = server
-        .post("/accounts/me/tools", ACCOUNT_A)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let tool = reply.json::<Value>().await.unwrap()["toolId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, body) = server
+    let echo = std::str::from_utf8(BUNDLE).unwrap();
+    let tool = app.upload(ACCOUNT_A, "strict", echo, schema).await;
+    let (status, body) = app
         .invoke(ACCOUNT_A, &tool, json!({"input": {"q": 5}}))
         .await;
     assert_eq!(status, 422);
@@ -158,11 +55,11 @@ async fn input_is_validated_before_anything_runs(pool: PgPool) {
         body["error"]["message"].as_str().unwrap().contains("/q"),
         "{body}"
     );
-    let (status, _) = server
+    let (status, _) = app
         .invoke(ACCOUNT_B, &tool, json!({"input": {"q": "x"}}))
         .await;
     assert_eq!(status, 404, "another account cannot run it");
-    let (status, _) = server
+    let (status, _) = app
         .invoke(
             ACCOUNT_A,
             &tool,
@@ -174,15 +71,16 @@ async fn input_is_validated_before_anything_runs(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_throwing_tool_is_a_structured_result(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
-    let tool = server
+    let app = TestApp::builder(pool).serve().spawn().await;
+    let tool = app
         .upload(
             ACCOUNT_A,
             "thrower",
             "export default { execute() { throw new RangeError('too far'); } };",
+            any_input(),
         )
         .await;
-    let (status, body) = server.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
+    let (status, body) = app.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
     assert_eq!(status, 200);
     assert_eq!(
         body["error"],
@@ -193,7 +91,7 @@ async fn a_throwing_tool_is_a_structured_result(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn sse_delivers_the_first_chunk_before_the_generator_finishes(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
+    let app = TestApp::builder(pool).serve().spawn().await;
     let source = r#"
 import { existsSync } from 'node:fs';
 export default {
@@ -203,8 +101,8 @@ export default {
     yield { step: 2 };
   },
 };"#;
-    let tool = server.upload(ACCOUNT_A, "streamer", source).await;
-    let reply = server
+    let tool = app.upload(ACCOUNT_A, "streamer", source, any_input()).await;
+    let reply = app
         .post(&format!("/accounts/me/tools/{tool}/invoke"), ACCOUNT_A)
         .header("accept", "text/event-stream")
         .json(&json!({"input": {}}))
@@ -229,7 +127,7 @@ export default {
         !text.contains("event: result"),
         "the generator is still waiting"
     );
-    std::fs::write(server.work_dir(ACCOUNT_A, &tool).join("release"), b"go").unwrap();
+    std::fs::write(app.work_dir(ACCOUNT_A, &tool).join("release"), b"go").unwrap();
     while let Some(Ok(bytes)) = tokio::time::timeout(Duration::from_secs(10), body.next())
         .await
         .unwrap()
@@ -245,13 +143,13 @@ export default {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_large_bundle_travels_by_signed_url(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
+    let app = TestApp::builder(pool).serve().spawn().await;
     let mut source =
         "export default { execute(ctx, input) { return input.n + 1; } };\n//".to_owned();
     source.push_str(&"x".repeat(200 * 1024));
-    let tool = server.upload(ACCOUNT_A, "large", &source).await;
+    let tool = app.upload(ACCOUNT_A, "large", &source, any_input()).await;
     for n in 0..2 {
-        let (status, body) = server
+        let (status, body) = app
             .invoke(ACCOUNT_A, &tool, json!({"input": {"n": n}}))
             .await;
         assert_eq!(status, 200);
@@ -261,15 +159,15 @@ async fn a_large_bundle_travels_by_signed_url(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn same_tool_name_in_two_accounts_runs_in_two_runners(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
+    let app = TestApp::builder(pool).serve().spawn().await;
     // Module state lives as long as the runner's worker process.
     let source =
         "const runner = crypto.randomUUID(); export default { execute() { return runner; } };";
-    let a = server.upload(ACCOUNT_A, "same", source).await;
-    let b = server.upload(ACCOUNT_B, "same", source).await;
-    let (_, first_a) = server.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
-    let (_, first_b) = server.invoke(ACCOUNT_B, &b, json!({"input": {}})).await;
-    let (_, again_a) = server.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
+    let a = app.upload(ACCOUNT_A, "same", source, any_input()).await;
+    let b = app.upload(ACCOUNT_B, "same", source, any_input()).await;
+    let (_, first_a) = app.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
+    let (_, first_b) = app.invoke(ACCOUNT_B, &b, json!({"input": {}})).await;
+    let (_, again_a) = app.invoke(ACCOUNT_A, &a, json!({"input": {}})).await;
     assert!(first_a["output"].is_string(), "{first_a}");
     assert_eq!(
         first_a["output"], again_a["output"],
@@ -284,20 +182,20 @@ async fn a_request_past_the_request_timeout_answers_408(pool: PgPool) {
         request_timeout: Duration::from_millis(300),
         ..ApiSettings::default()
     };
-    let server = LiveServer::start_with(pool, settings).await;
+    let app = TestApp::builder(pool).serve().api(settings).spawn().await;
     let slow = "export default { async execute() { await new Promise(r => setTimeout(r, 3000)); return 1; } };";
-    let tool = server.upload(ACCOUNT_A, "slow", slow).await;
-    let (status, body) = server.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
+    let tool = app.upload(ACCOUNT_A, "slow", slow, any_input()).await;
+    let (status, body) = app.invoke(ACCOUNT_A, &tool, json!({"input": {}})).await;
     assert_eq!(status, 408);
     assert_eq!(body["error"]["code"], "request_timeout");
 }
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_tool_past_its_deadline_is_a_deadline_error(pool: PgPool) {
-    let server = LiveServer::start(pool).await;
+    let app = TestApp::builder(pool).serve().spawn().await;
     let hangs = "export default { execute() { return new Promise(() => {}); } };";
-    let tool = server.upload(ACCOUNT_A, "hangs", hangs).await;
-    let (status, body) = server
+    let tool = app.upload(ACCOUNT_A, "hangs", hangs, any_input()).await;
+    let (status, body) = app
         .invoke(ACCOUNT_A, &tool, json!({"input": {}, "timeoutMs": 200}))
         .await;
     assert_eq!(status, 200);

@@ -14,10 +14,10 @@ use toolserver_store::jobs;
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
 
+use crate::app::{fast_lifecycle, spawn_live_app, TestApp};
 use crate::chunk_stores::Chunks;
 use crate::completion::turn_fixture;
 use crate::detached::{next_reply, start_async, wait_for_status, wait_for_status_within};
-use crate::live::{user_turn, LiveApp};
 use crate::support::*;
 
 /// Waits `delay` ms (from the input, default 100), then answers with the input.
@@ -33,7 +33,7 @@ const GOES_QUIET: &str = "export default { async execute(ctx) { await ctx.asyncT
 /// creates an agent on `model` with the tool async (plus `settings`).
 /// Returns the tool id and the agent id.
 async fn async_agent(
-    app: &LiveApp,
+    app: &TestApp,
     (name, source): (&str, &str),
     model: &str,
     settings: Value,
@@ -55,7 +55,7 @@ async fn async_agent(
 const REPEATABLE: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { key: ctx.asyncTool.idempotencyKey }; } };";
 
 /// SIGKILLs the resident worker of `tool` (account A) mid-call.
-async fn kill_worker(app: &LiveApp, tool: &str) {
+async fn kill_worker(app: &TestApp, tool: &str) {
     let key = toolserver_sandbox::ReservationKey::new(
         account(),
         toolserver_domain::ToolId::parse(tool).unwrap(),
@@ -91,7 +91,7 @@ fn text_of(messages: &Value) -> String {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect1_a_turn_that_detaches_in_two_passes_completes_after_both_groups(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let (_, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -145,7 +145,7 @@ async fn defect1_a_turn_that_detaches_in_two_passes_completes_after_both_groups(
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect2_a_continuation_whose_results_are_stored_already_settles_its_turn(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let (_, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -194,7 +194,7 @@ async fn defect2_a_continuation_whose_results_are_stored_already_settles_its_tur
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect3_deleting_an_agent_fails_its_waiting_turn_and_leaves_no_work(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let (_, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -231,7 +231,7 @@ async fn defect3_deleting_an_agent_fails_its_waiting_turn_and_leaves_no_work(poo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect3_a_job_that_used_up_its_attempts_fails_its_turn(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let turn = turn_fixture(&pool).await;
     sqlx::query(
         "INSERT INTO continuation_outbox (id, kind, turn_id, account_id, attempts, last_error) \
@@ -310,7 +310,7 @@ async fn defect4_a_job_whose_conversation_is_busy_steps_aside(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect5_a_group_left_unsealed_is_sealed_and_continues_once(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let turn = turn_fixture(&pool).await;
     // A group left open, as earlier versions could leave one: its job is gone.
     let group = Uuid::now_v7();
@@ -349,13 +349,13 @@ async fn defect5_a_group_left_unsealed_is_sealed_and_continues_once(pool: PgPool
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect9_the_token_is_checked_before_the_body(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool).await;
+    let app = TestApp::live(pool).quiet().spawn().await;
     for route in ["complete", "heartbeat"] {
         let response = app
             .client
             .post(format!(
                 "{}/sandbox-jobs/{}/{route}",
-                app.base,
+                app.base(),
                 Uuid::now_v7()
             ))
             .header("content-type", "application/json")
@@ -371,7 +371,7 @@ async fn defect9_the_token_is_checked_before_the_body(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect9_nul_in_a_completion_is_stored_not_refused(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let source = "export default { async execute() { return { text: 'a\\u0000b' }; } };";
     let (_, agent) = async_agent(
         &app,
@@ -405,7 +405,7 @@ async fn defect9_nul_in_a_completion_is_stored_not_refused(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_detached_turn_whose_model_writes_nul_is_stored_exactly(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     app.model
         .script("nul-model", vec![Reply::text("before\u{0}after")]);
     let agent = app.agent(ACCOUNT_A, "nul-model", json!({})).await;
@@ -437,7 +437,11 @@ async fn defect10_a_nats_requester_hears_when_the_agent_is_deleted(pool: PgPool)
         .await
         .expect("NATS on 127.0.0.1:4222 (make test-deps)");
     let subject = format!("toolserver-test.{}.turns", Uuid::new_v4().simple());
-    let app = LiveApp::start_with_nats(pool.clone(), nats.clone(), &subject, Chunks::Nats).await;
+    let app = TestApp::live(pool.clone())
+        .nats(nats.clone(), &subject)
+        .chunks(Chunks::Nats)
+        .spawn()
+        .await;
     let (_, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -474,7 +478,7 @@ async fn defect10_a_nats_requester_hears_when_the_agent_is_deleted(pool: PgPool)
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn defect10_a_turn_settles_under_the_id_of_the_run_that_ended_it(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let agent = app.agent(ACCOUNT_A, "event-id", json!({})).await;
     let keys = Arc::new(Mutex::new(Vec::new()));
     let seen = keys.clone();
@@ -504,7 +508,7 @@ async fn defect10_a_turn_settles_under_the_id_of_the_run_that_ended_it(pool: PgP
 /// Fast test settings whose runners are only judged silent after a
 /// minute: a call settled sooner was settled by its worker's exit.
 fn minute_of_liveness() -> toolserver_harness::HarnessSettings {
-    let settings = crate::live::fast_lifecycle();
+    let settings = fast_lifecycle();
     toolserver_harness::HarnessSettings {
         lifecycle: toolserver_harness::lifecycle::LifecycleSettings {
             liveness_timeout: Duration::from_secs(60),
@@ -518,7 +522,10 @@ fn minute_of_liveness() -> toolserver_harness::HarnessSettings {
 async fn a_call_whose_worker_is_killed_fails_at_once_naming_the_exit_and_its_group_continues(
     pool: PgPool,
 ) {
-    let app = LiveApp::start_with(pool.clone(), None, minute_of_liveness()).await;
+    let app = TestApp::live(pool.clone())
+        .harness(minute_of_liveness())
+        .spawn()
+        .await;
     let (tool, agent) = async_agent(
         &app,
         ("job", DELAYED),
@@ -555,7 +562,10 @@ async fn a_call_whose_worker_is_killed_fails_at_once_naming_the_exit_and_its_gro
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_call_safe_to_repeat_is_launched_again_at_once_when_its_worker_is_killed(pool: PgPool) {
-    let app = LiveApp::start_with(pool.clone(), None, minute_of_liveness()).await;
+    let app = TestApp::live(pool.clone())
+        .harness(minute_of_liveness())
+        .spawn()
+        .await;
     let (tool, agent) = async_agent(
         &app,
         ("repeatable", REPEATABLE),
@@ -589,7 +599,7 @@ async fn a_call_safe_to_repeat_is_launched_again_at_once_when_its_worker_is_kill
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_tool_that_heartbeats_outlives_its_heartbeat_timeout(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let (_, agent) = async_agent(
         &app,
         ("beats", HEARTBEATING),
@@ -627,7 +637,7 @@ async fn a_tool_that_heartbeats_outlives_its_heartbeat_timeout(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_tool_that_stops_heartbeating_expires_and_its_group_continues_once(pool: PgPool) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let (_, agent) = async_agent(
         &app,
         ("quiet", GOES_QUIET),
@@ -667,7 +677,7 @@ async fn a_tool_that_stops_heartbeating_expires_and_its_group_continues_once(poo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_heartbeat_route_answers_each_case(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let turn = turn_fixture(&pool).await;
     let token = "t".repeat(64);
     let call = |ttl: Duration| async_results::NewAsyncResult {
@@ -697,7 +707,7 @@ async fn the_heartbeat_route_answers_each_case(pool: PgPool) {
     let beat = |id: Uuid, token: Option<String>, body: Value| {
         let request = app
             .client
-            .post(format!("{}/sandbox-jobs/{id}/heartbeat", app.base))
+            .post(format!("{}/sandbox-jobs/{id}/heartbeat", app.base()))
             .json(&body);
         let request = match token {
             Some(token) => request.header("x-job-token", token),
@@ -751,7 +761,7 @@ async fn the_heartbeat_route_answers_each_case(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPool) {
-    let settings = crate::live::fast_lifecycle();
+    let settings = fast_lifecycle();
     let settings = toolserver_harness::HarnessSettings {
         lifecycle: toolserver_harness::lifecycle::LifecycleSettings {
             liveness_timeout: Duration::from_secs(2),
@@ -760,7 +770,7 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
         },
         ..settings
     };
-    let app = LiveApp::start_with(pool.clone(), None, settings).await;
+    let app = TestApp::live(pool.clone()).harness(settings).spawn().await;
     let (tool, agent) = async_agent(
         &app,
         ("repeatable", REPEATABLE),
@@ -803,7 +813,7 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_silent_call_is_launched_again_only_while_safe_and_under_its_launch_bound(pool: PgPool) {
-    let app = LiveApp::start_quiet(pool.clone()).await;
+    let app = TestApp::live(pool.clone()).quiet().spawn().await;
     let turn = turn_fixture(&pool).await;
     let call = |tool_call_id: &str, safe_to_repeat: bool| async_results::NewAsyncResult {
         tool_call_id: tool_call_id.into(),

@@ -5,6 +5,7 @@
 
 mod admission;
 mod agents;
+mod app;
 mod auth;
 mod browser;
 mod bundles;
@@ -17,9 +18,9 @@ mod completion;
 mod contract;
 mod contract_rules;
 mod detached;
+mod fake_tavily;
 mod invoke;
 mod lifecycle;
-mod live;
 mod mcp;
 mod mcp_python;
 mod openapi;

@@ -3,15 +3,16 @@
 //! task-augmented calls polled to completion and cancelled (the runner call
 //! stops), OAuth discovery, and tenancy.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use toolserver_testsupport::clients::client_dir;
+use toolserver_testsupport::http::free_port;
 use toolserver_testsupport::Reply;
 
-use crate::live::LiveApp;
+use crate::app::{spawn_live_app, TestApp};
 use crate::support::*;
 
 const ECHO: &str =
@@ -21,17 +22,13 @@ const THROWS: &str = "export default { async execute() { throw new Error('the to
 pub(crate) const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
 const HANGS: &str = "export default { async execute(ctx) { await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
 
-fn client_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/mcp")
-}
-
 /// Runs the SDK client's `command` as `account` (no token with `None`).
-async fn mcp(app: &LiveApp, account: Option<&str>, command: &[&str]) -> Value {
+async fn mcp(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
     let mut node = tokio::process::Command::new("node");
     node.arg("bin/mcp.mjs")
         .args(command)
-        .current_dir(client_dir())
-        .env("MCP_URL", format!("{}/mcp", app.base));
+        .current_dir(client_dir("mcp"))
+        .env("MCP_URL", format!("{}/mcp", app.base()));
     if let Some(account) = account {
         node.env("MCP_TOKEN", token(account));
     }
@@ -69,7 +66,7 @@ fn text_schema() -> Value {
 async fn the_sdk_lists_and_calls_an_accounts_tools_and_sees_progress_before_the_result(
     pool: PgPool,
 ) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_A, "echo", ECHO, text_schema()).await;
     app.upload(ACCOUNT_A, "counts", COUNTS, json!({"type": "object"}))
         .await;
@@ -142,7 +139,7 @@ async fn the_sdk_lists_and_calls_an_accounts_tools_and_sees_progress_before_the_
 async fn tools_list_pages_with_a_cursor(pool: PgPool) {
     let mut api = toolserver_api::ApiSettings::default();
     api.mcp.page_size = 2;
-    let app = LiveApp::start_settings(pool, api, crate::live::fast_lifecycle()).await;
+    let app = TestApp::live(pool).api(api).spawn().await;
     for name in ["a1", "a2", "a3", "a4", "a5"] {
         app.upload(ACCOUNT_A, name, ECHO, text_schema()).await;
     }
@@ -153,7 +150,7 @@ async fn tools_list_pages_with_a_cursor(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_task_is_polled_to_completion_and_another_account_cannot_see_it(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
         .await;
     let created = mcp(&app, Some(ACCOUNT_A), &["task", "slow", r#"{"ms":4000}"#]).await;
@@ -184,7 +181,7 @@ async fn a_task_is_polled_to_completion_and_another_account_cannot_see_it(pool: 
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_cancelled_task_stops_its_runner_call(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -207,24 +204,24 @@ async fn a_cancelled_task_stops_its_runner_call(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn without_a_token_the_answer_points_at_the_protected_resource_metadata(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let refused = app
         .client
-        .post(format!("{}/mcp", app.base))
+        .post(format!("{}/mcp", app.base()))
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         .send()
         .await
         .unwrap();
     assert_eq!(refused.status(), 401);
     let challenge = refused.headers()["www-authenticate"].to_str().unwrap();
-    let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", app.base);
+    let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", app.base());
     assert_eq!(
         challenge,
         format!("Bearer resource_metadata=\"{metadata_url}\"")
     );
     let forged = app
         .client
-        .post(format!("{}/mcp", app.base))
+        .post(format!("{}/mcp", app.base()))
         .bearer_auth("not-a-token")
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         .send()
@@ -239,7 +236,7 @@ async fn without_a_token_the_answer_points_at_the_protected_resource_metadata(po
     let discovered = mcp(&app, None, &["discover"]).await;
     assert_eq!(
         discovered["metadata"]["resource"],
-        format!("{}/mcp", app.base),
+        format!("{}/mcp", app.base()),
         "{discovered}"
     );
     let without = mcp(&app, None, &["list"]).await;
@@ -247,7 +244,7 @@ async fn without_a_token_the_answer_points_at_the_protected_resource_metadata(po
 }
 
 /// An agent of account A whose config names account B's `/mcp`.
-async fn agent_on_peer(app: &LiveApp, model: &str, server: Value) -> (u16, Value) {
+async fn agent_on_peer(app: &TestApp, model: &str, server: Value) -> (u16, Value) {
     let mut config = app.agent_config(model, json!({}));
     config["mcpServers"] = json!({ "peer": server });
     app.request(
@@ -261,7 +258,7 @@ async fn agent_on_peer(app: &LiveApp, model: &str, server: Value) -> (u16, Value
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_agent_calls_the_tools_of_an_mcp_server_it_names(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
     app.upload(ACCOUNT_B, "throws", THROWS, json!({"type": "object"}))
         .await;
@@ -281,7 +278,7 @@ async fn an_agent_calls_the_tools_of_an_mcp_server_it_names(pool: PgPool) {
         &app,
         "remote",
         json!({
-            "url": format!("{}/mcp", app.base),
+            "url": format!("{}/mcp", app.base()),
             "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
             "tools": ["echo", "throws"],
         }),
@@ -337,10 +334,10 @@ async fn an_agent_calls_the_tools_of_an_mcp_server_it_names(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_mcp_server_that_is_down_is_a_tool_error_not_a_failed_turn(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.model
         .script("offline", vec![Reply::text("nothing to call")]);
-    let closed = toolserver_testsupport::http::free_port();
+    let closed = free_port();
     let (status, created) = agent_on_peer(
         &app,
         "offline",
@@ -363,7 +360,7 @@ async fn an_mcp_server_that_is_down_is_a_tool_error_not_a_failed_turn(pool: PgPo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
-    let app = crate::support::TestApp::public_outbound_only(pool).await;
+    let app = TestApp::builder(pool).public_outbound_only().spawn().await;
     let config = |server: Value| {
         json!({"name": "mcp", "config": {
             "model": {"provider": "openai", "modelId": "m"},
@@ -414,7 +411,7 @@ async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
 /// One JSON-RPC request of the 2026-07-28 revision (no `initialize`: the
 /// version, client and capabilities travel with every request), with the
 /// `Mcp-Name` header a conforming client sends.
-async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &str) -> Value {
+async fn current_revision(app: &TestApp, method: &str, params: Value, version: &str) -> Value {
     let named = params.get("name").or_else(|| params.get("taskId"));
     let name = named.and_then(Value::as_str).map(str::to_owned);
     revision_request(app, method, params, version, name.as_deref()).await
@@ -422,7 +419,7 @@ async fn current_revision(app: &LiveApp, method: &str, params: Value, version: &
 
 /// One JSON-RPC request of `version`, with `Mcp-Name: name` when given.
 pub(crate) async fn revision_request(
-    app: &LiveApp,
+    app: &TestApp,
     method: &str,
     params: Value,
     version: &str,
@@ -438,7 +435,7 @@ pub(crate) async fn revision_request(
     });
     let mut request = app
         .client
-        .post(format!("{}/mcp", app.base))
+        .post(format!("{}/mcp", app.base()))
         .bearer_auth(token(ACCOUNT_A))
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", version)
@@ -462,7 +459,7 @@ pub(crate) async fn revision_request(
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
         .await;
     let discovered = current_revision(&app, "server/discover", json!({}), "2026-07-28").await;
@@ -511,7 +508,7 @@ async fn the_current_revision_is_served_too_and_an_unsupported_one_is_refused(po
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
     app.upload(ACCOUNT_B, "other", ECHO, text_schema()).await;
     app.model.script(
@@ -525,7 +522,7 @@ async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) 
         &app,
         "approve",
         json!({
-            "url": format!("{}/mcp", app.base),
+            "url": format!("{}/mcp", app.base()),
             "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
             "needsApproval": ["echo"],
         }),
@@ -551,7 +548,7 @@ async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) 
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_task_request_without_mcp_name_is_taken_as_its_params_name_it(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_A, "slow", SLOW, json!({"type": "object"}))
         .await;
     let created = current_revision(
@@ -592,7 +589,7 @@ async fn a_task_request_without_mcp_name_is_taken_as_its_params_name_it(pool: Pg
 async fn a_task_still_working_at_its_ttl_is_stopped_on_its_runner(pool: PgPool) {
     let mut api = toolserver_api::ApiSettings::default();
     api.mcp.task_ttl = Duration::from_secs(2);
-    let app = LiveApp::start_settings(pool, api, crate::live::fast_lifecycle()).await;
+    let app = TestApp::live(pool).api(api).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;

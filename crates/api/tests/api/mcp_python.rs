@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
 
-use crate::live::LiveApp;
+use crate::app::{spawn_live_app, TestApp};
 use crate::support::*;
 
 const ECHO: &str =
@@ -33,18 +34,14 @@ fn python() -> PathBuf {
     }
 }
 
-fn client_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/mcp-python/mcp_client.py")
-}
-
 /// Runs the Python client's `command` as `account` (no token with `None`).
-async fn mcp_python(app: &LiveApp, account: Option<&str>, command: &[&str]) -> Value {
+async fn mcp_python(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
     let interpreter = python();
     let mut process = tokio::process::Command::new(&interpreter);
     process
-        .arg(client_script())
+        .arg(client_dir("mcp-python").join("mcp_client.py"))
         .args(command)
-        .env("MCP_URL", format!("{}/mcp", app.base));
+        .env("MCP_URL", format!("{}/mcp", app.base()));
     if let Some(account) = account {
         process.env("MCP_TOKEN", token(account));
     }
@@ -82,7 +79,7 @@ fn unbounded_polls() -> toolserver_api::ApiSettings {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_python_sdk_lists_calls_sees_progress_and_runs_a_task_to_completion(pool: PgPool) {
-    let app = LiveApp::start_settings(pool, unbounded_polls(), crate::live::fast_lifecycle()).await;
+    let app = TestApp::live(pool).api(unbounded_polls()).spawn().await;
     app.upload(ACCOUNT_A, "echo", ECHO, text_schema()).await;
     app.upload(ACCOUNT_A, "counts", COUNTS, json!({"type": "object"}))
         .await;
@@ -160,7 +157,7 @@ async fn the_python_sdk_lists_calls_sees_progress_and_runs_a_task_to_completion(
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_echo_called_by_a_tasks_declaring_client_comes_back_inline_not_as_a_task(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.upload(ACCOUNT_A, "echo", ECHO, text_schema()).await;
     let called = mcp_python(&app, Some(ACCOUNT_A), &["call", "echo", r#"{"text":"hi"}"#]).await;
     assert_eq!(called["task"], Value::Null, "{called}");
@@ -181,10 +178,10 @@ async fn an_echo_called_by_a_tasks_declaring_client_comes_back_inline_not_as_a_t
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_protected_resource_metadata_validates_with_the_python_sdk(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let discovered = mcp_python(&app, None, &["discover"]).await;
-    let endpoint_url = format!("{}/.well-known/oauth-protected-resource/mcp", app.base);
-    let root_url = format!("{}/.well-known/oauth-protected-resource", app.base);
+    let endpoint_url = format!("{}/.well-known/oauth-protected-resource/mcp", app.base());
+    let root_url = format!("{}/.well-known/oauth-protected-resource", app.base());
     assert_eq!(
         discovered["challenge"],
         endpoint_url.as_str(),
@@ -194,17 +191,17 @@ async fn the_protected_resource_metadata_validates_with_the_python_sdk(pool: PgP
     let endpoint = &documents[&endpoint_url];
     assert_eq!(
         endpoint["resource"],
-        format!("{}/mcp", app.base),
+        format!("{}/mcp", app.base()),
         "{discovered}"
     );
     // With no authorization server or issuer configured: the server's origin.
     assert_eq!(
         endpoint["authorization_servers"],
-        json!([app.base]),
+        json!([app.base()]),
         "{discovered}"
     );
     let root = &documents[&root_url];
-    assert_eq!(root["resource"], app.base.as_str(), "{discovered}");
+    assert_eq!(root["resource"], app.base(), "{discovered}");
     assert_eq!(
         root["authorization_servers"], endpoint["authorization_servers"],
         "{discovered}"

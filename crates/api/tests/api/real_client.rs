@@ -4,14 +4,15 @@
 //! resume turns over HTTP and over the WebSocket transport. (`stored.test.mjs`
 //! there is driven by `stored_shapes`.)
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
 use toolserver_testsupport::Reply;
 
-use crate::live::{FakeTavily, LiveApp};
+use crate::app::TestApp;
+use crate::fake_tavily::FakeTavily;
 use crate::support::*;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input }; } };";
@@ -24,21 +25,20 @@ fn schema(property: &str) -> Value {
     json!({"type": "object", "properties": {property: {"type": "string"}}, "required": [property]})
 }
 
-/// The AI SDK client test's directory (`clients/ai-sdk`).
-pub fn client_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/ai-sdk")
-}
-
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
-    let dir = client_dir();
+    let dir = client_dir("ai-sdk");
     assert!(
         dir.join("node_modules/ai-v6").exists() && dir.join("node_modules/ai-v7").exists(),
         "the AI SDK is not installed in {}: run `make test-deps` (npm ci there)",
         dir.display()
     );
     let tavily = FakeTavily::start(Duration::from_millis(200)).await;
-    let app = LiveApp::start_with(pool, Some(tavily.url.clone()), Default::default()).await;
+    let app = TestApp::live(pool)
+        .tavily(tavily.url.clone())
+        .harness(Default::default())
+        .spawn()
+        .await;
     let echo = app.upload(ACCOUNT_A, "echo", ECHO, schema("q")).await;
     let progress = app
         .upload(ACCOUNT_A, "progress", STREAMING, json!({"type": "object"}))
@@ -245,7 +245,7 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
             "test/socket.test.mjs",
         ])
         .current_dir(&dir)
-        .env("TOOLSERVER_URL", &app.base)
+        .env("TOOLSERVER_URL", app.base())
         .env("TOOLSERVER_TOKEN", token(ACCOUNT_A))
         .env("TOOLSERVER_SCENARIOS", file.path())
         .output()

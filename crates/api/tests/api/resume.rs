@@ -12,8 +12,8 @@ use toolserver_api::cors::CorsSettings;
 use toolserver_api::ApiSettings;
 use toolserver_testsupport::Reply;
 
+use crate::app::{fast_lifecycle, spawn_live_app, TestApp};
 use crate::chunk_stores::{on_each_chunk_store, Chunks};
-use crate::live::{fast_lifecycle, parse_frames, user_turn, LiveApp};
 use crate::support::*;
 
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
@@ -93,7 +93,7 @@ fn types(chunks: &[Value]) -> Vec<&str> {
 /// An agent whose turn calls the uploaded tool `tool` named `name` (with
 /// `input`) and then answers in text; `extra` adds config fields.
 async fn tool_then_text(
-    app: &LiveApp,
+    app: &TestApp,
     model: &str,
     (tool, name): (&str, &str),
     input: Value,
@@ -122,11 +122,11 @@ async fn tool_then_text(
     body["agentId"].as_str().unwrap().to_owned()
 }
 
-async fn resume(app: &LiveApp, agent: &str, conversation: &str, query: &str) -> reqwest::Response {
+async fn resume(app: &TestApp, agent: &str, conversation: &str, query: &str) -> reqwest::Response {
     app.client
         .get(format!(
             "{}/agents/{agent}/chat/{conversation}/stream{query}",
-            app.base
+            app.base()
         ))
         .bearer_auth(token(ACCOUNT_A))
         .send()
@@ -134,7 +134,7 @@ async fn resume(app: &LiveApp, agent: &str, conversation: &str, query: &str) -> 
         .unwrap()
 }
 
-async fn stop(app: &LiveApp, account: &str, agent: &str, conversation: &str) -> (u16, Value) {
+async fn stop(app: &TestApp, account: &str, agent: &str, conversation: &str) -> (u16, Value) {
     app.request(
         reqwest::Method::POST,
         &format!("/agents/{agent}/chat/{conversation}/stop"),
@@ -148,7 +148,7 @@ async fn a_resume_replays_the_running_turn_from_its_start_and_follows_it(
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -198,7 +198,7 @@ async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -252,7 +252,7 @@ async fn start_index_resumes_from_a_chunk_and_counts_back_from_the_end(
 /// the resume sends no chunk and ends with the turn. One beyond 64 bits is
 /// a 400 naming the parameter.
 async fn a_start_index_past_any_chunk_waits_for_the_turn_to_end(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -310,7 +310,7 @@ async fn stop_from_another_connection_ends_the_turn_and_its_runner_call(
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -361,7 +361,7 @@ async fn a_client_that_leaves_does_not_stop_the_turn_and_a_resume_gets_all_of_it
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(&app, "left", (&tool, "slow"), json!({"ms": 600}), json!({})).await;
     let mut first = Frames::new(
@@ -396,7 +396,7 @@ async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "hangs", HANGS, json!({"type": "object"}))
         .await;
@@ -427,7 +427,7 @@ async fn under_on_disconnect_cancel_a_client_that_leaves_stops_the_turn(
 }
 
 async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -482,7 +482,7 @@ async fn a_detached_turn_is_followed_live_from_another_connection(pool: PgPool, 
 }
 
 async fn resume_and_stop_are_scoped_by_account_and_agent(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     app.model.script("plain", vec![Reply::text("hi")]);
     let agent = app.agent(ACCOUNT_A, "plain", json!({})).await;
     let other = app.agent(ACCOUNT_A, "plain", json!({})).await;
@@ -492,7 +492,7 @@ async fn resume_and_stop_are_scoped_by_account_and_agent(pool: PgPool, chunks: C
     );
     let foreign = app
         .client
-        .get(format!("{}/agents/{agent}/chat/conv-t/stream", app.base))
+        .get(format!("{}/agents/{agent}/chat/conv-t/stream", app.base()))
         .bearer_auth(token(ACCOUNT_B))
         .send()
         .await
@@ -525,10 +525,10 @@ async fn cors_answers_preflights_for_allowed_origins_only(pool: PgPool) {
         cors,
         ..ApiSettings::default()
     };
-    let app = LiveApp::start_settings(pool.clone(), settings, fast_lifecycle()).await;
+    let app = TestApp::live(pool.clone()).api(settings).spawn().await;
     let preflight = |origin: &'static str| {
         app.client
-            .request(reqwest::Method::OPTIONS, format!("{}/agents", app.base))
+            .request(reqwest::Method::OPTIONS, format!("{}/agents", app.base()))
             .header("origin", origin)
             .header("access-control-request-method", "POST")
             .header(
@@ -559,7 +559,7 @@ async fn cors_answers_preflights_for_allowed_origins_only(pool: PgPool) {
     let agent = app.agent(ACCOUNT_A, "cors", json!({})).await;
     let response = app
         .client
-        .post(format!("{}/agents/{agent}/chat", app.base))
+        .post(format!("{}/agents/{agent}/chat", app.base()))
         .bearer_auth(token(ACCOUNT_A))
         .header("origin", "http://app.example")
         .json(&user_turn("conv-cors", "hello"))
@@ -581,10 +581,10 @@ async fn cors_answers_preflights_for_allowed_origins_only(pool: PgPool) {
     assert!(!parse_frames(&response.text().await.unwrap()).is_empty());
 
     // Without CORS settings, no origin is allowed.
-    let plain = LiveApp::start(pool).await;
+    let plain = spawn_live_app(pool).await;
     let preflight = plain
         .client
-        .request(reqwest::Method::OPTIONS, format!("{}/agents", plain.base))
+        .request(reqwest::Method::OPTIONS, format!("{}/agents", plain.base()))
         .header("origin", "http://app.example")
         .header("access-control-request-method", "POST")
         .send()
@@ -600,7 +600,7 @@ async fn cors_answers_preflights_for_allowed_origins_only(pool: PgPool) {
 async fn with_recording_off_turns_stream_straight_and_nothing_is_resumable(pool: PgPool) {
     let mut settings = fast_lifecycle();
     settings.streams.record = false;
-    let app = LiveApp::start_settings(pool.clone(), ApiSettings::default(), settings).await;
+    let app = TestApp::live(pool.clone()).harness(settings).spawn().await;
     let tool = app.upload(ACCOUNT_A, "slow", SLOW, ms_schema()).await;
     let agent = tool_then_text(
         &app,
@@ -643,7 +643,7 @@ async fn under_a_commit_delay_concurrent_turns_are_each_recorded_whole_and_in_or
     let mut settings = fast_lifecycle();
     settings.streams.commit_siblings = 0;
     settings.streams.commit_delay = Duration::from_millis(5);
-    let app = LiveApp::start_settings(pool, ApiSettings::default(), settings).await;
+    let app = TestApp::live(pool).harness(settings).spawn().await;
     app.model.script(
         "grouped",
         vec![Reply::text(&"word ".repeat(30)).chunk_delay(Duration::from_millis(1))],
@@ -710,8 +710,10 @@ async fn a_recorder_lingers_for_the_rest_of_a_burst_after_its_first_batch_or_whe
     ] {
         settings.streams.linger = linger;
         settings.streams.commit_siblings = siblings;
-        let app =
-            LiveApp::start_settings(pool.clone(), ApiSettings::default(), settings.clone()).await;
+        let app = TestApp::live(pool.clone())
+            .harness(settings.clone())
+            .spawn()
+            .await;
         app.model.script(
             "bursty",
             vec![Reply::text(&"word ".repeat(20)).chunk_delay(Duration::from_millis(1))],

@@ -16,9 +16,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use toolserver_testsupport::Reply;
 
+use crate::app::{spawn_live_app, TestApp};
 use crate::chunk_stores::{on_each_chunk_store, Chunks};
 use crate::detached::{start_async, wait_for_status};
-use crate::live::LiveApp;
 use crate::support::*;
 
 pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -32,12 +32,12 @@ enum Credential<'a> {
     Header(&'a str),
 }
 
-fn socket_url(app: &LiveApp, agent: &str) -> String {
-    format!("{}/agents/{agent}/ws", app.base.replacen("http", "ws", 1))
+fn socket_url(app: &TestApp, agent: &str) -> String {
+    format!("{}/agents/{agent}/ws", app.base().replacen("http", "ws", 1))
 }
 
 async fn connect(
-    app: &LiveApp,
+    app: &TestApp,
     agent: &str,
     credential: Credential<'_>,
 ) -> Result<(Socket, Option<String>), tokio_tungstenite::tungstenite::Error> {
@@ -71,7 +71,7 @@ async fn connect(
     Ok((socket, protocol))
 }
 
-pub(crate) async fn open(app: &LiveApp, agent: &str) -> Socket {
+pub(crate) async fn open(app: &TestApp, agent: &str) -> Socket {
     connect(app, agent, Credential::Subprotocol(ACCOUNT_A))
         .await
         .expect("the socket opens")
@@ -162,7 +162,7 @@ async fn a_turn_sent_on_one_socket_is_resumed_on_another_with_the_same_sequences
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(
             ACCOUNT_A,
@@ -224,7 +224,7 @@ async fn a_held_resume_receives_a_detached_turns_continuation_without_polling(
     pool: PgPool,
     chunks: Chunks,
 ) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
         .await;
@@ -260,7 +260,7 @@ async fn a_held_resume_receives_a_detached_turns_continuation_without_polling(
 }
 
 async fn an_aborted_request_stops_answering_and_the_turn_goes_on(pool: PgPool, chunks: Chunks) {
-    let app = LiveApp::start_on(pool, chunks).await;
+    let app = TestApp::live(pool).chunks(chunks).spawn().await;
     app.model.script(
         "abort",
         vec![Reply::text("one two three four five six seven eight")
@@ -297,7 +297,7 @@ async fn an_aborted_request_stops_answering_and_the_turn_goes_on(pool: PgPool, c
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn handshakes_and_requests_are_checked(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     app.model.script("checks", vec![Reply::text("hi")]);
     let agent = app.agent(ACCOUNT_A, "checks", json!({})).await;
 

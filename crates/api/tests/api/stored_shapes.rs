@@ -13,11 +13,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
 use toolserver_testsupport::Reply;
 
+use crate::app::{spawn_live_app, TestApp};
 use crate::detached::{start_async, wait_for_status};
-use crate::live::{parse_frames, user_turn, LiveApp, Turn};
-use crate::real_client::client_dir;
 use crate::support::*;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input }; } };";
@@ -41,7 +41,7 @@ struct Shape {
     messages: Value,
 }
 
-async fn stored_messages(app: &LiveApp, conversation: &str) -> Value {
+async fn stored_messages(app: &TestApp, conversation: &str) -> Value {
     let (status, body) = app
         .request(
             reqwest::Method::GET,
@@ -66,7 +66,7 @@ fn tool_parts(messages: &Value) -> Vec<Value> {
 }
 
 /// A chat turn whose model calls the tool `echo` and then answers.
-async fn chat_with_a_tool_call(app: &LiveApp, echo: &str) -> Value {
+async fn chat_with_a_tool_call(app: &TestApp, echo: &str) -> Value {
     app.model.script(
         "stored-chat",
         vec![
@@ -85,7 +85,7 @@ async fn chat_with_a_tool_call(app: &LiveApp, echo: &str) -> Value {
 }
 
 /// A detached (`/async`) turn whose async call completed and was continued.
-async fn detached_with_a_completed_call(app: &LiveApp) -> Value {
+async fn detached_with_a_completed_call(app: &TestApp) -> Value {
     let job = app.upload(ACCOUNT_A, "job", JOB, schema("job")).await;
     app.model.script(
         "stored-detached",
@@ -123,7 +123,7 @@ async fn detached_with_a_completed_call(app: &LiveApp) -> Value {
 
 /// A turn stopped (`POST …/stop`) while its streaming tool runs, after the
 /// tool yielded once.
-async fn stopped_mid_tool(app: &LiveApp) -> Value {
+async fn stopped_mid_tool(app: &TestApp) -> Value {
     let hangs = app
         .upload(
             ACCOUNT_A,
@@ -175,7 +175,7 @@ async fn stopped_mid_tool(app: &LiveApp) -> Value {
 }
 
 /// An agent whose tool yields twice and then throws.
-async fn failing_agent(app: &LiveApp) -> String {
+async fn failing_agent(app: &TestApp) -> String {
     let failing = app
         .upload(
             ACCOUNT_A,
@@ -197,7 +197,7 @@ async fn failing_agent(app: &LiveApp) -> String {
 
 /// A turn of the failing agent on `conversation`: the stream and the
 /// stored messages.
-async fn failed_after_yielding(app: &LiveApp, agent: &str, conversation: &str) -> (Turn, Value) {
+async fn failed_after_yielding(app: &TestApp, agent: &str, conversation: &str) -> (Turn, Value) {
     let turn = app.say(ACCOUNT_A, agent, conversation, "go").await;
     assert_eq!(turn.status, 200, "{}", turn.body);
     assert_eq!(
@@ -213,7 +213,7 @@ async fn failed_after_yielding(app: &LiveApp, agent: &str, conversation: &str) -
 
 /// A chat turn whose call of the tool `echo` needs approval, then the
 /// person's decision.
-async fn decided_approval(app: &LiveApp, echo: &str, model: &str, approved: bool) -> Value {
+async fn decided_approval(app: &TestApp, echo: &str, model: &str, approved: bool) -> Value {
     let conversation = format!("stored-{model}");
     app.model.script(
         model,
@@ -282,7 +282,7 @@ fn interrupted_turn_fixture() -> Value {
 /// Runs `clients/ai-sdk/test/stored.test.mjs` on `shapes`: each must pass
 /// `safeValidateUIMessages` of both majors with nothing stripped.
 async fn validate_with_ai_sdk(shapes: &[Shape]) {
-    let dir = client_dir();
+    let dir = client_dir("ai-sdk");
     let file = tempfile::NamedTempFile::new().unwrap();
     let conversations: Vec<Value> = shapes
         .iter()
@@ -322,7 +322,7 @@ async fn validate_with_ai_sdk(shapes: &[Shape]) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn every_stored_conversation_shape_passes_the_ai_sdk_validator(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let echo = app.upload(ACCOUNT_A, "echo", ECHO, schema("q")).await;
     let failing = failing_agent(&app).await;
     let shapes = vec![
@@ -364,7 +364,7 @@ async fn every_stored_conversation_shape_passes_the_ai_sdk_validator(pool: PgPoo
 async fn a_tool_that_fails_after_yielding_stores_what_the_page_shows_and_tells_the_model(
     pool: PgPool,
 ) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let agent = failing_agent(&app).await;
     let (turn, messages) = failed_after_yielding(&app, &agent, "stored-failed").await;
     let failed = turn.of_type("tool-output-error");
@@ -388,7 +388,7 @@ async fn a_tool_that_fails_after_yielding_stores_what_the_page_shows_and_tells_t
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_call_stopped_after_yielding_keeps_its_last_output_in_its_error_text(pool: PgPool) {
-    let app = LiveApp::start(pool).await;
+    let app = spawn_live_app(pool).await;
     let messages = stopped_mid_tool(&app).await;
     let part = &tool_parts(&messages)[0];
     assert_eq!(
@@ -402,7 +402,7 @@ async fn a_call_stopped_after_yielding_keeps_its_last_output_in_its_error_text(p
 async fn a_conversation_stored_with_output_on_an_error_part_reads_and_is_saved_without_it(
     pool: PgPool,
 ) {
-    let app = LiveApp::start(pool.clone()).await;
+    let app = spawn_live_app(pool.clone()).await;
     let agent = failing_agent(&app).await;
     let (_, mut legacy) = failed_after_yielding(&app, &agent, "stored-legacy").await;
     // What earlier releases stored: the error part kept the last preliminary

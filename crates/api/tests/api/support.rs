@@ -1,83 +1,18 @@
-//! A typed test app: builds the real router over a test database and makes
-//! requests in-process, returning status and parsed JSON.
+//! What tests share besides the app: accounts and their tokens, tool
+//! upload bodies, in-process replies, and turn streams parsed.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
-use axum::Router;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use toolserver_api::auth::{AuthSettings, Authenticator, KeySource};
-use toolserver_api::{ApiSettings, AppState};
-use toolserver_bundles::{BundleStore, FsBundleStore, UrlSigner};
-use toolserver_harness::outbound::{self, OutboundPolicy};
-use toolserver_harness::runner_call::RunnerCallSettings;
-use toolserver_harness::sealing::SecretBox;
-use toolserver_harness::tools::{TavilySettings, ToolSources};
-use toolserver_harness::{Harness, HarnessSettings};
-use toolserver_sandbox::{Executor, IsolationMode, LocalExecutor, LocalSettings};
-use tower::ServiceExt;
 
 pub const SECRET: &str = "test-secret";
 pub const ACCOUNT_A: &str = "acct_a";
 pub const ACCOUNT_B: &str = "acct_b";
-
-pub struct TestApp {
-    pub router: Router,
-    pub bundles: Arc<dyn BundleStore>,
-    _dirs: (Option<tempfile::TempDir>, tempfile::TempDir),
-}
-
-/// The agent harness over the test's parts: loopback allowed (scripted
-/// models and fake Tavily listen there), Tavily at `tavily` if given.
-pub fn test_harness(
-    pool: PgPool,
-    bundles: Arc<dyn BundleStore>,
-    executor: Arc<dyn Executor>,
-    tavily: Option<url::Url>,
-    settings: HarnessSettings,
-) -> Harness {
-    let policy = OutboundPolicy {
-        allow_private: true,
-    };
-    harness_with_policy(pool, bundles, executor, tavily, settings, policy)
-}
-
-/// [`test_harness`] under the given outbound policy.
-pub fn harness_with_policy(
-    pool: PgPool,
-    bundles: Arc<dyn BundleStore>,
-    executor: Arc<dyn Executor>,
-    tavily: Option<url::Url>,
-    settings: HarnessSettings,
-    policy: OutboundPolicy,
-) -> Harness {
-    let mcp_policy = policy.clone();
-    let sources = ToolSources {
-        pool,
-        executor,
-        bundles,
-        runner: RunnerCallSettings {
-            inline_bundle_max_bytes: 64 * 1024,
-            signed_url_ttl: std::time::Duration::from_secs(300),
-            max_output_bytes: 4 * 1024 * 1024,
-        },
-        tavily: TavilySettings {
-            base_url: tavily.unwrap_or_else(|| url::Url::parse("http://127.0.0.1:9/").unwrap()),
-            fallback_api_key: None,
-        },
-        http: outbound::client(&policy, std::time::Duration::from_secs(5)).unwrap(),
-        policy,
-        default_tool_timeout: std::time::Duration::from_secs(25),
-        mcp: std::sync::Arc::new(
-            toolserver_harness::tools::McpClients::with_defaults(mcp_policy).unwrap(),
-        ),
-    };
-    Harness::new(sources, SecretBox::new(&[42; 32]), settings)
-}
 
 /// HS256 verification with [`SECRET`].
 pub fn hs256_auth() -> Authenticator {
@@ -85,28 +20,7 @@ pub fn hs256_auth() -> Authenticator {
     Authenticator::new(&hs256_settings(), keys)
 }
 
-/// A local runner backend under `dir` (made reachable for a `nobody` worker)
-/// whose runners post job callbacks to the server at `public_url`.
-pub fn local_executor(dir: &std::path::Path, public_url: Option<url::Url>) -> LocalExecutor {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    LocalExecutor::new(LocalSettings {
-        node_binary: "node".into(),
-        root: dir.join("runners"),
-        idle_timeout: std::time::Duration::from_secs(300),
-        start_timeout: std::time::Duration::from_secs(10),
-        kill_grace: std::time::Duration::from_millis(500),
-        isolation: IsolationMode::PreferBwrap,
-        bwrap_binary: "bwrap".into(),
-        egress: toolserver_sandbox::EgressSettings {
-            callback_base: public_url,
-            ..Default::default()
-        },
-        limits: Default::default(),
-    })
-    .unwrap()
-}
-
+/// An in-process answer: status, headers and body.
 pub struct Reply {
     pub status: StatusCode,
     pub headers: axum::http::HeaderMap,
@@ -137,159 +51,6 @@ pub fn hs256_settings() -> AuthSettings {
         audience: None,
         account_claim: "account_id".into(),
         leeway: std::time::Duration::from_secs(0),
-    }
-}
-
-pub async fn fs_store(dir: &std::path::Path) -> Arc<dyn BundleStore> {
-    let signer = UrlSigner::new(
-        b"signing-key".to_vec(),
-        url::Url::parse("http://toolserver.test/").unwrap(),
-    )
-    .unwrap();
-    Arc::new(FsBundleStore::open(dir, signer).await.unwrap())
-}
-
-impl TestApp {
-    /// The app over `pool` with a filesystem store and HS256 tokens.
-    pub async fn new(pool: PgPool) -> Self {
-        Self::with(pool, ApiSettings::default()).await
-    }
-
-    pub async fn with(pool: PgPool, settings: ApiSettings) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let bundles = fs_store(dir.path()).await;
-        Self::assemble(pool, bundles, hs256_auth(), settings, Some(dir))
-    }
-
-    /// The app as deployed by default: outbound requests reach public
-    /// addresses only.
-    pub async fn public_outbound_only(pool: PgPool) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let bundles = fs_store(dir.path()).await;
-        Self::assemble_with_policy(
-            pool,
-            bundles,
-            hs256_auth(),
-            ApiSettings::default(),
-            Some(dir),
-            OutboundPolicy::default(),
-        )
-    }
-
-    pub fn assemble(
-        pool: PgPool,
-        bundles: Arc<dyn BundleStore>,
-        auth: Authenticator,
-        settings: ApiSettings,
-        dir: Option<tempfile::TempDir>,
-    ) -> Self {
-        let policy = OutboundPolicy {
-            allow_private: true,
-        };
-        Self::assemble_with_policy(pool, bundles, auth, settings, dir, policy)
-    }
-
-    fn assemble_with_policy(
-        pool: PgPool,
-        bundles: Arc<dyn BundleStore>,
-        auth: Authenticator,
-        settings: ApiSettings,
-        dir: Option<tempfile::TempDir>,
-        policy: OutboundPolicy,
-    ) -> Self {
-        let runners = tempfile::tempdir().unwrap();
-        let executor: Arc<dyn Executor> = Arc::new(local_executor(runners.path(), None));
-        let harness = harness_with_policy(
-            pool.clone(),
-            bundles.clone(),
-            executor.clone(),
-            None,
-            HarnessSettings::default(),
-            policy,
-        );
-        let state = AppState::new(
-            pool,
-            bundles.clone(),
-            executor,
-            auth,
-            settings,
-            harness,
-            None,
-        );
-        Self {
-            router: toolserver_api::app(state),
-            bundles,
-            _dirs: (dir, runners),
-        }
-    }
-
-    pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        Reply {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        account: &str,
-        body: Option<Value>,
-    ) -> Reply {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::AUTHORIZATION, format!("Bearer {}", token(account)));
-        let body = match body {
-            Some(value) => {
-                builder = builder.header(header::CONTENT_TYPE, "application/json");
-                Body::from(serde_json::to_vec(&value).unwrap())
-            }
-            None => Body::empty(),
-        };
-        self.send(builder.body(body).unwrap()).await
-    }
-
-    /// Sends a multipart body of `parts` as account A.
-    pub async fn send_multipart(
-        &self,
-        method: Method,
-        path: &str,
-        parts: &[(&str, &[u8])],
-    ) -> Reply {
-        let (content_type, body) = multipart(parts);
-        self.send(authed(method, path, &content_type, body)).await
-    }
-
-    pub async fn get(&self, path: &str, account: &str) -> Reply {
-        self.call(Method::GET, path, account, None).await
-    }
-
-    /// Uploads a tool as JSON and asserts it was created.
-    pub async fn create(&self, account: &str, name: &str, bundle: &[u8]) -> Value {
-        let reply = self
-            .call(
-                Method::POST,
-                "/accounts/me/tools",
-                account,
-                Some(manifest(name, bundle)),
-            )
-            .await;
-        assert_eq!(
-            reply.status,
-            StatusCode::CREATED,
-            "{}",
-            String::from_utf8_lossy(&reply.body)
-        );
-        reply.json()
     }
 }
 
@@ -360,4 +121,73 @@ pub fn authed(method: Method, path: &str, content_type: &str, body: Vec<u8>) -> 
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(body))
         .unwrap()
+}
+
+/// One response of a turn: status, headers and the parsed `data:` frames.
+pub struct Turn {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+    /// Every JSON chunk, in order (the final `[DONE]` excluded).
+    pub chunks: Vec<Value>,
+}
+
+impl Turn {
+    pub fn types(&self) -> Vec<String> {
+        self.chunks
+            .iter()
+            .map(|c| c["type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    pub fn of_type(&self, kind: &str) -> Vec<&Value> {
+        self.chunks.iter().filter(|c| c["type"] == kind).collect()
+    }
+
+    pub fn text(&self) -> String {
+        self.of_type("text-delta")
+            .iter()
+            .map(|c| c["delta"].as_str().unwrap())
+            .collect()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+/// The body `useChat` sends for a new user message.
+pub fn user_turn(conversation: &str, text: &str) -> Value {
+    json!({
+        "id": conversation,
+        "messages": [{"id": uuid::Uuid::new_v4().to_string(), "role": "user", "parts": [{"type": "text", "text": text}]}],
+        "trigger": "submit-message",
+    })
+}
+
+/// Splits an SSE body into its JSON chunks, checking the framing: every
+/// event is `data: <json>` (or a `:` comment), and the last is `[DONE]`.
+pub fn parse_frames(body: &str) -> Vec<Value> {
+    let events: Vec<&str> = body
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for event in events {
+        if event.starts_with(':') {
+            continue;
+        }
+        let data = event
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("not a data frame: {event:?}"));
+        assert!(!done, "a frame after [DONE]: {data}");
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        chunks.push(serde_json::from_str(data).unwrap());
+    }
+    assert!(done, "the stream did not end with [DONE]:\n{body}");
+    chunks
 }

@@ -4,11 +4,12 @@ use axum::http::{Method, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::app::spawn_app;
 use crate::support::*;
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn other_accounts_get_404_on_every_tool_route(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let owned = app.create(ACCOUNT_A, "private_tool", BUNDLE).await;
     let id = owned["toolId"].as_str().unwrap();
     let base = format!("/accounts/me/tools/{id}");
@@ -47,7 +48,7 @@ async fn other_accounts_get_404_on_every_tool_route(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn same_name_in_two_accounts_is_two_tools(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let a = app.create(ACCOUNT_A, "shared_name", BUNDLE).await;
     let b = app.create(ACCOUNT_B, "shared_name", BUNDLE).await;
     assert_ne!(a["toolId"], b["toolId"]);
@@ -55,7 +56,7 @@ async fn same_name_in_two_accounts_is_two_tools(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn malformed_tool_ids_are_not_found(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     for id in ["nope", "tool_", "tool_zz", "123"] {
         let reply = app
             .get(&format!("/accounts/me/tools/{id}"), ACCOUNT_A)

@@ -4,11 +4,12 @@ use axum::http::{header, Method, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::app::spawn_app;
 use crate::support::*;
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn upload_read_update_download_delete(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let created = app.create(ACCOUNT_A, "echo", BUNDLE).await;
     let id = created["toolId"].as_str().unwrap().to_owned();
     assert!(id.starts_with("tool_"));
@@ -82,7 +83,7 @@ async fn upload_read_update_download_delete(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn multipart_upload_and_patch(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let manifest = json!({
         "name": "mp_tool",
         "description": "Uploaded as multipart.",
@@ -122,7 +123,7 @@ async fn multipart_upload_and_patch(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn list_pages_are_stable_and_complete(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let mut expected = Vec::new();
     for i in 0..7 {
         let tool = app.create(ACCOUNT_A, &format!("tool_{i}"), BUNDLE).await;
@@ -171,7 +172,7 @@ async fn list_pages_are_stable_and_complete(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn identical_bundles_are_stored_once(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let first = app.create(ACCOUNT_A, "first", BUNDLE).await;
     let second = app.create(ACCOUNT_B, "second", BUNDLE).await;
     assert_eq!(first["bundleSha256"], second["bundleSha256"]);
@@ -190,7 +191,7 @@ async fn identical_bundles_are_stored_once(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn concurrent_uploads_of_one_name_have_one_winner(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let uploads = (0..8).map(|i| {
         let body = manifest(
             "contested",
@@ -216,7 +217,7 @@ async fn concurrent_uploads_of_one_name_have_one_winner(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn renaming_onto_a_taken_name_conflicts_and_changes_nothing(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     app.create(ACCOUNT_A, "taken", BUNDLE).await;
     let other = app.create(ACCOUNT_A, "other", BUNDLE).await;
     let id = other["toolId"].as_str().unwrap();
@@ -238,7 +239,7 @@ async fn renaming_onto_a_taken_name_conflicts_and_changes_nothing(pool: PgPool) 
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_egress_allow_list_is_stored_shown_replaced_and_lifted(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let created = app.create(ACCOUNT_A, "open", BUNDLE).await;
     assert_eq!(created["egress"], json!({}), "no list: any public host");
 

@@ -5,6 +5,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use crate::app::{spawn_app, TestApp};
 use crate::support::*;
 
 /// (case, body, status, error code, field named)
@@ -141,7 +142,7 @@ fn create_cases() -> Vec<(
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn create_rejects_each_bad_field(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     for (case, body, status, code, field) in create_cases() {
         let reply = app
             .call(Method::POST, "/accounts/me/tools", ACCOUNT_A, Some(body))
@@ -187,7 +188,7 @@ async fn create_rejects_each_bad_field(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn malformed_json_and_wrong_media_type(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let reply = app
         .send(authed(
             Method::POST,
@@ -212,7 +213,7 @@ async fn malformed_json_and_wrong_media_type(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn bundle_size_limit_is_inclusive(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let limit = 1_048_576;
     let exact = filler_bundle(limit);
     let created = app.create(ACCOUNT_A, "exactly_the_limit", &exact).await;
@@ -276,7 +277,7 @@ async fn request_body_limit_answers_413_json(pool: PgPool) {
         max_request_bytes: 1024,
         ..Default::default()
     };
-    let app = TestApp::with(pool, settings).await;
+    let app = TestApp::builder(pool).api(settings).spawn().await;
     let reply = app
         .call(
             Method::POST,
@@ -291,7 +292,7 @@ async fn request_body_limit_answers_413_json(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn patch_rejects_bad_changes_and_keeps_the_tool(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     let created = app.create(ACCOUNT_A, "stable", BUNDLE).await;
     let path = format!("/accounts/me/tools/{}", created["toolId"].as_str().unwrap());
     let unchanged = app
@@ -348,7 +349,7 @@ async fn patch_rejects_bad_changes_and_keeps_the_tool(pool: PgPool) {
 /// and nothing changes.
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_schema_broken_in_a_nested_subschema_is_refused_naming_where(pool: PgPool) {
-    let app = TestApp::new(pool.clone()).await;
+    let app = spawn_app(pool.clone()).await;
     let nested = |inner: Value| json!({"type": "object", "allOf": [{"allOf": [inner]}]});
     let cases = [
         (
@@ -413,7 +414,7 @@ async fn a_schema_broken_in_a_nested_subschema_is_refused_naming_where(pool: PgP
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn list_rejects_bad_paging(pool: PgPool) {
-    let app = TestApp::new(pool).await;
+    let app = spawn_app(pool).await;
     for (query, field) in [
         ("limit=0", "limit"),
         ("limit=201", "limit"),
