@@ -11,9 +11,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
+use toolserver_testsupport::wait::until;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::{until, Server, Setup};
+use crate::server::{Server, Setup};
 
 /// Both servers: fast stream checks, and a lease far longer than any wait
 /// here, so only the process's liveness can free the conversation.
@@ -203,7 +205,7 @@ fn assert_stored_as_seen(stored: &Value, seen: &Read) {
 
 /// Runs the AI SDK's validator (both majors) on `messages`.
 async fn validate_with_ai_sdk(name: &str, messages: &[Value]) {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/ai-sdk");
+    let dir = client_dir("ai-sdk");
     let file = tempfile::NamedTempFile::new().unwrap();
     let stored = json!({"conversations": [{"name": name, "messages": messages}]});
     std::fs::write(file.path(), serde_json::to_vec(&stored).unwrap()).unwrap();

@@ -6,15 +6,16 @@
 //! Bubblewrap is made unusable by pointing `TOOLSERVER_BWRAP_BINARY` at a
 //! missing file or at one that cannot build a sandbox.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
+use toolserver_testsupport::http::{free_port, hs256_token, wait_ready};
+use toolserver_testsupport::tools;
+
+use crate::server::{data_dir, database_url};
 
 const SECRET: &str = "isolation-secret";
 
@@ -31,8 +32,7 @@ impl Server {
     /// Starts the binary with only `PATH`, `HOME` and the listeners set
     /// besides `settings`: no database URL means the embedded database.
     fn spawn(settings: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = data_dir();
         let log = dir.path().join("server.log");
         let port = free_port();
         let output = std::fs::File::create(&log).unwrap();
@@ -123,14 +123,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The URL of the test's own database.
-fn database_url(pool: &PgPool) -> String {
-    let name = pool.connect_options().get_database().unwrap().to_owned();
-    let mut url = url::Url::parse(&std::env::var("DATABASE_URL").unwrap()).unwrap();
-    url.set_path(&name);
-    url.to_string()
 }
 
 /// `bwrap` stand-ins that cannot isolate: missing, and one that cannot
@@ -255,24 +247,12 @@ async fn the_default_isolates_runners_with_bubblewrap_and_warns_of_nothing(pool:
     );
     let client = reqwest::Client::new();
     let token = hs256_token(SECRET, "acct_probe");
-    let tool = post_json(
-        &client,
-        &format!("{}/accounts/me/tools", server.base),
-        &token,
-        json!({
-            "name": "probe", "description": "Tries the host.", "inputSchema": {"type": "object"},
-            "bundle": base64::engine::general_purpose::STANDARD.encode(PROBE),
-        }),
-    )
-    .await;
-    let tool = tool["toolId"].as_str().unwrap();
-    let result = post_json(
-        &client,
-        &format!("{}/accounts/me/tools/{tool}/invoke", server.base),
-        &token,
-        json!({"input": {}}),
-    )
-    .await;
+    let schema = json!({"type": "object"});
+    let tool = tools::upload(&client, &server.base, &token, "probe", PROBE, schema).await;
+    let input = json!({"input": {}});
+    let result = tools::invoke(&client, &server.base, &token, &tool, &input).await;
+    assert_eq!(result.status(), 200);
+    let result: Value = result.json().await.unwrap();
     assert_eq!(
         result["output"],
         json!({"passwd": "refused: ENOENT", "postgres": "refused: ECONNREFUSED"}),

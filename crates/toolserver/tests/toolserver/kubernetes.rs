@@ -6,15 +6,15 @@
 
 use std::path::PathBuf;
 
-use base64::Engine;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_kubernetes::manifests::runner_network_policy;
 use toolserver_sandbox::WorkerAssets;
 use toolserver_testsupport::kube::{FakeCluster, FakeClusterOptions};
+use toolserver_testsupport::wait::until;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::{script, until, Setup};
+use crate::server::{script, Setup};
 
 const NS: &str = "runners";
 
@@ -57,23 +57,9 @@ async fn the_api_runs_tools_in_pods_unchanged(pool: PgPool) {
         .await;
 
     let echo = "export default { async execute(ctx, input) { return { echo: input.q }; } };";
-    let tool = setup
-        .post(
-            &server,
-            "/accounts/me/tools",
-            json!({"name": "echo", "description": "echo", "inputSchema": {"type": "object"},
-                   "bundle": base64::engine::general_purpose::STANDARD.encode(echo)}),
-        )
-        .await["toolId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let tool = setup.upload_tool(&server, "echo", echo).await;
     let result = setup
-        .post(
-            &server,
-            &format!("/accounts/me/tools/{tool}/invoke"),
-            json!({"input": {"q": "in a pod"}}),
-        )
+        .invoke(&server, &tool, json!({"input": {"q": "in a pod"}}))
         .await;
     assert_eq!(result["output"], json!({"echo": "in a pod"}), "{result}");
     let pods: Vec<Value> = cluster

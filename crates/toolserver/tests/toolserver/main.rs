@@ -18,6 +18,7 @@ mod refusals;
 mod routes_docs;
 mod runner_exits;
 mod serve;
+mod server;
 mod settings;
 mod stream_failover;
 mod traces;

@@ -4,12 +4,11 @@
 //! runner's completion reaches the restarted process, and the official SDK
 //! client sees the task complete there.
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_testsupport::clients::client_dir;
 
-use crate::crash::{Server, Setup};
+use crate::server::{Server, Setup};
 
 const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
 
@@ -18,7 +17,7 @@ async fn mcp(setup: &Setup, server: &Server, command: &[&str]) -> Value {
     let output = tokio::process::Command::new("node")
         .arg("bin/mcp.mjs")
         .args(command)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../clients/mcp"))
+        .current_dir(client_dir("mcp"))
         .env("MCP_URL", format!("{}/mcp", server.base))
         .env("MCP_TOKEN", setup.token())
         .output()

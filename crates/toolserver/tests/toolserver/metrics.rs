@@ -10,9 +10,10 @@ use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::http::free_port;
+use toolserver_testsupport::wait::until;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::{script, until, Server, Setup};
+use crate::server::{script, Server, Setup};
 
 const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
 
@@ -139,11 +140,7 @@ async fn streamed_turn_with_a_tool_call(setup: &Setup, server: &Server, model: &
     assert!(stream.contains("tool-output-available"), "{stream}");
     assert!(stream.ends_with("data: [DONE]\n\n"), "{stream}");
     let invoked = setup
-        .post(
-            server,
-            &format!("/accounts/me/tools/{echo}/invoke"),
-            json!({"input": {"say": "again"}}),
-        )
+        .invoke(server, &echo, json!({"input": {"say": "again"}}))
         .await;
     assert_eq!(invoked["output"]["echo"]["say"], "again", "{invoked}");
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::{Server, Setup};
+use crate::server::{Server, Setup};
 
 /// Waits `input.ms`, then answers which job it was.
 const SLEEPER: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { finished: input.job }; } };";

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::{Server, Setup};
+use crate::server::{Server, Setup};
 
 const FAST_STREAMS: &[(&str, &str)] = &[
     ("TOOLSERVER_STREAM_POLL_MS", "100"),

@@ -16,7 +16,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::crash::Setup;
+use crate::server::Setup;
 
 const ECHO: &str =
     "export default { execute(ctx, input) { return { echo: input, traceparent: ctx.traceparent }; } };";

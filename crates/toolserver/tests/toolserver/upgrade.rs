@@ -15,10 +15,11 @@ use serde_json::{json, Value};
 use sqlx::migrate::Migrate;
 use sqlx::PgPool;
 use toolserver_store::async_results::{LEGACY_RUNNER_ERROR, SILENT_RUNNER_ERROR};
+use toolserver_testsupport::wait::until;
 use toolserver_testsupport::{Reply, ScriptedModel};
 use uuid::Uuid;
 
-use crate::crash::{until, Server, Setup};
+use crate::server::{Server, Setup};
 
 /// The account of [`Setup`]'s token.
 const ACCOUNT: &str = "crash";
