@@ -47,6 +47,7 @@ use crate::model::ChaosModel;
 use crate::servers::Server;
 use crate::trial::{BackToBackRecord, Cluster, Outcome, TrialReport, TurnRecord};
 use toolserver_testsupport::bench::ScratchDatabase;
+use toolserver_testsupport::http::free_port;
 
 /// Why a run could not be carried out (as opposed to what it found).
 #[derive(Debug, thiserror::Error)]
@@ -130,8 +131,8 @@ async fn run_in(
     let mut env = server_env(database_url, root);
     env.extend(config.server_env.iter().cloned());
     let mut servers = [
-        Server::new(&config.binary, "a", free_port()?, root, &env)?,
-        Server::new(&config.binary, "b", free_port()?, root, &env)?,
+        Server::new(&config.binary, "a", free_port(), root, &env)?,
+        Server::new(&config.binary, "b", free_port(), root, &env)?,
     ];
     // One after the other: the first applies the migrations.
     for server in &mut servers {
@@ -346,13 +347,6 @@ fn print_trial(index: usize, trials: usize, report: &TrialReport) {
             eprintln!("chaos:   {} misordered: {reason}", pair.name());
         }
     }
-}
-
-/// A free loopback port (free when asked; a server binds it next).
-fn free_port() -> Result<u16, ChaosError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Runs trial `index`: back to back turns on one conversation in
