@@ -59,21 +59,35 @@ async fn in_flight_requests_finish_after_shutdown_is_requested() {
 
 #[tokio::test]
 async fn grace_period_bounds_a_stuck_request() {
+    let (entered_tx, entered_rx) = oneshot::channel::<()>();
+    let entered = std::sync::Arc::new(std::sync::Mutex::new(Some(entered_tx)));
     let router = Router::new().route(
         "/stuck",
-        get(|| async {
-            std::future::pending::<()>().await;
-            "never"
+        get(move || {
+            let entered = entered.clone();
+            async move {
+                if let Some(tx) = entered.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                std::future::pending::<()>().await;
+                "never"
+            }
         }),
     );
-    let (addr, stop_tx, server) = start(router, Duration::from_millis(200)).await;
+    let grace = Duration::from_millis(200);
+    let (addr, stop_tx, server) = start(router, grace).await;
     let request = tokio::spawn(async move { reqwest::get(format!("http://{addr}/stuck")).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    entered_rx.await.unwrap();
+    let stopping = std::time::Instant::now();
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(5), server)
         .await
         .expect("server stops once the grace period is over")
         .unwrap()
         .unwrap();
+    assert!(
+        stopping.elapsed() >= grace,
+        "the stuck request had its grace period first"
+    );
     request.abort();
 }
