@@ -6,6 +6,7 @@ pub mod agent;
 pub mod conversation;
 pub mod digest;
 pub mod egress;
+pub mod job_token;
 pub mod lifecycle;
 pub mod limits;
 pub mod network;
@@ -22,6 +23,7 @@ pub use agent::{
 pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;
 pub use egress::EgressAllowList;
+pub use job_token::JobToken;
 pub use lifecycle::{CallStatus, StreamStatus, TurnStatus};
 pub use limits::{AccountLimits, LimitKind, LimitOverrides};
 pub use secret::Secret;

@@ -18,10 +18,9 @@ use axum::http::request::Parts;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
-use toolserver_domain::CallStatus;
+use toolserver_domain::{CallStatus, JobToken};
 use toolserver_store::async_results::{self, AsyncOutcome, Beat, HeartbeatAnswer, Settlement};
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
@@ -62,7 +61,7 @@ impl FromRequestParts<AppState> for JobCall {
             .headers
             .get(JOB_TOKEN_HEADER)
             .and_then(|v| v.to_str().ok())
-            .filter(|t| !t.is_empty())
+            .and_then(JobToken::parse)
             .ok_or_else(|| {
                 ApiError::Unauthorized(format!("the {JOB_TOKEN_HEADER} header is required"))
             })?;
@@ -73,7 +72,7 @@ impl FromRequestParts<AppState> for JobCall {
                     StoreError::NotFound => not_found(),
                     other => other.into(),
                 })?;
-        let presented = Sha256::digest(token.as_bytes());
+        let presented = token.sha256();
         if !bool::from(presented.as_slice().ct_eq(stored.as_slice())) {
             return Err(ApiError::Forbidden(format!(
                 "the {JOB_TOKEN_HEADER} does not belong to this call"

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
-use toolserver_domain::AccountId;
+use toolserver_domain::{AccountId, JobToken};
 use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOwner};
 use url::Url;
 use uuid::Uuid;
@@ -30,11 +29,11 @@ pub(super) struct GroupDetacher {
 }
 
 /// A new random job token and its SHA-256.
-pub(super) fn job_token() -> (String, [u8; 32]) {
+pub(super) fn job_token() -> (JobToken, [u8; 32]) {
     let mut secret = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
-    let token = hex::encode(secret);
-    let hash = Sha256::digest(token.as_bytes()).into();
+    let token = JobToken::from_random(secret);
+    let hash = token.sha256();
     (token, hash)
 }
 
@@ -48,7 +47,7 @@ pub(super) fn async_meta(
     settings: &LifecycleSettings,
     id: Uuid,
     launch: i32,
-    token: &str,
+    token: &JobToken,
 ) -> Result<Value, String> {
     let route = |action: &str| {
         let path = format!("/sandbox-jobs/{id}/{action}");
@@ -64,7 +63,7 @@ pub(super) fn async_meta(
         "idempotencyKey": id,
         "completePath": complete_path,
         "completeUrl": complete_url.as_str(),
-        "completionToken": token,
+        "completionToken": token.expose(),
         "heartbeatUrl": heartbeat_url.as_str(),
         "livenessIntervalMs": settings.liveness_interval.as_millis() as u64,
         "completionRetryMs": settings.completion_retry.as_millis() as u64,
