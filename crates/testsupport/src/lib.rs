@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod clients;
+pub mod drift;
 pub mod fixtures;
 pub mod http;
 pub mod kube;

@@ -4,19 +4,7 @@
 #[test]
 fn openapi_yaml_matches_the_routes() {
     let generated = toolserver_api::contract_yaml().unwrap();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml");
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    if generated != committed {
-        let first_difference = generated
-            .lines()
-            .zip(committed.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(generated.lines().count().min(committed.lines().count()));
-        panic!(
-            "openapi.yaml is out of date (first difference at line {}); run `make openapi`",
-            first_difference + 1
-        );
-    }
+    toolserver_testsupport::drift::assert_committed("openapi.yaml", &generated, "make openapi");
 }
 
 #[test]

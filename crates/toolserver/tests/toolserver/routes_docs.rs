@@ -5,19 +5,11 @@
 #[test]
 fn routes_md_matches_the_routes() {
     let generated = toolserver::routes_docs::markdown().unwrap();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/routes.md");
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    if generated != committed {
-        let first_difference = generated
-            .lines()
-            .zip(committed.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(generated.lines().count().min(committed.lines().count()));
-        panic!(
-            "docs/routes.md is out of date (first difference at line {}); run `make routes-docs`",
-            first_difference + 1
-        );
-    }
+    toolserver_testsupport::drift::assert_committed(
+        "docs/routes.md",
+        &generated,
+        "make routes-docs",
+    );
 }
 
 #[test]

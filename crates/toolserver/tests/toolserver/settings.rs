@@ -14,22 +14,11 @@ fn repo_file(name: &str) -> String {
 #[test]
 fn the_settings_reference_is_what_the_code_generates() {
     let generated = config::reference::markdown();
-    let committed = repo_file("docs/configuration.md");
-    if committed != generated {
-        let differs = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(committed, generated)| committed != generated)
-            .map_or(
-                committed.lines().count().min(generated.lines().count()),
-                |at| at,
-            );
-        panic!(
-            "docs/configuration.md differs from the settings' declarations from line {}; \
-             run `make docs`",
-            differs + 1
-        );
-    }
+    toolserver_testsupport::drift::assert_committed(
+        "docs/configuration.md",
+        &generated,
+        "make docs",
+    );
 }
 
 #[test]
