@@ -1,0 +1,219 @@
+//! Agents as clients of MCP servers they name: calling their tools, a
+//! server that is down as a tool error, servers checked when the agent is
+//! saved, and remote tools that need approval.
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use toolserver_testsupport::http::free_port;
+use toolserver_testsupport::Reply;
+
+use crate::app::{spawn_live_app, TestApp};
+use crate::support::*;
+
+use super::{text_schema, ECHO, THROWS};
+
+/// An agent of account A whose config names account B's `/mcp`.
+async fn agent_on_peer(app: &TestApp, model: &str, server: Value) -> (u16, Value) {
+    let mut config = app.agent_config(model, json!({}));
+    config["mcpServers"] = json!({ "peer": server });
+    app.request(
+        reqwest::Method::POST,
+        "/agents",
+        ACCOUNT_A,
+        Some(json!({"name": model, "config": config})),
+    )
+    .await
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_agent_calls_the_tools_of_an_mcp_server_it_names(pool: PgPool) {
+    let app = spawn_live_app(pool).await;
+    app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
+    app.upload(ACCOUNT_B, "throws", THROWS, json!({"type": "object"}))
+        .await;
+    app.upload(ACCOUNT_B, "hidden", ECHO, text_schema()).await;
+    app.model.script(
+        "remote",
+        vec![
+            Reply::tool_call("c1", "peer__echo", json!({"text": "hi"})).and_tool_call(
+                "c2",
+                "peer__throws",
+                json!({}),
+            ),
+            Reply::text("done"),
+        ],
+    );
+    let (status, created) = agent_on_peer(
+        &app,
+        "remote",
+        json!({
+            "url": format!("{}/mcp", app.base()),
+            "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
+            "tools": ["echo", "throws"],
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created["config"]["mcpServers"]["peer"]["auth"]["token"], "[redacted]",
+        "{created}"
+    );
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+
+    let turn = app.say(ACCOUNT_A, &agent, "conv-mcp", "use the peer").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let outputs = turn.of_type("tool-output-available");
+    assert_eq!(outputs.len(), 1, "{}", turn.body);
+    assert_eq!(outputs[0]["toolCallId"], "c1");
+    assert_eq!(
+        outputs[0]["output"],
+        json!({"echoed": "hi"}),
+        "{}",
+        turn.body
+    );
+    let errors = turn.of_type("tool-output-error");
+    assert_eq!(errors.len(), 1, "{}", turn.body);
+    assert!(
+        errors[0]["errorText"]
+            .as_str()
+            .unwrap()
+            .contains("the tool broke"),
+        "{}",
+        turn.body
+    );
+    // The model was offered the allowed remote tools, prefixed, with their schemas.
+    let offered: Vec<Value> = app.model.requests("remote")[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"].clone())
+        .collect();
+    let mut names: Vec<&str> = offered
+        .iter()
+        .map(|function| function["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["peer__echo", "peer__throws"]);
+    let echo = offered
+        .iter()
+        .find(|function| function["name"] == "peer__echo")
+        .unwrap();
+    assert_eq!(echo["parameters"], text_schema());
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_mcp_server_that_is_down_is_a_tool_error_not_a_failed_turn(pool: PgPool) {
+    let app = spawn_live_app(pool).await;
+    app.model
+        .script("offline", vec![Reply::text("nothing to call")]);
+    let closed = free_port();
+    let (status, created) = agent_on_peer(
+        &app,
+        "offline",
+        json!({"url": format!("http://127.0.0.1:{closed}/mcp")}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+    let turn = app.say(ACCOUNT_A, &agent, "conv-off", "hello").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert_eq!(turn.text(), "nothing to call");
+    let offered = &app.model.requests("offline")[0];
+    assert!(
+        offered
+            .get("tools")
+            .is_none_or(|tools| tools.as_array().is_none_or(Vec::is_empty)),
+        "{offered}"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
+    let app = TestApp::builder(pool).public_outbound_only().spawn().await;
+    let config = |server: Value| {
+        json!({"name": "mcp", "config": {
+            "model": {"provider": "openai", "modelId": "m"},
+            "mcpServers": {"docs": server},
+        }})
+    };
+    for private in [
+        "http://127.0.0.1:8080/mcp",
+        "http://10.1.2.3/mcp",
+        "http://localhost:9/mcp",
+    ] {
+        let reply = app
+            .call(
+                axum::http::Method::POST,
+                "/agents",
+                ACCOUNT_A,
+                Some(config(json!({"url": private}))),
+            )
+            .await;
+        assert_eq!(reply.status, 422, "{private}: {}", reply.json());
+        assert_eq!(reply.json()["error"]["field"], "config.mcpServers.docs.url");
+        assert!(
+            reply.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a public address"),
+            "{}",
+            reply.json()
+        );
+    }
+    let bad = app
+        .call(
+            axum::http::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(config(
+                json!({"url": "https://203.0.114.7/mcp", "auth": {"type": "basic"}}),
+            )),
+        )
+        .await;
+    assert_eq!(bad.status, 422, "{}", bad.json());
+    assert_eq!(
+        bad.json()["error"]["field"],
+        "config.mcpServers.docs.auth.type"
+    );
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_remote_tool_named_in_needs_approval_waits_for_a_person(pool: PgPool) {
+    let app = spawn_live_app(pool).await;
+    app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
+    app.upload(ACCOUNT_B, "other", ECHO, text_schema()).await;
+    app.model.script(
+        "approve",
+        vec![
+            Reply::tool_call("c1", "peer__echo", json!({"text": "hi"})),
+            Reply::text("waiting"),
+        ],
+    );
+    let (status, created) = agent_on_peer(
+        &app,
+        "approve",
+        json!({
+            "url": format!("{}/mcp", app.base()),
+            "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
+            "needsApproval": ["echo"],
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+    let turn = app.say(ACCOUNT_A, &agent, "conv-ap", "echo hi").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert_eq!(
+        turn.of_type("tool-approval-request").len(),
+        1,
+        "{}",
+        turn.body
+    );
+    assert!(
+        turn.of_type("tool-output-available").is_empty(),
+        "{}",
+        turn.body
+    );
+    assert_eq!(turn.of_type("finish")[0]["finishReason"], "tool-calls");
+}
