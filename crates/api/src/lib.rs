@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod tool_cache;
 pub mod usage;
 
 use axum::Router;

@@ -18,6 +18,7 @@ use crate::auth::{AuthState, Authenticator, OperatorKey};
 use crate::cors::CorsSettings;
 use crate::mcp::settings::McpSettings;
 use crate::nats::replies::NatsReplies;
+use crate::tool_cache::ToolCache;
 use crate::usage::UsageMeter;
 
 /// Limits and knobs of the HTTP API; each is a server setting.
@@ -57,6 +58,8 @@ pub struct ApiSettings {
     pub operator_key: Option<OperatorKey>,
     /// How often runner usage is added to the stored period totals.
     pub usage_flush_interval: Duration,
+    /// Most tools kept read and compiled for direct calls (0: none).
+    pub tool_cache_entries: usize,
 }
 
 impl ApiSettings {
@@ -79,6 +82,7 @@ impl ApiSettings {
         admission: AdmissionSettings::OFF,
         operator_key: None,
         usage_flush_interval: Duration::from_secs(10),
+        tool_cache_entries: 10_000,
     };
 
     /// The default largest request body under `limits`: room for the
@@ -112,6 +116,7 @@ struct Inner {
     lifecycle: Lifecycle,
     admission: Arc<Admission>,
     usage: Arc<UsageMeter>,
+    tools: Arc<ToolCache>,
 }
 
 impl AppState {
@@ -137,7 +142,12 @@ impl AppState {
         }
         let usage = Arc::new(UsageMeter::new(pool.clone(), executor.clone()));
         usage.spawn_flusher(settings.usage_flush_interval);
+        let tools = Arc::new(ToolCache::new(pool.clone(), settings.tool_cache_entries));
+        if settings.tool_cache_entries > 0 {
+            tools.spawn_listener();
+        }
         Self(Arc::new(Inner {
+            tools,
             admission,
             usage,
             pool,
@@ -168,6 +178,11 @@ impl AppState {
     /// Runner usage per account and period.
     pub fn usage(&self) -> &Arc<UsageMeter> {
         &self.0.usage
+    }
+
+    /// Recently called tools, read and compiled.
+    pub fn tools(&self) -> &ToolCache {
+        &self.0.tools
     }
 
     /// The database pool.

@@ -157,11 +157,15 @@ impl InputSchema {
         &self.0
     }
 
+    /// Compiles the schema, for checking inputs with [`violations`].
+    pub fn compile(&self) -> Result<jsonschema::Validator, String> {
+        jsonschema::validator_for(&self.0)
+            .map_err(|err| format!("stored schema no longer compiles: {err}"))
+    }
+
     /// Validates `input` against the schema, returning every violation as text.
     pub fn check(&self, input: &Value) -> Result<(), Vec<String>> {
-        let validator = jsonschema::validator_for(&self.0)
-            .map_err(|err| vec![format!("stored schema no longer compiles: {err}")])?;
-        violations(&validator, input)
+        violations(&self.compile().map_err(|err| vec![err])?, input)
     }
 }
 

@@ -11,6 +11,10 @@ use uuid::Uuid;
 
 use crate::{accounts, StoreError};
 
+/// The channel every change to a stored tool (update or delete, cascades
+/// included) notifies with the tool's id, from a trigger on `tools`.
+pub const CHANGED_CHANNEL: &str = "toolserver_tools";
+
 /// A stored tool as read back from the database.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRecord {

@@ -31,5 +31,6 @@ mod socket;
 mod stored_shapes;
 mod support;
 mod tenancy;
+mod tool_cache;
 mod tools;
 mod validation;

@@ -18,6 +18,7 @@
 //! their own (one thread), so A's tasks in this process never queue ahead
 //! of them. Goals are printed as PASS/FAIL lines; none stops the run.
 //!
+//! `NOISY_PARTS=turns` (or `calls`) runs one part only (both when unset).
 //! `TOOLSERVER_BIN=/path` runs another build of the server (e.g. an older
 //! one, for a before/after comparison). `TOOLSERVER_RUNNER_MAX_LIVE` is
 //! passed on to the server and is the cap the live runners are held to (32
@@ -197,8 +198,13 @@ async fn main() {
     let quiet = QuietSide::new(Tenant::new("noisy-bench-b"));
     let noisy = Tenant::new("noisy-bench-a");
 
-    calls(&client, &server, &quiet, &noisy, max_live).await;
-    turns(&client, &server, &quiet, &noisy).await;
+    let parts = std::env::var("NOISY_PARTS").unwrap_or_else(|_| "calls,turns".to_owned());
+    if parts.split(',').any(|part| part == "calls") {
+        calls(&client, &server, &quiet, &noisy, max_live).await;
+    }
+    if parts.split(',').any(|part| part == "turns") {
+        turns(&client, &server, &quiet, &noisy).await;
+    }
 
     quiet.stop();
     server.print_log_summary();

@@ -191,6 +191,15 @@ pub struct RunnerConfig {
         default_value_t = ApiSettings::DEFAULT.inline_bundle_max_bytes
     )]
     pub inline_bundle_max_bytes: u64,
+    /// Most tools a server keeps read with their input schemas compiled, so
+    /// a direct call reads nothing from Postgres first; a change to a tool
+    /// reaches every server by `NOTIFY`. 0 reads every call's tool.
+    #[arg(
+        long,
+        env = "TOOLSERVER_TOOL_CACHE_ENTRIES",
+        default_value_t = ApiSettings::DEFAULT.tool_cache_entries
+    )]
+    pub tool_cache_entries: usize,
     /// What the egress proxy lets runners reach.
     #[command(flatten)]
     pub egress: EgressConfig,

@@ -39,6 +39,7 @@ pub(super) fn settings(
         admission: admission_settings(&config.accounts),
         operator_key: operator_key(&config.accounts)?,
         usage_flush_interval: Duration::from_millis(config.accounts.usage_flush_ms),
+        tool_cache_entries: runners.tool_cache_entries,
     })
 }
 

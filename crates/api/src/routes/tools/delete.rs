@@ -26,8 +26,8 @@ pub async fn delete_tool(
     Path(tool_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = parse_tool_id(&tool_id)?;
-    tools::delete(state.pool(), &account, id)
-        .await
-        .map_err(tool_not_found)?;
+    let deleted = tools::delete(state.pool(), &account, id).await;
+    state.tools().invalidate(id);
+    deleted.map_err(tool_not_found)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,6 +1,7 @@
 //! `POST /accounts/me/tools/{toolId}/invoke`: run an uploaded tool directly.
 //!
-//! Sequence: load the tool (404 if not the caller's) → validate the input
+//! Sequence: load the tool (404 if not the caller's; read and compiled once,
+//! then from the tool cache while it is current) → validate the input
 //! against its `inputSchema` (422) → merge `config` over `defaultConfig` →
 //! hand the bundle to the runner (inline up to the configured size, otherwise
 //! a signed URL) → answer with the result as JSON, or, with `Accept:
@@ -19,10 +20,11 @@ use axum::Json;
 use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use toolserver_domain::tool::violations;
 use toolserver_domain::{AccountId, LimitKind, ValidationError};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
-use toolserver_store::{tools, ToolRecord};
+use toolserver_store::ToolRecord;
 use utoipa::ToSchema;
 
 use super::{parse_tool_id, tool_not_found};
@@ -113,20 +115,27 @@ pub async fn invoke_tool(
 ) -> ApiResult<Response> {
     let permit = state.admission().call(&account).await?;
     let id = parse_tool_id(&tool_id)?;
-    let tool = tools::get(state.pool(), &account, id)
+    let cached = state
+        .tools()
+        .get(&account, id)
         .await
         .map_err(tool_not_found)?;
-    if let Err(problems) = tool.input_schema.check(&body.input) {
+    let checked = match &cached.validator {
+        Ok(validator) => violations(validator, &body.input),
+        Err(err) => Err(vec![err.clone()]),
+    };
+    if let Err(problems) = checked {
         let message = format!("input does not match inputSchema: {}", problems.join("; "));
         return Err(ValidationError::new("input", message).into());
     }
+    let tool = &cached.record;
     let call_id = uuid::Uuid::new_v4().to_string();
     tracing::Span::current().record("call.id", call_id.as_str());
     let idempotency_key = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map_or_else(|| call_id.clone(), str::to_owned);
-    let request = build_request(&state, &tool, body, call_id.clone(), idempotency_key).await?;
+    let request = build_request(&state, tool, body, call_id.clone(), idempotency_key).await?;
     let key = ReservationKey::new(account.clone(), tool.id);
     let call = RunnerCall::start(state.executor().clone(), key, request)
         .await

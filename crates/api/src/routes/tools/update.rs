@@ -105,8 +105,7 @@ pub async fn update_tool(
         let stored = state.bundles().put(bundle).await?;
         patch.bundle = Some((stored.sha256, stored.size as i64));
     }
-    let record = tools::update(state.pool(), &account, id, patch)
-        .await
-        .map_err(tool_not_found)?;
-    Ok(Json(record.into()))
+    let updated = tools::update(state.pool(), &account, id, patch).await;
+    state.tools().invalidate(id);
+    Ok(Json(updated.map_err(tool_not_found)?.into()))
 }
