@@ -4,6 +4,7 @@
 //! token: S3 by presigning, the filesystem by an HMAC over hash and expiry
 //! that this server checks when the URL is fetched.
 
+mod cache;
 mod error;
 mod fs;
 mod s3;
@@ -17,6 +18,7 @@ use time::OffsetDateTime;
 use toolserver_domain::Sha256Digest;
 use url::Url;
 
+pub use cache::{BundleCacheSettings, CachedBundleStore};
 pub use error::BundleError;
 pub use fs::FsBundleStore;
 pub use s3::{S3BundleStore, S3Settings};

@@ -50,6 +50,12 @@ pub struct BundleConfig {
         default_value_t = secs(RunnerCallSettings::DEFAULT.signed_url_ttl)
     )]
     pub bundle_url_ttl_secs: u64,
+    /// Bytes of small bundles (those sent to runners inline) a server keeps
+    /// in memory, so a call does not read its tool's bundle from the store
+    /// and hash it again; bundles are addressed by content, so nothing kept
+    /// goes stale. 0 reads every call's bundle.
+    #[arg(long, env = "TOOLSERVER_BUNDLE_CACHE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub bundle_cache_bytes: u64,
     /// S3 bucket; required with the `s3` store.
     #[arg(long, env = "TOOLSERVER_S3_BUCKET")]
     pub s3_bucket: Option<String>,

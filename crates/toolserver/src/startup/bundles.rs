@@ -4,10 +4,13 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use toolserver_bundles::{BundleStore, FsBundleStore, S3BundleStore, S3Settings, UrlSigner};
+use toolserver_bundles::{
+    BundleCacheSettings, BundleStore, CachedBundleStore, FsBundleStore, S3BundleStore, S3Settings,
+    UrlSigner,
+};
 use url::Url;
 
-use crate::config::{BundleBackend, BundleConfig, DatabaseConfig};
+use crate::config::{BundleBackend, BundleConfig, DatabaseConfig, ServeConfig};
 use crate::keys;
 
 /// The configured store; an S3 bucket is checked to be reachable.
@@ -56,4 +59,14 @@ pub(super) async fn store(
             Ok(Arc::new(store))
         }
     }
+}
+
+/// `store` with the bundles runners get inline kept in memory, up to
+/// `TOOLSERVER_BUNDLE_CACHE_BYTES`.
+pub(super) fn cached(store: Arc<dyn BundleStore>, config: &ServeConfig) -> Arc<dyn BundleStore> {
+    let settings = BundleCacheSettings {
+        budget_bytes: config.bundles.bundle_cache_bytes,
+        max_entry_bytes: config.runners.inline_bundle_max_bytes,
+    };
+    Arc::new(CachedBundleStore::new(store, settings))
 }

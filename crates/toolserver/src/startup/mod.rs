@@ -73,7 +73,10 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     )
     .await?;
     let db = database::open(&config.database).await?;
-    let bundles = bundles::store(&config.bundles, &config.database, &public_url).await?;
+    let bundles = bundles::cached(
+        bundles::store(&config.bundles, &config.database, &public_url).await?,
+        config,
+    );
     let api = api::settings(config, cors)?;
     toolserver_api::metrics::label_accounts(config.accounts.metrics_account_label);
     let nats = streams::connect_nats(&config.streams).await?;
