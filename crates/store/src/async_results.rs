@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::{FromRow, PgConnection, PgPool};
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, CallStatus, ToolId};
+use toolserver_domain::{AccountId, CallStatus, ResultId, ToolId};
 use uuid::Uuid;
 
 use crate::status_sql::{CALL_CANCELLED, CALL_PENDING};
@@ -107,7 +107,7 @@ pub enum Settlement {
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct AsyncResultRecord {
     /// Row id (the status id).
-    pub id: Uuid,
+    pub id: ResultId,
     /// Group id (`None` for an MCP task, which has no turn).
     pub group_id: Option<Uuid>,
     /// The model's call id.
@@ -176,7 +176,7 @@ pub async fn register_pass(
     account: &AccountId,
     owner: PassOwner,
     calls: &[NewAsyncResult],
-) -> Result<Vec<Uuid>, StoreError> {
+) -> Result<Vec<ResultId>, StoreError> {
     let group_id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
@@ -195,7 +195,7 @@ pub async fn register_pass(
     .await?;
     let mut ids = Vec::with_capacity(calls.len());
     for call in calls {
-        let id = Uuid::now_v7();
+        let id = ResultId::generate();
         let ttl = call.ttl.as_secs_f64();
         let heartbeat = call.heartbeat_timeout.map(|t| t.as_secs_f64());
         sqlx::query(
@@ -281,7 +281,7 @@ pub async fn abandon_open_groups(tx: &mut PgConnection, turn_id: Uuid) -> Result
 }
 
 /// The stored hash of a call's job token (for authenticating completions).
-pub async fn token_hash(pool: &PgPool, id: Uuid) -> Result<Vec<u8>, StoreError> {
+pub async fn token_hash(pool: &PgPool, id: ResultId) -> Result<Vec<u8>, StoreError> {
     let (hash,): (Vec<u8>,) =
         sqlx::query_as("SELECT token_sha256 FROM async_tool_results WHERE id = $1")
             .bind(id)
@@ -297,7 +297,7 @@ pub async fn token_hash(pool: &PgPool, id: Uuid) -> Result<Vec<u8>, StoreError> 
 #[tracing::instrument(skip(pool, outcome))]
 pub async fn settle(
     pool: &PgPool,
-    id: Uuid,
+    id: ResultId,
     outcome: &AsyncOutcome,
 ) -> Result<Settlement, StoreError> {
     let (response, error) = match outcome {
@@ -350,7 +350,7 @@ pub async fn settle(
 #[tracing::instrument(skip(pool, beat))]
 pub async fn heartbeat(
     pool: &PgPool,
-    id: Uuid,
+    id: ResultId,
     beat: &Beat,
     liveness: Duration,
 ) -> Result<HeartbeatAnswer, StoreError> {
@@ -392,7 +392,7 @@ pub async fn heartbeat(
 pub async fn get(
     pool: &PgPool,
     account: &AccountId,
-    id: Uuid,
+    id: ResultId,
 ) -> Result<AsyncResultRecord, StoreError> {
     Ok(sqlx::query_as(&format!(
         "SELECT {RECORD_COLUMNS} FROM async_tool_results WHERE account_id = $1 AND id = $2"
@@ -405,7 +405,7 @@ pub async fn get(
 
 /// Stops one of `account`'s pending calls: it settles as `cancelled` (its
 /// group can still continue, once). Returns false when it was not pending.
-pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool, StoreError> {
+pub async fn cancel(pool: &PgPool, account: &AccountId, id: ResultId) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
     let cancelled: Option<(Option<Uuid>,)> = sqlx::query_as(&format!(
         "UPDATE async_tool_results SET status = {CALL_CANCELLED}, settled_at = now(), \
@@ -431,7 +431,7 @@ pub async fn cancel(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<bool
 pub async fn tool_of(
     pool: &PgPool,
     account: &AccountId,
-    id: Uuid,
+    id: ResultId,
 ) -> Result<Option<ToolId>, StoreError> {
     let (tool,): (Option<Uuid>,) =
         sqlx::query_as("SELECT tool_id FROM async_tool_results WHERE id = $1 AND account_id = $2")
@@ -469,7 +469,7 @@ pub async fn of_job(pool: &PgPool, job_id: Uuid) -> Result<Vec<AsyncResultRecord
 /// longer pending.
 pub async fn rotate_token(
     pool: &PgPool,
-    id: Uuid,
+    id: ResultId,
     token_sha256: [u8; 32],
 ) -> Result<Option<i32>, StoreError> {
     let rotated: Option<(i32,)> = sqlx::query_as(&format!(

@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use sqlx::{FromRow, PgConnection, PgPool};
+use toolserver_domain::ResultId;
 use uuid::Uuid;
 
 pub use crate::job_kind::JobKind;
@@ -35,7 +36,7 @@ pub struct Job {
     /// The group it continues (`continue` jobs).
     pub group_id: Option<Uuid>,
     /// The call it launches again (`relaunch` jobs).
-    pub call_id: Option<Uuid>,
+    pub call_id: Option<ResultId>,
     /// The owning account.
     pub account_id: String,
     /// How many times it has been claimed, this claim included.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::{FromRow, PgPool};
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, CallStatus, ToolId};
+use toolserver_domain::{AccountId, CallStatus, ResultId, ToolId};
 use uuid::Uuid;
 
 use crate::status_sql::{CALL_EXPIRED, CALL_PENDING};
@@ -40,7 +40,7 @@ pub struct NewTask {
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct TaskRecord {
     /// The task id.
-    pub id: Uuid,
+    pub id: ResultId,
     /// The tool's name.
     pub tool_name: String,
     /// The uploaded tool.
@@ -69,7 +69,7 @@ pub struct TaskRecord {
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct ExpiredTask {
     /// The task id.
-    pub id: Uuid,
+    pub id: ResultId,
     /// Its account.
     pub account_id: String,
     /// The uploaded tool it calls.
@@ -83,8 +83,8 @@ pub async fn insert(
     pool: &PgPool,
     account: &AccountId,
     task: &NewTask,
-) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
+) -> Result<ResultId, StoreError> {
+    let id = ResultId::generate();
     sqlx::query(
         "INSERT INTO async_tool_results \
              (id, account_id, group_id, tool_call_id, tool_id, tool_name, token_sha256, \
@@ -113,7 +113,11 @@ pub async fn insert(
 
 /// Reads one of `account`'s tasks; a turn's detached call, another
 /// account's task and a discarded one are [`StoreError::NotFound`].
-pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRecord, StoreError> {
+pub async fn get(
+    pool: &PgPool,
+    account: &AccountId,
+    id: ResultId,
+) -> Result<TaskRecord, StoreError> {
     Ok(sqlx::query_as(&format!(
         "SELECT id, tool_name, tool_id, status, response, error, progress, created_at, \
              GREATEST(created_at, COALESCE(settled_at, created_at), \
@@ -132,7 +136,7 @@ pub async fn get(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<TaskRec
 
 /// Forgets one of `account`'s tasks whose call answered in its launch: no
 /// client knows its id, and its result went out with the call.
-pub async fn discard(pool: &PgPool, account: &AccountId, id: Uuid) -> Result<(), StoreError> {
+pub async fn discard(pool: &PgPool, account: &AccountId, id: ResultId) -> Result<(), StoreError> {
     sqlx::query(
         "DELETE FROM async_tool_results WHERE account_id = $1 AND id = $2 AND group_id IS NULL",
     )

@@ -16,7 +16,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolserver_domain::{AccountId, ToolId};
+use toolserver_domain::{AccountId, ResultId, ToolId};
 use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
 use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use toolserver_store::{mcp_tasks, tools, StoreError};
@@ -294,8 +294,8 @@ fn caller(context: &RequestContext<RoleServer>) -> Result<AccountId, McpError> {
         .ok_or_else(|| McpError::internal_error("the request carries no account", None))
 }
 
-fn task_id(raw: &str) -> Result<Uuid, McpError> {
-    Uuid::try_parse(raw).map_err(|_| not_found())
+fn task_id(raw: &str) -> Result<ResultId, McpError> {
+    ResultId::parse(raw).map_err(|_| not_found())
 }
 
 fn not_found() -> McpError {

@@ -145,16 +145,15 @@ fn timestamp(at: OffsetDateTime) -> String {
 mod tests {
     use serde_json::Value;
     use time::OffsetDateTime;
-    use toolserver_domain::CallStatus;
+    use toolserver_domain::{CallStatus, ResultId};
     use toolserver_store::mcp_tasks::TaskRecord;
-    use uuid::Uuid;
 
     use super::*;
 
     fn aged(age_ms: i64) -> TaskRecord {
         let now = OffsetDateTime::now_utc();
         TaskRecord {
-            id: Uuid::nil(),
+            id: ResultId::generate(),
             tool_name: "slow".into(),
             tool_id: None,
             status: CallStatus::Pending,

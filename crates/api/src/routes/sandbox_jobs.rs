@@ -20,13 +20,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
-use toolserver_domain::{CallStatus, JobToken};
+use toolserver_domain::{CallStatus, JobToken, ResultId};
 use toolserver_store::async_results::{self, AsyncOutcome, Beat, HeartbeatAnswer, Settlement};
 use toolserver_store::StoreError;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
@@ -43,7 +42,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// The call a request's `x-job-token` authenticates (the `resultId` of the path).
-pub struct JobCall(Uuid);
+pub struct JobCall(ResultId);
 
 impl FromRequestParts<AppState> for JobCall {
     type Rejection = ApiError;
@@ -55,7 +54,7 @@ impl FromRequestParts<AppState> for JobCall {
             .map_err(|_| not_found())?;
         let id = params
             .first()
-            .and_then(|raw| Uuid::try_parse(raw).ok())
+            .and_then(|raw| ResultId::parse(raw).ok())
             .ok_or_else(not_found)?;
         let token = parts
             .headers

@@ -9,7 +9,7 @@ use futures::future::join_all;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
-use toolserver_domain::{AccountId, CallStatus};
+use toolserver_domain::{AccountId, CallStatus, ResultId};
 use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOwner};
 use toolserver_store::jobs::{self, JobKind};
 use uuid::Uuid;
@@ -18,7 +18,7 @@ use crate::app::{fs_store, TestApp};
 use crate::support::*;
 
 struct Call {
-    id: Uuid,
+    id: ResultId,
     token: String,
 }
 
@@ -429,7 +429,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
             options: Default::default(),
             timeout: Duration::from_secs(10),
             async_meta: Some(json!({
-                "resultId": call.id,
+                "resultId": call.id.to_string(),
                 "completePath": path,
                 "completeUrl": format!("{}{path}", app.base()),
                 "completionToken": call.token,
@@ -468,7 +468,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
         assert_eq!(stored.status, CallStatus::Completed);
         assert_eq!(
             stored.response,
-            Some(json!({"done": i, "resultId": call.id}))
+            Some(json!({"done": i, "resultId": call.id.to_string()}))
         );
     }
 }

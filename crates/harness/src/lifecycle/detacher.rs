@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_domain::{AccountId, JobToken};
+use toolserver_domain::{AccountId, JobToken, ResultId};
 use toolserver_store::async_results::{self, AsyncOutcome, NewAsyncResult, PassOwner};
 use url::Url;
 use uuid::Uuid;
@@ -45,7 +45,7 @@ pub(super) fn job_token() -> (JobToken, [u8; 32]) {
 pub(super) fn async_meta(
     public_url: &Url,
     settings: &LifecycleSettings,
-    id: Uuid,
+    id: ResultId,
     launch: i32,
     token: &JobToken,
 ) -> Result<Value, String> {
@@ -59,8 +59,8 @@ pub(super) fn async_meta(
     let (complete_path, complete_url) = route("complete")?;
     let (_, heartbeat_url) = route("heartbeat")?;
     Ok(json!({
-        "resultId": id,
-        "idempotencyKey": id,
+        "resultId": id.to_string(),
+        "idempotencyKey": id.to_string(),
         "completePath": complete_path,
         "completeUrl": complete_url.as_str(),
         "completionToken": token.expose(),
@@ -114,7 +114,7 @@ impl Detacher for GroupDetacher {
     }
 
     async fn ended_at_launch(&self, status_id: &str, outcome: Result<Value, String>) {
-        let Ok(id) = Uuid::try_parse(status_id) else {
+        let Ok(id) = ResultId::parse(status_id) else {
             return;
         };
         let outcome = match outcome {

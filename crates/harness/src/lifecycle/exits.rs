@@ -10,10 +10,10 @@
 
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
+use toolserver_domain::ResultId;
 use toolserver_sandbox::{LaunchedCall, RunnerExit};
 use toolserver_store::async_results::LostRunners;
 use toolserver_store::StoreError;
-use uuid::Uuid;
 
 use super::Lifecycle;
 use crate::metrics;
@@ -50,7 +50,7 @@ impl Lifecycle {
     /// safe to repeat, failed with how the worker ended otherwise. Returns
     /// (relaunched, failed).
     pub async fn runner_exited(&self, exit: &RunnerExit) -> Result<(u64, u64), StoreError> {
-        let calls: Vec<(Uuid, i32)> = exit.calls.iter().filter_map(launch_of).collect();
+        let calls: Vec<(ResultId, i32)> = exit.calls.iter().filter_map(launch_of).collect();
         if calls.is_empty() {
             return Ok((0, 0));
         }
@@ -73,9 +73,9 @@ impl Lifecycle {
 }
 
 /// The call and launch a launched call's async metadata names.
-fn launch_of(call: &LaunchedCall) -> Option<(Uuid, i32)> {
+fn launch_of(call: &LaunchedCall) -> Option<(ResultId, i32)> {
     let meta = &call.async_meta;
-    let id = Uuid::try_parse(meta.get("resultId")?.as_str()?).ok()?;
+    let id = ResultId::parse(meta.get("resultId")?.as_str()?).ok()?;
     let launch = i32::try_from(meta.get("launch").and_then(Value::as_i64)?).ok()?;
     Some((id, launch))
 }

@@ -6,10 +6,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use time::format_description::well_known::Rfc3339;
-use toolserver_domain::{AccountId, CallStatus};
+use toolserver_domain::{AccountId, CallStatus, ResultId};
 use toolserver_sandbox::{Executor, ReservationKey};
 use toolserver_store::async_results::{self, AsyncResultRecord};
-use uuid::Uuid;
 
 use crate::turn::DurableStatus;
 
@@ -34,7 +33,7 @@ impl AccountStatus {
         })
     }
 
-    async fn runner_key(&self, id: Uuid) -> Result<ReservationKey, String> {
+    async fn runner_key(&self, id: ResultId) -> Result<ReservationKey, String> {
         match async_results::tool_of(&self.pool, &self.account, id).await {
             Ok(Some(tool)) => Ok(ReservationKey::new(self.account.clone(), tool)),
             Ok(None) => Err("this call has no runner".into()),
@@ -44,7 +43,7 @@ impl AccountStatus {
 
     async fn stop(
         &self,
-        id: Uuid,
+        id: ResultId,
         status_id: &str,
         record: &AsyncResultRecord,
     ) -> Result<(), String> {
@@ -88,7 +87,7 @@ fn describe(status_id: &str, record: &AsyncResultRecord) -> Value {
 #[async_trait]
 impl DurableStatus for AccountStatus {
     async fn answer(&self, status_id: &str, action: &str) -> Option<Result<Value, String>> {
-        let id = Uuid::try_parse(status_id).ok()?;
+        let id = ResultId::parse(status_id).ok()?;
         let record = async_results::get(&self.pool, &self.account, id)
             .await
             .ok()?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::Value;
-use toolserver_domain::{AccountId, CallStatus, ToolId};
+use toolserver_domain::{AccountId, CallStatus, ResultId, ToolId};
 use toolserver_sandbox::ReservationKey;
 use toolserver_store::async_results;
 use toolserver_store::mcp_tasks::{self, NewTask, TaskRecord};
@@ -46,7 +46,7 @@ pub struct TaskTerms {
 /// call goes on as the task, see [`Lifecycle::task_started`]).
 pub struct TaskLaunch {
     /// The task's id.
-    pub id: Uuid,
+    pub id: ResultId,
     /// The launch's events.
     pub events: ToolEvents,
 }
@@ -91,7 +91,11 @@ impl Lifecycle {
 
     /// The call of task `id` ended within its launch and its caller got
     /// the outcome: the task is forgotten.
-    pub async fn answered_inline(&self, account: &AccountId, id: Uuid) -> Result<(), StoreError> {
+    pub async fn answered_inline(
+        &self,
+        account: &AccountId,
+        id: ResultId,
+    ) -> Result<(), StoreError> {
         mcp_tasks::discard(self.pool(), account, id).await
     }
 
@@ -99,7 +103,7 @@ impl Lifecycle {
     pub async fn task_started(
         &self,
         account: &AccountId,
-        id: Uuid,
+        id: ResultId,
     ) -> Result<TaskRecord, StoreError> {
         mcp_tasks::get(self.pool(), account, id).await
     }
@@ -110,7 +114,7 @@ impl Lifecycle {
         &self,
         account: &AccountId,
         tool_id: ToolId,
-        id: Uuid,
+        id: ResultId,
     ) -> Result<(), StoreError> {
         self.stop_call(account, tool_id.as_uuid(), id).await;
         mcp_tasks::discard(self.pool(), account, id).await
@@ -122,7 +126,7 @@ impl Lifecycle {
     pub async fn cancel_task(
         &self,
         account: &AccountId,
-        id: Uuid,
+        id: ResultId,
     ) -> Result<TaskRecord, StoreError> {
         let pool = self.pool();
         let task = mcp_tasks::get(pool, account, id).await?;
@@ -153,7 +157,7 @@ impl Lifecycle {
     }
 
     /// Asks the runner of `tool` to abort the call `id`.
-    async fn stop_call(&self, account: &AccountId, tool: Uuid, id: Uuid) {
+    async fn stop_call(&self, account: &AccountId, tool: Uuid, id: ResultId) {
         let key = ReservationKey::new(account.clone(), ToolId::from_uuid(tool));
         if let Err(err) = self.0.executor.cancel(&key, &id.to_string()).await {
             tracing::warn!(error = %err, task.id = %id, "could not cancel a task's call on its runner");

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use toolserver_domain::CallStatus;
+use toolserver_domain::{CallStatus, ResultId};
 use uuid::Uuid;
 
 use super::fan_in::{enqueue_if_ready, release_from_group};
@@ -41,7 +41,7 @@ pub enum LostRunners<'a> {
     /// alone), and `cause` says how the worker ended.
     Exited {
         /// Each call's id and launch number.
-        calls: &'a [(Uuid, i32)],
+        calls: &'a [(ResultId, i32)],
         /// How the worker ended, e.g. "killed by signal 9 (SIGKILL)".
         cause: &'a str,
     },
@@ -60,7 +60,7 @@ impl LostRunners<'_> {
     }
 
     /// The ids and launches an `Exited` condition binds.
-    fn binds(&self) -> Option<(Vec<Uuid>, Vec<i32>)> {
+    fn binds(&self) -> Option<(Vec<ResultId>, Vec<i32>)> {
         match self {
             Self::Silent => None,
             Self::Exited { calls, .. } => Some(calls.iter().copied().unzip()),
@@ -180,7 +180,7 @@ pub async fn relaunch_lost_runners(
 async fn settle_due(
     pool: &PgPool,
     due: &str,
-    binds: Option<(Vec<Uuid>, Vec<i32>)>,
+    binds: Option<(Vec<ResultId>, Vec<i32>)>,
     status: CallStatus,
     error: &str,
     limit: i64,

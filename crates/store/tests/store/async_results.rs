@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::{FromRow, PgPool};
-use toolserver_domain::CallStatus;
+use toolserver_domain::{CallStatus, ResultId};
 use toolserver_store::async_results::{
     self, AsyncOutcome, Beat, HeartbeatAnswer, LostRunners, Settlement, LEGACY_RUNNER_ERROR,
     SILENT_RUNNER_ERROR,
@@ -24,12 +24,12 @@ fn completed(n: i32) -> AsyncOutcome {
     AsyncOutcome::Completed(json!({"n": n}))
 }
 
-async fn settle(pool: &PgPool, id: Uuid, outcome: AsyncOutcome) -> Settlement {
+async fn settle(pool: &PgPool, id: ResultId, outcome: AsyncOutcome) -> Settlement {
     async_results::settle(pool, id, &outcome).await.unwrap()
 }
 
 /// The group of call `id`.
-async fn group_of(pool: &PgPool, id: Uuid) -> Uuid {
+async fn group_of(pool: &PgPool, id: ResultId) -> Uuid {
     call_row(pool, id).await.group_id.unwrap()
 }
 
@@ -54,7 +54,7 @@ struct Deadlines {
     safe_to_repeat: bool,
 }
 
-async fn deadlines(pool: &PgPool, id: Uuid) -> Deadlines {
+async fn deadlines(pool: &PgPool, id: ResultId) -> Deadlines {
     sqlx::query_as(
         "SELECT EXTRACT(EPOCH FROM expires_at - now())::float8 AS expires_in, \
                 EXTRACT(EPOCH FROM hard_expires_at - now())::float8 AS hard_expires_in, \

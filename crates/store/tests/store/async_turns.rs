@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_domain::{AccountId, TurnStatus};
+use toolserver_domain::{AccountId, ResultId, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, Settlement};
 use toolserver_store::async_turns::{self, Committed, NewTurn, RunCommit, RunEnd};
 use toolserver_store::conversations::{self, Begun, LeaseTerms};
@@ -64,7 +64,7 @@ async fn take_conversation(pool: &PgPool, tenant: &Tenant, job: &Job, process: U
 }
 
 /// Settles every one of `ids` as completed.
-async fn complete_all(pool: &PgPool, ids: &[Uuid]) {
+async fn complete_all(pool: &PgPool, ids: &[ResultId]) {
     for id in ids {
         let outcome = AsyncOutcome::Completed(json!({"ok": true}));
         async_results::settle(pool, *id, &outcome).await.unwrap();

@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
-use toolserver_domain::CallStatus;
+use toolserver_domain::{CallStatus, ResultId};
 use toolserver_store::async_results::{self, AsyncOutcome, Settlement};
 use toolserver_store::mcp_tasks::{self, ExpiredTask, NewTask};
 use toolserver_store::StoreError;
-use uuid::Uuid;
 
 use crate::support::{call_row, exec, register_n, start_turn, tenant, Tenant};
 
-async fn insert(pool: &PgPool, tenant: &Tenant) -> Uuid {
+async fn insert(pool: &PgPool, tenant: &Tenant) -> ResultId {
     let task = NewTask {
         tool_id: tenant.tool,
         tool_name: "echo".into(),
@@ -143,7 +142,7 @@ async fn a_settled_task_past_its_ttl_is_gone_and_then_purged(pool: PgPool) {
     assert_eq!(task.status, CallStatus::Pending);
 
     assert_eq!(mcp_tasks::purge_expired(&pool, 10).await.unwrap(), 1);
-    let left: Vec<(Uuid,)> = sqlx::query_as("SELECT id FROM async_tool_results ORDER BY id")
+    let left: Vec<(ResultId,)> = sqlx::query_as("SELECT id FROM async_tool_results ORDER BY id")
         .fetch_all(&pool)
         .await
         .unwrap();

@@ -7,10 +7,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sqlx::{FromRow, PgPool};
+use sqlx::{Encode, FromRow, PgPool, Postgres, Type};
 use toolserver_domain::tool::ToolLimits;
 use toolserver_domain::{
-    AccountId, AgentId, AgentName, CallStatus, InputSchema, Sha256Digest, ToolConfig,
+    AccountId, AgentId, AgentName, CallStatus, InputSchema, ResultId, Sha256Digest, ToolConfig,
     ToolDescription, ToolId, ToolName, TurnStatus,
 };
 use toolserver_store::async_results::{self, NewAsyncResult, PassOwner};
@@ -147,7 +147,7 @@ pub async fn register(
     tenant: &Tenant,
     turn: &Turn,
     calls: &[NewAsyncResult],
-) -> Vec<Uuid> {
+) -> Vec<ResultId> {
     let owner = PassOwner {
         turn_id: turn.id,
         job_id: turn.job.id,
@@ -158,7 +158,7 @@ pub async fn register(
 }
 
 /// Records `n` plain calls as one pass of `turn`.
-pub async fn register_n(pool: &PgPool, tenant: &Tenant, turn: &Turn, n: usize) -> Vec<Uuid> {
+pub async fn register_n(pool: &PgPool, tenant: &Tenant, turn: &Turn, n: usize) -> Vec<ResultId> {
     let calls: Vec<_> = (0..n).map(|i| call(tenant, &format!("c{i}"))).collect();
     register(pool, tenant, turn, &calls).await
 }
@@ -174,7 +174,7 @@ pub struct CallRow {
     pub group_id: Option<Uuid>,
 }
 
-pub async fn call_row(pool: &PgPool, id: Uuid) -> CallRow {
+pub async fn call_row(pool: &PgPool, id: ResultId) -> CallRow {
     sqlx::query_as(
         "SELECT status, response, error, settled_at IS NOT NULL AS settled, launches, group_id \
          FROM async_tool_results WHERE id = $1",
@@ -227,7 +227,7 @@ pub struct JobRow {
     pub id: Uuid,
     pub kind: JobKind,
     pub group_id: Option<Uuid>,
-    pub call_id: Option<Uuid>,
+    pub call_id: Option<ResultId>,
     pub account_id: String,
     pub attempts: i32,
     pub claim_token: Option<Uuid>,
@@ -262,9 +262,12 @@ pub async fn conversation_holder(pool: &PgPool, tenant: &Tenant, id: &str) -> Op
     holder
 }
 
-/// Runs `sql` (which may name `id` as `$1`), e.g. to move a deadline into
-/// the past.
-pub async fn exec(pool: &PgPool, sql: &str, id: Uuid) {
+/// Runs `sql` (which may name `id`, any stored id, as `$1`), e.g. to move a
+/// deadline into the past.
+pub async fn exec<I>(pool: &PgPool, sql: &str, id: I)
+where
+    I: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send,
+{
     sqlx::query(sql).bind(id).execute(pool).await.unwrap();
 }
 
@@ -272,13 +275,16 @@ pub async fn exec(pool: &PgPool, sql: &str, id: Uuid) {
 /// (a `SELECT … FOR UPDATE` naming `id` as `$1`) takes, and lets go only
 /// once both writers wait on a lock: neither can finish before the other
 /// has begun.
-pub async fn race<A: Future, B: Future>(
+pub async fn race<I, A: Future, B: Future>(
     pool: &PgPool,
     lock: &str,
-    id: Uuid,
+    id: I,
     a: A,
     b: B,
-) -> (A::Output, B::Output) {
+) -> (A::Output, B::Output)
+where
+    I: for<'q> Encode<'q, Postgres> + Type<Postgres> + Send,
+{
     let mut holder = pool.begin().await.unwrap();
     sqlx::query(lock)
         .bind(id)

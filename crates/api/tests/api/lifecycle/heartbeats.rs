@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_domain::ResultId;
 use toolserver_store::async_results;
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
@@ -39,7 +40,7 @@ async fn a_tool_that_heartbeats_outlives_its_heartbeat_timeout(pool: PgPool) {
     .await;
     let id = start_async(&app, &agent, "conv-heartbeats", "go").await;
     wait_for_status(&app, &id, "waiting").await;
-    let (result_id,): (Uuid,) = sqlx::query_as("SELECT id FROM async_tool_results")
+    let (result_id,): (ResultId,) = sqlx::query_as("SELECT id FROM async_tool_results")
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -128,7 +129,7 @@ async fn the_heartbeat_route_answers_each_case(pool: PgPool) {
         .await
         .unwrap();
     let (live, expired, other) = (ids[0], ids[1], ids[2]);
-    let beat = |id: Uuid, token: Option<String>, body: Value| {
+    let beat = |id: ResultId, token: Option<String>, body: Value| {
         let request = app
             .client
             .post(format!("{}/sandbox-jobs/{id}/heartbeat", app.base()))
@@ -162,7 +163,9 @@ async fn the_heartbeat_route_answers_each_case(pool: PgPool) {
     assert_eq!(beat(live, None, json!({})).await.0, 401);
     assert_eq!(beat(live, Some("x".repeat(64)), json!({})).await.0, 403);
     assert_eq!(
-        beat(Uuid::now_v7(), Some(token.clone()), json!({})).await.0,
+        beat(ResultId::generate(), Some(token.clone()), json!({}))
+            .await
+            .0,
         404
     );
     assert_eq!(

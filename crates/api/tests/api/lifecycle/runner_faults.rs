@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
+use toolserver_domain::ResultId;
 use toolserver_store::async_results;
 use toolserver_testsupport::Reply;
 use uuid::Uuid;
@@ -157,7 +158,7 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
     wait_for_status(&app, &id, "waiting").await;
     kill_worker(&app, &tool).await;
     let done = wait_for_status(&app, &id, "completed").await;
-    let (result_id, launches): (Uuid, i32) =
+    let (result_id, launches): (ResultId, i32) =
         sqlx::query_as("SELECT id, launches FROM async_tool_results")
             .fetch_one(&pool)
             .await
@@ -219,7 +220,7 @@ async fn a_silent_call_is_launched_again_only_while_safe_and_under_its_launch_bo
         .unwrap();
     let report = app.state.lifecycle().reap_once().await.unwrap();
     assert_eq!((report.relaunched, report.silent_runners), (1, 2));
-    let statuses: Vec<(Uuid, String, i32)> =
+    let statuses: Vec<(ResultId, String, i32)> =
         sqlx::query_as("SELECT id, status, launches FROM async_tool_results ORDER BY id")
             .fetch_all(&pool)
             .await
@@ -232,7 +233,7 @@ async fn a_silent_call_is_launched_again_only_while_safe_and_under_its_launch_bo
             (ids[2], "failed".to_owned(), 3),
         ]
     );
-    let queued: Vec<(String, Option<Uuid>)> =
+    let queued: Vec<(String, Option<ResultId>)> =
         sqlx::query_as("SELECT kind, call_id FROM continuation_outbox")
             .fetch_all(&pool)
             .await
