@@ -93,3 +93,10 @@ pub fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
     );
     (p50, p99)
 }
+
+/// The server binary a benchmark runs: `TOOLSERVER_BIN` when set (another
+/// build, e.g. an older one for a before/after comparison), else
+/// `this_build` (the bench's `CARGO_BIN_EXE_toolserver`).
+pub fn server_binary(this_build: &str) -> std::path::PathBuf {
+    std::env::var_os("TOOLSERVER_BIN").map_or_else(|| this_build.into(), Into::into)
+}

@@ -2,10 +2,10 @@
 //! each changed tool; a lost connection stops the cache from serving and
 //! drops everything until the listener is back.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use toolserver_domain::ToolId;
 use toolserver_store::tools::CHANGED_CHANNEL;
@@ -16,12 +16,15 @@ use super::ToolCache;
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 impl ToolCache {
-    /// Listens for changed tools until `self` is dropped; the cache serves
-    /// only while this is connected.
-    pub fn spawn_listener(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Listens for changed tools, on a connection of its own, until `self`
+    /// is dropped; the cache serves only while this is connected.
+    pub fn spawn_listener(self: &Arc<Self>) {
         let cache = Arc::downgrade(self);
-        let pool = self.pool.clone();
-        tokio::spawn(async move {
+        // A connection of its own, so listening holds no place in the pool.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        let task = tokio::spawn(async move {
             loop {
                 let err = listen(&pool, &cache).await;
                 let Some(live) = cache.upgrade() else {
@@ -35,7 +38,8 @@ impl ToolCache {
                 }
                 tokio::time::sleep(RECONNECT_DELAY).await;
             }
-        })
+        });
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
     }
 }
 

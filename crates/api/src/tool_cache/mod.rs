@@ -39,6 +39,8 @@ pub struct ToolCache {
     entries: Mutex<HashMap<ToolId, Arc<CachedTool>>>,
     generation: AtomicU64,
     listening: AtomicBool,
+    /// The listener task, stopped with the cache.
+    listener: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl ToolCache {
@@ -51,6 +53,7 @@ impl ToolCache {
             entries: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             listening: AtomicBool::new(false),
+            listener: Mutex::new(None),
         }
     }
 
@@ -137,5 +140,18 @@ impl ToolCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ToolId, Arc<CachedTool>>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for ToolCache {
+    fn drop(&mut self) {
+        let listener = self
+            .listener
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(listener) = listener {
+            listener.abort();
+        }
     }
 }

@@ -108,10 +108,7 @@ impl Server {
 
 /// The path of the server binary: `TOOLSERVER_BIN`, else this build's.
 pub(crate) fn server_binary() -> PathBuf {
-    std::env::var_os("TOOLSERVER_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_toolserver")),
-        PathBuf::from,
-    )
+    toolserver_testsupport::bench::server_binary(env!("CARGO_BIN_EXE_toolserver"))
 }
 
 /// One account's way in: its token, ready as a header.

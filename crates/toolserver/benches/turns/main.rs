@@ -36,6 +36,9 @@
 //!   - the server's resident memory with 1,000 turns open at once (the model
 //!     holds each pass open), read from /proc.
 //!
+//! `TOOLSERVER_BIN=/path` runs another build of the server (e.g. an older
+//! one, for a before/after comparison).
+//!
 //! Needs `DATABASE_URL` (a server where it may create a scratch database)
 //! and NATS with JetStream at 127.0.0.1:4222.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]

@@ -3,6 +3,7 @@
 use std::process::Stdio;
 
 use serde_json::Value;
+use toolserver_testsupport::bench::server_binary;
 use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
 use toolserver_testsupport::server_env::inherited_settings;
 
@@ -25,7 +26,8 @@ impl Server {
         env: &[(&str, &str)],
     ) -> Self {
         let port = free_port();
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolserver"));
+        let mut command =
+            tokio::process::Command::new(server_binary(env!("CARGO_BIN_EXE_toolserver")));
         for name in inherited_settings() {
             command.env_remove(name);
         }
