@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId};
 use uuid::Uuid;
 
+use crate::commit::UNFLUSHED;
 use crate::{accounts, StoreError};
 
 /// `Conflict` constraint name: the conversation belongs to another agent.
@@ -109,7 +110,8 @@ pub(crate) const HOLDER_IS_JOB: &str =
 /// whose process died, until the job runs again; a holder may take its own
 /// lease again, as a retried job does; a conversation of another agent is
 /// `Conflict { OTHER_AGENT }`). A lease whose holder is gone otherwise is
-/// [`Begun::Abandoned`]: nothing is taken.
+/// [`Begun::Abandoned`]: nothing is taken. Commits without waiting for the
+/// disk (see [`crate::commit`]).
 #[tracing::instrument(skip(pool), fields(account.id = %account, agent.id = %agent))]
 pub async fn begin_turn(
     pool: &PgPool,
@@ -120,10 +122,11 @@ pub async fn begin_turn(
 ) -> Result<Begun, StoreError> {
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
-    sqlx::query(
-        "INSERT INTO conversations (account_id, id, agent_id) VALUES ($1, $2, $3) \
-         ON CONFLICT (account_id, id) DO NOTHING",
-    )
+    sqlx::query(&format!(
+        "WITH {UNFLUSHED} \
+         INSERT INTO conversations (account_id, id, agent_id) SELECT $1, $2, $3 FROM unflushed \
+         ON CONFLICT (account_id, id) DO NOTHING"
+    ))
     .bind(account.as_str())
     .bind(id)
     .bind(agent.as_uuid())
@@ -312,7 +315,8 @@ pub async fn held_by_the_dead(pool: &PgPool, limit: i64) -> Result<Vec<HeldByThe
 }
 
 /// Stores the conversation's messages, if `turn_id` still holds the lease
-/// (otherwise `NotFound`).
+/// (otherwise `NotFound`). Commits without waiting for the disk (see
+/// [`crate::commit`]).
 #[tracing::instrument(skip(pool, messages), fields(account.id = %account))]
 pub async fn save(
     pool: &PgPool,
@@ -321,10 +325,11 @@ pub async fn save(
     turn_id: Uuid,
     messages: &[Value],
 ) -> Result<(), StoreError> {
-    let done = sqlx::query(
-        "UPDATE conversations SET messages = $4::json, updated_at = now() \
-         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
-    )
+    let done = sqlx::query(&format!(
+        "WITH {UNFLUSHED} \
+         UPDATE conversations SET messages = $4::json, updated_at = now() FROM unflushed \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3"
+    ))
     .bind(account.as_str())
     .bind(id)
     .bind(turn_id)

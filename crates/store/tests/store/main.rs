@@ -8,6 +8,7 @@
 mod account_limits;
 mod async_results;
 mod async_turns;
+mod conversations;
 mod jobs;
 mod mcp_tasks;
 mod support;
