@@ -64,15 +64,17 @@ pub struct StreamSettings {
     /// Most turns' writes one statement combines.
     pub max_group: usize,
     /// How long a writer waits for more turns' writes after its first one,
-    /// while at least `commit_siblings` streams record (zero: never).
+    /// while they are busy: at least `commit_siblings` open streams asked
+    /// for a write in the last 10 to 20 ms (zero: never).
     pub commit_delay: Duration,
-    /// Streams recording at once from which writers wait `commit_delay`
-    /// and recorders `linger` before a stream's first batch too.
+    /// Open streams that asked the writers for a write in the last 10 to
+    /// 20 ms from which they are busy: they wait `commit_delay`, and recorders `linger` before a
+    /// stream's first batch too.
     pub commit_siblings: usize,
     /// How long a recorder waits after a batch's first chunk for more of
     /// its turn's chunks, in Postgres: for every batch but the one that
-    /// opens a stream, and for that one too while at least
-    /// `commit_siblings` streams record (zero: never).
+    /// opens a stream, and for that one too while the writers are busy
+    /// (see `commit_siblings`; zero: never).
     pub linger: Duration,
     /// Whether turns are recorded at all; without it chunks go straight to
     /// the client, and there is nothing to resume or stop from elsewhere.

@@ -10,22 +10,22 @@ use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use super::jetstream::TurnLog;
-use super::writer::CountedStream;
+use super::writer::StreamLoad;
 use super::{orphan_end, ChunkStore, Opens, StreamError, StreamHub};
 
 /// Where one turn's chunks go.
 pub(super) enum Sink {
     /// Straight to the client: recording is off.
     Unrecorded,
-    /// Rows of the stream in Postgres; counted as recording meanwhile.
+    /// Rows of the stream in Postgres.
     Postgres {
         /// The stream.
         id: Uuid,
         /// The stream's row, until an append has opened it (the first
         /// append opens the stream in the same statement).
         opening: Option<Opening>,
-        /// Held while the stream records.
-        _counted: CountedStream,
+        /// Its part in the writers' load.
+        load: StreamLoad,
     },
     /// Messages of the stream on its conversation's JetStream subject.
     JetStream(Uuid, Box<TurnLog>),
@@ -68,7 +68,7 @@ impl Sink {
                 Ok(Self::Postgres {
                     id,
                     opening,
-                    _counted: hub.writer().count_stream(),
+                    load: hub.writer().stream_load(),
                 })
             }
             ChunkStore::JetStream(chunks) => {
@@ -89,10 +89,9 @@ impl Sink {
     }
 
     /// Whether a batch should linger for more chunks before it is
-    /// recorded: a Postgres stream's, once the stream is open or while
-    /// enough streams record in this process for its writers to be busy (on
-    /// an idle server a stream's first batch, which opens it, goes at once:
-    /// the client's first chunk waits for it).
+    /// recorded: a Postgres stream's, once the stream is open or while its
+    /// writers are busy (when they are not, a stream's first batch, which
+    /// opens it, goes at once: the client's first chunk waits for it).
     pub(super) fn lingers(&self, hub: &StreamHub) -> bool {
         match self {
             Self::Postgres { opening, .. } => opening.is_none() || hub.writer().busy(),
@@ -138,7 +137,7 @@ impl Sink {
             Self::Postgres {
                 id: stream,
                 opening,
-                ..
+                load,
             } => {
                 let append = Append {
                     stream: *stream,
@@ -147,6 +146,7 @@ impl Sink {
                     finish,
                     opening: opening.clone(),
                 };
+                load.asked();
                 let answer = hub.writer().append(append).await?;
                 let appended = match answer.appended {
                     Appended::Refused if retry => {

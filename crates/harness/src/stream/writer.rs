@@ -3,10 +3,11 @@
 //! has queued up since its last write in one statement. An idle server
 //! writes each batch at once; a busy one writes many turns' chunks per
 //! round trip, so recording costs the database far fewer statements than
-//! turns have bursts. While enough turns record at once, a writer waits a
+//! turns have bursts. While enough turns write at once (open streams that
+//! asked lately; a turn waiting for its model asks nothing), a writer waits a
 //! moment after its first request for others to join it (a commit delay),
 //! so paced streams, whose chunks arrive one at a time, share statements
-//! too.
+//! too; a server whose open turns are quiet makes no one wait.
 //!
 //! Each writer keeps a connection of its own, outside the pool (so no
 //! pings before and after each statement), on which Postgres plans
@@ -19,7 +20,6 @@
 //! can lose the last moment of a live stream; its turn then stops at its
 //! next write.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ pub(crate) struct GroupTerms {
     pub(crate) max_group: usize,
     /// How long a writer waits for more requests after its first one...
     pub(crate) commit_delay: Duration,
-    /// ...when at least this many streams are recording.
+    /// ...when at least this many open streams asked lately.
     pub(crate) commit_siblings: usize,
 }
 
@@ -66,27 +66,110 @@ pub(crate) struct StreamWriter {
     load: Arc<Load>,
 }
 
-/// How many streams record in this process, and from how many on the
-/// writers count as busy.
+/// How long a stream's request counts as recent: a turn whose model
+/// streams (a chunk every 10 to 50 ms, as hosted models do) asks about once
+/// in it while it writes, and not at all while it waits.
+const RECENT: Duration = Duration::from_millis(10);
+
+/// How many open streams asked the writers for a write lately, and from how
+/// many on the writers count as busy. A stream that is open but quiet (its
+/// turn waiting for its model or a tool) asks nothing and is not counted,
+/// and neither is a finished one, so one client's turns in a row do not
+/// make each other wait, nor do one account's many quiet turns another's.
 struct Load {
-    recording: AtomicUsize,
+    started: Instant,
+    /// How long a request counts as recent ([`RECENT`]).
+    window: Duration,
+    recent: std::sync::Mutex<RecentStreams>,
     siblings: usize,
 }
 
-impl Load {
-    /// Whether enough streams record for the writers to wait for more
-    /// requests after their first one.
-    fn busy(&self) -> bool {
-        self.recording.load(Ordering::Relaxed) >= self.siblings
+/// Open streams that asked, counted per window of [`RECENT`]: in the
+/// current one and in the one before it.
+#[derive(Default)]
+struct RecentStreams {
+    window: u64,
+    current: usize,
+    previous: usize,
+}
+
+impl RecentStreams {
+    /// Moves the counts on to `window`.
+    fn roll_to(&mut self, window: u64) {
+        if window == self.window {
+            return;
+        }
+        self.previous = if window == self.window + 1 {
+            self.current
+        } else {
+            0
+        };
+        self.current = 0;
+        self.window = window;
     }
 }
 
-/// Counts one stream as recording until dropped.
-pub(crate) struct CountedStream(Arc<Load>);
+impl Load {
+    fn new(siblings: usize, window: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            window,
+            recent: std::sync::Mutex::default(),
+            siblings,
+        }
+    }
 
-impl Drop for CountedStream {
+    /// The counts, moved on to now.
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentStreams> {
+        let elapsed = self.started.elapsed().as_nanos() / self.window.as_nanos().max(1);
+        let window = u64::try_from(elapsed).unwrap_or(u64::MAX);
+        let mut recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        recent.roll_to(window);
+        recent
+    }
+
+    /// Whether enough streams asked lately (in the last one to two
+    /// [`RECENT`] windows) for the writers to wait for more requests after
+    /// their first one.
+    fn busy(&self) -> bool {
+        let recent = self.recent();
+        recent.current + recent.previous >= self.siblings
+    }
+}
+
+/// One open stream's part in the writers' load: counted from its first
+/// request in a window until the window passes or the stream is dropped.
+pub(crate) struct StreamLoad {
+    load: Arc<Load>,
+    /// The window of its latest request.
+    asked_in: Option<u64>,
+}
+
+impl StreamLoad {
+    /// Counts the stream's request.
+    pub(crate) fn asked(&mut self) {
+        let mut recent = self.load.recent();
+        if self.asked_in != Some(recent.window) {
+            recent.current += 1;
+            self.asked_in = Some(recent.window);
+        }
+    }
+}
+
+impl Drop for StreamLoad {
     fn drop(&mut self) {
-        self.0.recording.fetch_sub(1, Ordering::Relaxed);
+        let Some(asked_in) = self.asked_in else {
+            return;
+        };
+        let mut recent = self.load.recent();
+        if asked_in == recent.window {
+            recent.current = recent.current.saturating_sub(1);
+        } else if asked_in + 1 == recent.window {
+            recent.previous = recent.previous.saturating_sub(1);
+        }
     }
 }
 
@@ -98,10 +181,7 @@ impl StreamWriter {
         let writers = terms.writers.max(1);
         let (queue, requests) = mpsc::channel(max * writers * 4);
         let requests = Arc::new(Mutex::new(requests));
-        let load = Arc::new(Load {
-            recording: AtomicUsize::new(0),
-            siblings: terms.commit_siblings,
-        });
+        let load = Arc::new(Load::new(terms.commit_siblings, RECENT));
         for _ in 0..writers {
             let group = Group {
                 connection: WriterConnection::new(pool),
@@ -114,13 +194,15 @@ impl StreamWriter {
         Self { queue, load }
     }
 
-    /// Counts a stream as recording while the guard lives.
-    pub(crate) fn count_stream(&self) -> CountedStream {
-        self.load.recording.fetch_add(1, Ordering::Relaxed);
-        CountedStream(self.load.clone())
+    /// A stream's part in the writers' load, to count its requests with.
+    pub(crate) fn stream_load(&self) -> StreamLoad {
+        StreamLoad {
+            load: self.load.clone(),
+            asked_in: None,
+        }
     }
 
-    /// Whether enough streams record for the writers to wait for more
+    /// Whether enough streams asked lately for the writers to wait for more
     /// requests after their first one.
     pub(crate) fn busy(&self) -> bool {
         self.load.busy()
@@ -342,5 +424,65 @@ impl Grouped for Append {
         items: &[Self],
     ) -> Result<Vec<AppendAnswer>, StoreError> {
         turn_streams::append_many(connection, items).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A load whose requests stay recent for the whole test.
+    fn load(siblings: usize) -> Arc<Load> {
+        Arc::new(Load::new(siblings, Duration::from_secs(3600)))
+    }
+
+    fn stream(load: &Arc<Load>) -> StreamLoad {
+        StreamLoad {
+            load: load.clone(),
+            asked_in: None,
+        }
+    }
+
+    #[test]
+    fn open_streams_that_ask_nothing_do_not_make_the_writers_busy() {
+        let load = load(3);
+        let quiet: Vec<StreamLoad> = (0..10).map(|_| stream(&load)).collect();
+        assert!(!load.busy());
+        let mut asking: Vec<StreamLoad> = (0..3).map(|_| stream(&load)).collect();
+        for stream in &mut asking {
+            stream.asked();
+        }
+        assert!(load.busy(), "three streams asked");
+        drop(quiet);
+        assert!(load.busy(), "the quiet ones never counted");
+    }
+
+    #[test]
+    fn one_stream_asking_often_counts_once_and_not_after_it_ends() {
+        let load = load(2);
+        let mut first = stream(&load);
+        for _ in 0..5 {
+            first.asked();
+        }
+        assert!(!load.busy(), "one stream, however many requests");
+        let mut second = stream(&load);
+        second.asked();
+        assert!(load.busy());
+        drop(first);
+        assert!(!load.busy(), "a finished stream leaves the count");
+    }
+
+    #[test]
+    fn counts_move_to_the_previous_window_then_lapse() {
+        let mut recent = RecentStreams {
+            window: 4,
+            current: 3,
+            previous: 2,
+        };
+        recent.roll_to(5);
+        assert_eq!((recent.current, recent.previous), (0, 3));
+        recent.current = 1;
+        recent.roll_to(7);
+        assert_eq!((recent.current, recent.previous), (0, 0));
     }
 }

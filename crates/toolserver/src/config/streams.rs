@@ -128,8 +128,8 @@ pub struct StreamsConfig {
     )]
     pub stream_max_group: usize,
     /// Microseconds a stream writer waits for more turns' writes after its
-    /// first one, while at least `TOOLSERVER_STREAM_COMMIT_SIBLINGS` streams
-    /// record in the process (0: never); trades up to this much latency per
+    /// first one, while the writers are busy (see
+    /// `TOOLSERVER_STREAM_COMMIT_SIBLINGS`; 0: never); trades up to this much latency per
     /// batch for fewer statements under load (Postgres store): a
     /// statement's fixed cost is several times what each turn's rows add.
     #[arg(
@@ -139,9 +139,12 @@ pub struct StreamsConfig {
         value_parser = within::<u64>(..=MAX_BATCH_WAIT_US)
     )]
     pub stream_commit_delay_us: u64,
-    /// Streams recording at once in this process from which writers wait
-    /// `TOOLSERVER_STREAM_COMMIT_DELAY_US` and recorders linger
-    /// `TOOLSERVER_STREAM_LINGER_US` before a stream's first batch too.
+    /// Open turn streams that asked this process's stream writers for a
+    /// write in the last 10 to 20 ms, from which the writers are busy: they wait
+    /// `TOOLSERVER_STREAM_COMMIT_DELAY_US`, and recorders linger
+    /// `TOOLSERVER_STREAM_LINGER_US` before a stream's first batch too. Open
+    /// turns that are quiet (waiting for their model or a tool) ask
+    /// nothing, so they make no other turn wait.
     #[arg(
         long,
         env = "TOOLSERVER_STREAM_COMMIT_SIBLINGS",
@@ -150,8 +153,8 @@ pub struct StreamsConfig {
     pub stream_commit_siblings: usize,
     /// Microseconds a turn's recorder waits after a batch's first chunk for
     /// more of the turn's chunks before recording them: for every batch but
-    /// a stream's first, and for that one too while at least
-    /// `TOOLSERVER_STREAM_COMMIT_SIBLINGS` streams record (0: never); trades
+    /// a stream's first, and for that one too while the writers are busy
+    /// (see `TOOLSERVER_STREAM_COMMIT_SIBLINGS`; 0: never); trades
     /// up to this much latency per batch for fewer, larger appends
     /// (Postgres store).
     #[arg(
