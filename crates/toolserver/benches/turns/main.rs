@@ -6,6 +6,11 @@
 //!     model passes);
 //!   - the same streaming requests made straight to the scripted model, the
 //!     floor the server adds to;
+//!   - time to first byte and whole turn with turns started at fixed rates
+//!     below capacity (an open loop): with N clients each waiting for its
+//!     turn (a closed loop) a saturated server's queue sits in its slowest
+//!     stage, so the closed loop's first byte says where that queue is as
+//!     much as how fast the server is;
 //!   - the CPU time each turn costs (its server, Postgres, every process
 //!     of the machine), read from /proc around each arm's run;
 //!   - the same turns on a server recording chunks in NATS JetStream
@@ -59,10 +64,11 @@ use toolserver_testsupport::{Reply, ScriptedModel};
 
 use crate::compare::{interleaved, report_interleaved, rounds};
 use crate::cpu::ArmMedians;
-use crate::measure::{concurrent, model_direct, resume_latency, turn};
+use crate::measure::{concurrent, model_direct, open_loop, resume_latency, turn};
 use crate::plan::{
-    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, NATS_URL, OPEN_TURNS, PACED_CHUNK_DELAY,
-    PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS, SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
+    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, NATS_URL, OPEN_LOOP_RATES,
+    OPEN_LOOP_TURNS, OPEN_TURNS, PACED_CHUNK_DELAY, PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS,
+    SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
 };
 use crate::server::Server;
 
@@ -229,6 +235,23 @@ async fn main() {
             rate[1] / rate[0],
             ttfb[1] - ttfb[0]
         );
+    }
+
+    println!(
+        "== open loop: {OPEN_LOOP_TURNS} turns started at a fixed rate, each its own request, one tool call each =="
+    );
+    for rate in OPEN_LOOP_RATES {
+        let (server, agent) = (server.clone(), tool_agent.clone());
+        open_loop(
+            &format!("recorded in Postgres, {rate:.0}/s offered"),
+            rate,
+            OPEN_LOOP_TURNS,
+            move || {
+                let (server, agent) = (server.clone(), agent.clone());
+                async move { turn(&server, &agent).await }
+            },
+        )
+        .await;
     }
 
     println!("== 1 client, turn by turn: {INTERLEAVED_TURNS} turns on each arm, alternating ==");

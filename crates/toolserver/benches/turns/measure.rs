@@ -162,3 +162,37 @@ where
     println!("{label:<40} {rate:.1} turns/s ({clients} concurrent clients)");
     (rate, ttfb_p50)
 }
+
+/// Turns started at a fixed rate, each as its own request, whatever the
+/// server's pace (an open loop): the latency a client sees on a server
+/// loaded below its capacity. With clients that wait for their turn to
+/// end (a closed loop), a saturated server's queue sits in whichever stage
+/// is slowest, so time to first byte there tells where the queue is as
+/// much as how fast the server is.
+pub(crate) async fn open_loop<F, Fut>(label: &str, rate: f64, turns: usize, run: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (Duration, Duration)> + Send + 'static,
+{
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(turns);
+    for _ in 0..turns {
+        ticks.tick().await;
+        tasks.push(tokio::spawn(run()));
+    }
+    let mut ttfb = Vec::with_capacity(turns);
+    let mut total = Vec::with_capacity(turns);
+    for task in tasks {
+        let (first, all) = task.await.unwrap();
+        ttfb.push(first);
+        total.push(all);
+    }
+    let wall = started.elapsed();
+    summary(&format!("{label}: time to first byte"), ttfb);
+    summary(&format!("{label}: whole turn"), total);
+    println!(
+        "{label:<40} {rate:.0} turns/s offered, {:.1} served",
+        turns as f64 / wall.as_secs_f64()
+    );
+}

@@ -6,6 +6,11 @@ pub(crate) const SEQUENTIAL_TURNS: usize = 200;
 pub(crate) const CLIENTS: usize = 50;
 pub(crate) const TURNS_PER_CLIENT: usize = 20;
 pub(crate) const OPEN_TURNS: usize = 1000;
+/// Rates (turns per second) at which the open-loop arm starts turns, all
+/// below the server's capacity on a 2-core machine.
+pub(crate) const OPEN_LOOP_RATES: [f64; 3] = [100.0, 200.0, 300.0];
+/// Turns started at each open-loop rate.
+pub(crate) const OPEN_LOOP_TURNS: usize = 900;
 /// Turns of each arm in the turn-by-turn comparison.
 pub(crate) const INTERLEAVED_TURNS: usize = 600;
 pub(crate) const RESUMES: usize = 100;
