@@ -201,36 +201,40 @@ impl Harness {
 
     /// [`Self::check`] for a config about to be saved: also refuses an
     /// endpoint that is, or now resolves to, an address the outbound policy
-    /// does not allow (each request is judged again when it is made).
+    /// does not allow (each request is judged again when it is made). The
+    /// endpoints are resolved at once, so a save waits for one resolver
+    /// timeout at most however many names do not answer; the first refused
+    /// endpoint in the config's order is the one named.
     pub async fn check_for_save(
         &self,
         account: &AccountId,
         config: &Value,
     ) -> Result<CheckedAgent, RegistryError> {
         let checked = self.check(account, config).await?;
-        for (name, credentials) in &checked.config.providers {
-            if let Some(url) = &credentials.base_url {
-                outbound::check_destination(
-                    url,
-                    &self.sources.policy,
-                    self.settings.outbound_resolve_timeout,
-                )
-                .await
-                .map_err(|reason| {
-                    ValidationError::new(format!("config.provider.{name}.baseUrl"), reason)
-                })?;
-            }
-        }
-        for (name, server) in &checked.config.mcp_servers {
+        let providers = checked
+            .config
+            .providers
+            .iter()
+            .filter_map(|(name, credentials)| {
+                let url = credentials.base_url.as_ref()?;
+                Some((format!("config.provider.{name}.baseUrl"), url))
+            });
+        let servers = checked
+            .config
+            .mcp_servers
+            .iter()
+            .map(|(name, server)| (format!("config.mcpServers.{name}.url"), &server.url));
+        let endpoints: Vec<(String, &Url)> = providers.chain(servers).collect();
+        let verdicts = futures::future::join_all(endpoints.iter().map(|(_, url)| {
             outbound::check_destination(
-                &server.url,
+                url,
                 &self.sources.policy,
                 self.settings.outbound_resolve_timeout,
             )
-            .await
-            .map_err(|reason| {
-                ValidationError::new(format!("config.mcpServers.{name}.url"), reason)
-            })?;
+        }))
+        .await;
+        for ((field, _), verdict) in endpoints.iter().zip(verdicts) {
+            verdict.map_err(|reason| ValidationError::new(field.clone(), reason))?;
         }
         Ok(checked)
     }

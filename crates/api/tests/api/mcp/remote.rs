@@ -161,6 +161,25 @@ async fn mcp_servers_are_checked_when_an_agent_is_saved(pool: PgPool) {
             reply.json()
         );
     }
+    let both_refused = json!({"name": "mcp", "config": {
+        "model": {"provider": "openai", "modelId": "m"},
+        "provider": {"openai": {"baseUrl": "http://10.9.8.7/v1"}},
+        "mcpServers": {"docs": {"url": "http://127.0.0.1:8080/mcp"}},
+    }});
+    let reply = app
+        .call(
+            axum::http::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(both_refused),
+        )
+        .await;
+    assert_eq!(reply.status, 422, "{}", reply.json());
+    assert_eq!(
+        reply.json()["error"]["field"],
+        "config.provider.openai.baseUrl",
+        "endpoints are checked together; the first refused in the config's order is named"
+    );
     let bad = app
         .call(
             axum::http::Method::POST,
