@@ -1,6 +1,7 @@
 //! The `conversations` table: the UI messages of each conversation, and a
 //! lease so only one turn at a time writes to a conversation.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -105,6 +106,37 @@ pub(crate) const HOLDER_GONE: &str = "(c.lease_expires_at <= now() OR p.alive_un
 pub(crate) const HOLDER_IS_JOB: &str =
     "EXISTS (SELECT 1 FROM continuation_outbox j WHERE j.id = c.active_turn)";
 
+/// SQL of [`begin_turn`]'s insert, which also makes its transaction commit
+/// without waiting for the disk; built once.
+static CREATE_UNFLUSHED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {UNFLUSHED} \
+         INSERT INTO conversations (account_id, id, agent_id) SELECT $1, $2, $3 FROM unflushed \
+         ON CONFLICT (account_id, id) DO NOTHING"
+    )
+});
+
+/// SQL of [`save`], committed without waiting for the disk; built once.
+static SAVE_UNFLUSHED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {UNFLUSHED} \
+         UPDATE conversations SET messages = $4::json, updated_at = now() FROM unflushed \
+         WHERE account_id = $1 AND id = $2 AND active_turn = $3"
+    )
+});
+
+/// SQL of [`begin_turn`]'s look at the conversation's lease, locking its
+/// row; built once.
+static LOCK_HOLDER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT c.agent_id, c.active_turn, c.lease_taken_at, \
+                (c.active_turn IS NOT NULL AND c.active_turn <> $3) AS other, \
+                coalesce({HOLDER_GONE}, false) AS gone, {HOLDER_IS_JOB} AS job \
+         FROM conversations c LEFT JOIN server_processes p ON p.id = c.lease_process \
+         WHERE c.account_id = $1 AND c.id = $2 FOR UPDATE OF c"
+    )
+});
+
 /// Creates the conversation if new and takes its lease on `terms` (a lease
 /// of another live holder is `Conflict { BUSY }`, and so is one of a job
 /// whose process died, until the job runs again; a holder may take its own
@@ -122,28 +154,18 @@ pub async fn begin_turn(
 ) -> Result<Begun, StoreError> {
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
-    sqlx::query(&format!(
-        "WITH {UNFLUSHED} \
-         INSERT INTO conversations (account_id, id, agent_id) SELECT $1, $2, $3 FROM unflushed \
-         ON CONFLICT (account_id, id) DO NOTHING"
-    ))
-    .bind(account.as_str())
-    .bind(id)
-    .bind(agent.as_uuid())
-    .execute(&mut *tx)
-    .await?;
-    let held: HeldBy = sqlx::query_as(&format!(
-        "SELECT c.agent_id, c.active_turn, c.lease_taken_at, \
-                (c.active_turn IS NOT NULL AND c.active_turn <> $3) AS other, \
-                coalesce({HOLDER_GONE}, false) AS gone, {HOLDER_IS_JOB} AS job \
-         FROM conversations c LEFT JOIN server_processes p ON p.id = c.lease_process \
-         WHERE c.account_id = $1 AND c.id = $2 FOR UPDATE OF c"
-    ))
-    .bind(account.as_str())
-    .bind(id)
-    .bind(terms.holder)
-    .fetch_one(&mut *tx)
-    .await?;
+    sqlx::query(&CREATE_UNFLUSHED)
+        .bind(account.as_str())
+        .bind(id)
+        .bind(agent.as_uuid())
+        .execute(&mut *tx)
+        .await?;
+    let held: HeldBy = sqlx::query_as(&LOCK_HOLDER)
+        .bind(account.as_str())
+        .bind(id)
+        .bind(terms.holder)
+        .fetch_one(&mut *tx)
+        .await?;
     if held.agent_id != agent.as_uuid() {
         return Err(StoreError::Conflict {
             constraint: OTHER_AGENT.into(),
@@ -325,17 +347,13 @@ pub async fn save(
     turn_id: Uuid,
     messages: &[Value],
 ) -> Result<(), StoreError> {
-    let done = sqlx::query(&format!(
-        "WITH {UNFLUSHED} \
-         UPDATE conversations SET messages = $4::json, updated_at = now() FROM unflushed \
-         WHERE account_id = $1 AND id = $2 AND active_turn = $3"
-    ))
-    .bind(account.as_str())
-    .bind(id)
-    .bind(turn_id)
-    .bind(Value::Array(messages.to_vec()).to_string())
-    .execute(pool)
-    .await?;
+    let done = sqlx::query(&SAVE_UNFLUSHED)
+        .bind(account.as_str())
+        .bind(id)
+        .bind(turn_id)
+        .bind(Value::Array(messages.to_vec()).to_string())
+        .execute(pool)
+        .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound);
     }

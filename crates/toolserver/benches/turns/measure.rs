@@ -171,7 +171,7 @@ where
 /// much as how fast the server is.
 pub(crate) async fn open_loop<F, Fut>(label: &str, rate: f64, turns: usize, run: F)
 where
-    F: Fn() -> Fut + Clone + Send + 'static,
+    F: Fn() -> Fut,
     Fut: std::future::Future<Output = (Duration, Duration)> + Send + 'static,
 {
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
