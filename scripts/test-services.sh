@@ -3,7 +3,9 @@
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
 # binary, Node.js, the AI SDK client test's packages, Chromium and the
 # browser test's packages, the tool CLI's packages, the MCP clients (the
-# TypeScript SDK's packages and a virtualenv with the Python SDK), kubectl (the manifest
+# TypeScript SDK's packages and a virtualenv with the Python SDK), the
+# official Anthropic and Google Gen AI SDKs (they check the scripted model's
+# wire formats), kubectl (the manifest
 # tests render deploy/kubernetes with `kubectl kustomize`), bubblewrap (it
 # isolates runners) and Helm's library (they lint and render deploy/helm with it). Installs missing pieces from
 # Debian's packages, crates.io, the npm registry and PyPI when run as root.
@@ -125,6 +127,11 @@ ensure_mcp_client() {
   ensure_npm_client mcp @modelcontextprotocol/sdk
 }
 
+# The official Anthropic and Google Gen AI SDKs that check the scripted model.
+ensure_provider_sdks() {
+  ensure_npm_client providers @anthropic-ai/sdk @google/genai
+}
+
 # The official MCP Python SDK client that drives /mcp in the tests, pinned
 # (clients/mcp-python/requirements.txt), in a virtualenv of its own; made
 # again when the requirements change.
@@ -205,8 +212,9 @@ ensure_ai_sdk
 ensure_browser
 ensure_cli
 ensure_mcp_client
+ensure_provider_sdks
 ensure_mcp_python_client
 ensure_bubblewrap
 ensure_schemathesis
 ensure_helm_sdk
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP clients, bubblewrap, schemathesis and the Helm library are ready"
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP clients, the provider SDKs, bubblewrap, schemathesis and the Helm library are ready"

@@ -217,6 +217,11 @@ function checkOrder(chunks, continued) {
         calls.set(call, preliminary ? 'preliminary' : 'output');
         break;
       }
+      case 'source-url':
+        assert.ok(inStep, `${at}: source-url outside start-step..finish-step`);
+        assert.equal(typeof chunk.sourceId, 'string', `${at}: sourceId`);
+        assert.equal(typeof chunk.url, 'string', `${at}: url`);
+        break;
       default:
         if (!chunk.type.startsWith('data-') && chunk.type !== 'message-metadata' && chunk.type !== 'start') {
           assert.fail(`${at}: unexpected chunk type`);

@@ -12,13 +12,17 @@ use toolserver_domain::{
 use toolserver_store::{agents, StoreError};
 use url::Url;
 
+use crate::handoff::HandoffOptions;
 use crate::lifecycle::LifecycleSettings;
 use crate::outbound;
+use crate::provider::anthropic::AnthropicProvider;
+use crate::provider::google::GoogleProvider;
 use crate::provider::openai::OpenAiProvider;
-use crate::provider::ModelProvider;
+use crate::provider::{ModelProvider, ProviderHttp};
 use crate::sealing::{SealError, SecretBox};
 use crate::stream::StreamSettings;
 use crate::tools::{RegistryError, ToolRegistry, ToolSources};
+use crate::webhooks::WebhookSettings;
 
 /// Why a stored agent could not be made ready to run.
 #[derive(Debug, thiserror::Error)]
@@ -42,10 +46,11 @@ pub enum AgentLoadError {
 pub struct HarnessSettings {
     /// Bounds on agent configs.
     pub agent_limits: AgentLimits,
-    /// Endpoint of the `openai` provider when an agent names none.
-    pub openai_base_url: Url,
-    /// Key of the `openai` provider when an agent carries none.
-    pub openai_api_key: Option<Secret>,
+    /// Each provider's endpoint and key when an agent names none.
+    pub providers: ProviderDefaults,
+    /// Longest wait a model provider's `Retry-After` may ask for before a
+    /// pass is retried.
+    pub model_max_retry_wait: Duration,
     /// Most tool calls of one model pass running at once.
     pub max_parallel_tool_calls: usize,
     /// Most messages in a conversation.
@@ -69,8 +74,57 @@ pub struct HarnessSettings {
     /// Knobs of turn streams (recording, resume, stop).
     pub streams: StreamSettings,
     /// Longest wait for a name lookup when a config naming an endpoint is
-    /// saved (the outbound connect timeout).
+    /// saved; a name that has not answered by then passes (requests are
+    /// judged again when they connect).
     pub outbound_resolve_timeout: Duration,
+    /// How webhook posts (handoff announcements) are delivered.
+    pub webhooks: WebhookSettings,
+}
+
+/// A provider's endpoint and key, used when an agent's config names none.
+#[derive(Debug, Clone)]
+pub struct ProviderDefault {
+    /// The API's base URL.
+    pub base_url: Url,
+    /// The service-wide key, if any.
+    pub api_key: Option<Secret>,
+}
+
+/// The fallback endpoint and key of each model provider.
+#[derive(Debug, Clone)]
+pub struct ProviderDefaults {
+    /// OpenAI Chat Completions (and compatible servers).
+    pub openai: ProviderDefault,
+    /// Anthropic Messages.
+    pub anthropic: ProviderDefault,
+    /// Google Gemini.
+    pub google: ProviderDefault,
+}
+
+impl ProviderDefaults {
+    /// The public endpoints, with no keys.
+    #[allow(clippy::expect_used)]
+    fn public() -> Self {
+        let endpoint = |url: &str| ProviderDefault {
+            base_url: Url::parse(url).expect("a constant URL"),
+            api_key: None,
+        };
+        Self {
+            openai: endpoint(HarnessSettings::DEFAULT_OPENAI_BASE_URL),
+            anthropic: endpoint(AnthropicProvider::DEFAULT_BASE_URL),
+            google: endpoint(GoogleProvider::DEFAULT_BASE_URL),
+        }
+    }
+
+    /// The fallback of the provider named `name`.
+    fn of(&self, name: &str) -> Option<&ProviderDefault> {
+        match name {
+            "openai" => Some(&self.openai),
+            "anthropic" => Some(&self.anthropic),
+            "google" => Some(&self.google),
+            _ => None,
+        }
+    }
 }
 
 impl HarnessSettings {
@@ -91,8 +145,10 @@ impl HarnessSettings {
     /// The setting's default of [`Self::async_result_ttl`].
     pub const DEFAULT_ASYNC_RESULT_TTL: Duration = Duration::from_secs(3600);
     /// The setting's default time to connect to a model provider or a tool
-    /// API, which is also [`Self::outbound_resolve_timeout`].
+    /// API.
     pub const DEFAULT_OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The setting's default of [`Self::outbound_resolve_timeout`].
+    pub const DEFAULT_OUTBOUND_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 }
 
 impl Default for HarnessSettings {
@@ -101,8 +157,8 @@ impl Default for HarnessSettings {
     fn default() -> Self {
         Self {
             agent_limits: AgentLimits::DEFAULT,
-            openai_base_url: Url::parse(Self::DEFAULT_OPENAI_BASE_URL).expect("a constant URL"),
-            openai_api_key: None,
+            providers: ProviderDefaults::public(),
+            model_max_retry_wait: ProviderHttp::DEFAULT_MAX_RETRY_WAIT,
             max_parallel_tool_calls: Self::DEFAULT_MAX_PARALLEL_TOOL_CALLS,
             max_conversation_messages: Self::DEFAULT_MAX_CONVERSATION_MESSAGES,
             max_conversation_bytes: Self::DEFAULT_MAX_CONVERSATION_BYTES,
@@ -113,7 +169,8 @@ impl Default for HarnessSettings {
             async_result_ttl: Self::DEFAULT_ASYNC_RESULT_TTL,
             lifecycle: LifecycleSettings::DEFAULT,
             streams: StreamSettings::DEFAULT,
-            outbound_resolve_timeout: Self::DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
+            outbound_resolve_timeout: Self::DEFAULT_OUTBOUND_RESOLVE_TIMEOUT,
+            webhooks: WebhookSettings::DEFAULT,
         }
     }
 }
@@ -224,7 +281,11 @@ impl Harness {
             .mcp_servers
             .iter()
             .map(|(name, server)| (format!("config.mcpServers.{name}.url"), &server.url));
-        let endpoints: Vec<(String, &Url)> = providers.chain(servers).collect();
+        let handoff = HandoffOptions::of(&checked.config).and_then(|options| options.webhook_url);
+        let webhooks = handoff
+            .iter()
+            .map(|url| ("config.tools.handoff.webhookUrl".to_owned(), url));
+        let endpoints: Vec<(String, &Url)> = providers.chain(servers).chain(webhooks).collect();
         let verdicts = futures::future::join_all(endpoints.iter().map(|(_, url)| {
             outbound::check_destination(
                 url,
@@ -258,30 +319,37 @@ impl Harness {
         &self,
         config: &AgentConfig,
     ) -> Result<Arc<dyn ModelProvider>, ValidationError> {
-        let credentials = config.model_credentials();
-        match config.model.provider.as_str() {
-            "openai" => Ok(Arc::new(OpenAiProvider::new(
-                self.sources.http.clone(),
-                credentials
-                    .base_url
-                    .unwrap_or_else(|| self.settings.openai_base_url.clone()),
-                credentials.api_key.or_else(|| {
-                    let fallback = self.settings.openai_api_key.as_ref();
-                    fallback.map(|key| key.expose().to_owned())
-                }),
-                self.sources.policy.clone(),
-            ))),
-            other => Err(ValidationError::new(
+        let provider = config.model.provider.as_str();
+        let fallback = self.settings.providers.of(provider).ok_or_else(|| {
+            ValidationError::new(
                 "config.model.provider",
-                format!("no adapter for provider {other:?}"),
-            )),
-        }
+                format!("no adapter for provider {provider:?}"),
+            )
+        })?;
+        let credentials = config.model_credentials();
+        let base_url = credentials
+            .base_url
+            .unwrap_or_else(|| fallback.base_url.clone());
+        let api_key = credentials
+            .api_key
+            .or_else(|| Some(fallback.api_key.as_ref()?.expose().to_owned()));
+        let http = ProviderHttp {
+            client: self.sources.http.clone(),
+            policy: self.sources.policy.clone(),
+            max_retry_wait: self.settings.model_max_retry_wait,
+        };
+        Ok(match provider {
+            "anthropic" => Arc::new(AnthropicProvider::new(http, base_url, api_key)),
+            "google" => Arc::new(GoogleProvider::new(http, base_url, api_key)),
+            _ => Arc::new(OpenAiProvider::new(http, base_url, api_key)),
+        })
     }
 }
 
-/// Provider-defined tools each provider runs itself, as (provider, tool).
-/// The OpenAI-compatible Chat Completions API has none.
-const PROVIDER_DEFINED_TOOLS: &[(&str, &str)] = &[];
+/// Provider-defined tools each provider runs itself, as (provider, tool):
+/// Gemini's Google Search grounding. The Chat Completions and Messages
+/// adapters offer none.
+const PROVIDER_DEFINED_TOOLS: &[(&str, &str)] = &[("google", "googleSearch")];
 
 /// Whether `provider` runs the provider-defined tool `tool` itself.
 pub fn provider_supports(provider: &str, tool: &str) -> bool {

@@ -4,6 +4,7 @@
 
 pub mod conversation;
 pub mod engine;
+pub mod handoff;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbound;
@@ -16,5 +17,8 @@ pub mod tools;
 mod trace_context;
 pub mod turn;
 pub mod ui;
+pub mod webhooks;
 
-pub use engine::{AgentLoadError, CheckedAgent, Harness, HarnessSettings};
+pub use engine::{
+    AgentLoadError, CheckedAgent, Harness, HarnessSettings, ProviderDefault, ProviderDefaults,
+};

@@ -79,6 +79,9 @@ pub enum Begun {
         /// When the holder took the lease (kept when it takes its own
         /// lease again).
         taken_at: OffsetDateTime,
+        /// The handoff to people holding the conversation, if any (see
+        /// [`crate::handoffs`]).
+        handoff: Option<Value>,
     },
     /// The conversation is held by a turn whose process died (or whose
     /// lease lapsed) and that no job will run again: its turn is to be
@@ -182,12 +185,12 @@ pub async fn begin_turn(
             }),
         };
     }
-    let (messages, taken_at): (Value, OffsetDateTime) = sqlx::query_as(
+    let (messages, taken_at, handoff): (Value, OffsetDateTime, Option<Value>) = sqlx::query_as(
         "UPDATE conversations SET active_turn = $3, \
              lease_expires_at = now() + make_interval(secs => $4), lease_process = $5, \
              lease_taken_at = CASE WHEN active_turn IS NOT DISTINCT FROM $3 \
                                    THEN coalesce(lease_taken_at, now()) ELSE now() END \
-         WHERE account_id = $1 AND id = $2 RETURNING messages, lease_taken_at",
+         WHERE account_id = $1 AND id = $2 RETURNING messages, lease_taken_at, handoff",
     )
     .bind(account.as_str())
     .bind(id)
@@ -201,7 +204,11 @@ pub async fn begin_turn(
         Value::Array(items) => items,
         _ => Vec::new(),
     };
-    Ok(Begun::Held { messages, taken_at })
+    Ok(Begun::Held {
+        messages,
+        taken_at,
+        handoff,
+    })
 }
 
 #[derive(FromRow)]

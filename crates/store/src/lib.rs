@@ -11,6 +11,7 @@ pub mod async_turns;
 mod commit;
 pub mod conversations;
 pub mod error;
+pub mod handoffs;
 mod job_kind;
 pub mod jobs;
 pub mod mcp_tasks;
@@ -22,6 +23,7 @@ pub mod text;
 pub mod tools;
 pub mod turn_end;
 pub mod turn_streams;
+pub mod webhook_deliveries;
 
 pub use agents::{AgentRecord, AgentWrite};
 pub use conversations::ConversationRecord;

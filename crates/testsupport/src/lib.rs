@@ -1,6 +1,7 @@
 //! Helpers for integration tests: real services started on loopback, a scripted model
-//! speaking the OpenAI wire format (where a real model cannot run), and a fake Kubernetes
-//! API server whose pods run as local processes (where no cluster can run); and what
+//! speaking the OpenAI, Anthropic and Gemini wire formats (where a real model cannot
+//! run), and a fake Kubernetes API server whose pods run as local processes (where no
+//! cluster can run); and what
 //! every test binary needs of a running server: free ports, waiting, tool uploads and
 //! invocations, the clients' directories.
 //! A helper that cannot start its service panics: the test cannot run without it.

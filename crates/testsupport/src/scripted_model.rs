@@ -1,61 +1,56 @@
 //! A scripted model served over real HTTP (on loopback unless asked
-//! otherwise), speaking the OpenAI Chat Completions streaming wire format.
+//! otherwise), speaking three providers' streaming wire formats: OpenAI Chat
+//! Completions (`POST /v1/chat/completions`), Anthropic Messages
+//! (`POST /v1/messages`) and Google Gemini
+//! (`POST /v1beta/models/{model}:streamGenerateContent`).
 //!
-//! Scripts are keyed by model id. The reply to a request is chosen by its
-//! step: the number of assistant messages after the last user message. So
-//! one script replays for any number of concurrent conversations, and a pass
-//! after tool results gets the next reply. A request with no scripted reply
-//! is answered 500, so the test fails loudly. Every request body is kept for
-//! the test to inspect.
+//! Scripts are keyed by model id, whatever the format asking. The reply to a
+//! request is chosen by its step: the number of model turns after the user's
+//! last own turn (tool results, which Anthropic and Gemini send back as the
+//! user's, are not one). So one script replays for any number of concurrent
+//! conversations, and a pass after tool results gets the next reply. A
+//! request with no scripted reply is answered 500, so the test fails loudly.
+//! Every request's body and headers are kept for the test to inspect.
 //!
 //! A model id can instead be given a responder ([`ScriptedModel::respond_with`]):
 //! a function of each request's body and headers that picks the reply, for
 //! long runs (e.g. the crash trials) whose replies depend on the request.
 //! Requests answered by a responder are not kept; the responder sees each.
 
+mod anthropic;
+mod book;
+mod gemini;
+mod openai;
 mod reply;
+mod routes;
+mod wire;
 
-use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, Sse};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use futures::StreamExt;
-use serde_json::{json, Value};
+use axum::http::HeaderMap;
+use serde_json::Value;
 
-use reply::Answer;
+use book::{lock, Shared};
+pub use gemini::thought_signature;
 pub use reply::Reply;
+
+/// Prompt tokens every streamed reply reports.
+const PROMPT_TOKENS: u64 = 10;
 
 /// Picks the reply to one request from its body and headers.
 pub type Responder = Arc<dyn Fn(&Value, &HeaderMap) -> Reply + Send + Sync>;
 
-/// Scripts, responders and the requests received, by model id.
-#[derive(Default)]
-struct Book {
-    scripts: HashMap<String, Arc<[Reply]>>,
-    responders: HashMap<String, Responder>,
-    requests: HashMap<String, Vec<Value>>,
-}
-
-type Shared = Arc<Mutex<Book>>;
-
 /// The scripted model server; stops when dropped.
 pub struct ScriptedModel {
-    base_url: String,
+    origin: String,
     port: u16,
     book: Shared,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl ScriptedModel {
-    /// Serves `POST /v1/chat/completions` on a free loopback port.
+    /// Serves the three formats on a free loopback port.
     ///
     /// # Panics
     /// When no loopback port can be bound.
@@ -68,10 +63,10 @@ impl ScriptedModel {
         Self::try_start_on(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
     }
 
-    /// Serves `POST /v1/chat/completions` on a free port of `ip`. With an
-    /// unspecified address (`0.0.0.0`) other hosts, such as a cluster's pods,
-    /// reach it at one of this host's addresses and [`port`](Self::port);
-    /// [`base_url`](Self::base_url) then names loopback.
+    /// Serves the three formats on a free port of `ip`. With an unspecified
+    /// address (`0.0.0.0`) other hosts, such as a cluster's pods, reach it at
+    /// one of this host's addresses and [`port`](Self::port);
+    /// [`origin`](Self::origin) and the base URLs then name loopback.
     ///
     /// # Panics
     /// When no port of `ip` can be bound.
@@ -84,9 +79,7 @@ impl ScriptedModel {
     /// [`Self::start_on`], with the failure to bind returned instead.
     pub async fn try_start_on(ip: IpAddr) -> std::io::Result<Self> {
         let book = Shared::default();
-        let app = Router::new()
-            .route("/v1/chat/completions", post(complete))
-            .with_state(book.clone());
+        let app = routes::router(book.clone());
         let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
         let mut addr = listener.local_addr()?;
         if addr.ip().is_unspecified() {
@@ -99,16 +92,34 @@ impl ScriptedModel {
             let _ = axum::serve(listener, app).await;
         });
         Ok(Self {
-            base_url: format!("http://{addr}/v1"),
+            origin: format!("http://{addr}"),
             port: addr.port(),
             book,
             server,
         })
     }
 
-    /// The base URL to configure, e.g. `http://127.0.0.1:40123/v1`.
+    /// The server's origin, e.g. `http://127.0.0.1:40123`: the base URL of
+    /// the providers' SDKs, which add the API version themselves.
+    pub fn origin(&self) -> String {
+        self.origin.clone()
+    }
+
+    /// The OpenAI base URL to configure, e.g. `http://127.0.0.1:40123/v1`.
     pub fn base_url(&self) -> String {
-        self.base_url.clone()
+        format!("{}/v1", self.origin)
+    }
+
+    /// The Anthropic base URL, e.g. `http://127.0.0.1:40123/v1`
+    /// (`/messages` follows).
+    pub fn anthropic_base_url(&self) -> String {
+        format!("{}/v1", self.origin)
+    }
+
+    /// The Gemini base URL, e.g. `http://127.0.0.1:40123/v1beta`
+    /// (`/models/{model}:streamGenerateContent` follows).
+    pub fn gemini_base_url(&self) -> String {
+        format!("{}/v1beta", self.origin)
     }
 
     /// The port it listens on.
@@ -123,9 +134,10 @@ impl ScriptedModel {
         book.scripts.insert(model_id.to_owned(), replies.into());
     }
 
-    /// Answers every request for `model_id` with what `responder` picks from
-    /// the request's body and headers, replacing any script or responder
-    /// before. Such requests are not kept (see [`Self::requests`]).
+    /// Answers every request for `model_id`, in any format, with what
+    /// `responder` picks from the request's body and headers, replacing any
+    /// script or responder before. Such requests are not kept (see
+    /// [`Self::requests`]).
     pub fn respond_with<F>(&self, model_id: &str, responder: F)
     where
         F: Fn(&Value, &HeaderMap) -> Reply + Send + Sync + 'static,
@@ -141,7 +153,17 @@ impl ScriptedModel {
         lock(&self.book)
             .requests
             .get(model_id)
-            .cloned()
+            .map(|received| received.iter().map(|r| r.body.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The headers of every request received for `model_id`, in arrival
+    /// order (e.g. `x-api-key`, `anthropic-version`, `x-goog-api-key`).
+    pub fn request_headers(&self, model_id: &str) -> Vec<HeaderMap> {
+        lock(&self.book)
+            .requests
+            .get(model_id)
+            .map(|received| received.iter().map(|r| r.headers.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -157,86 +179,10 @@ impl Drop for ScriptedModel {
     }
 }
 
-fn lock(book: &Shared) -> MutexGuard<'_, Book> {
-    book.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The step of a request: assistant messages after the last user message.
-fn step(request: &Value) -> usize {
-    let messages = request["messages"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice);
-    let after_user = messages
-        .iter()
-        .rposition(|message| message["role"] == "user")
-        .map_or(0, |last| last + 1);
-    messages[after_user..]
-        .iter()
-        .filter(|message| message["role"] == "assistant")
-        .count()
-}
-
-async fn complete(
-    State(book): State<Shared>,
-    headers: HeaderMap,
-    Json(request): Json<Value>,
-) -> Response {
-    let model = request["model"].as_str().unwrap_or_default().to_owned();
-    let responder = lock(&book).responders.get(&model).cloned();
-    if let Some(responder) = responder {
-        return send(&model, &responder(&request, &headers));
-    }
-    let step = step(&request);
-    let reply = {
-        let mut book = lock(&book);
-        book.requests
-            .entry(model.clone())
-            .or_default()
-            .push(request);
-        book.scripts
-            .get(&model)
-            .and_then(|replies| replies.get(step).cloned())
-    };
-    let Some(reply) = reply else {
-        let message = format!("no scripted reply for model {model} step {step}");
-        return error(500, json!({"error": {"message": message}}));
-    };
-    send(&model, &reply)
-}
-
-/// Answers with `reply`: an SSE stream of its chunks, or its error.
-fn send(model: &str, reply: &Reply) -> Response {
-    match reply.answer(model) {
-        Answer::Error { status, body } => error(status, body),
-        Answer::Stream {
-            frames,
-            first_delay,
-            chunk_delay,
-        } => {
-            let events = futures::stream::iter(frames.into_iter().enumerate()).then(
-                move |(at, frame)| async move {
-                    pause(if at == 0 { first_delay } else { chunk_delay }).await;
-                    Ok::<_, Infallible>(Event::default().data(frame))
-                },
-            );
-            Sse::new(events).into_response()
-        }
-    }
-}
-
-fn error(status: u16, body: Value) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(body)).into_response()
-}
-
-async fn pause(delay: Duration) {
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[tokio::test]
@@ -292,11 +238,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_script_answers_every_format() {
+        let model = ScriptedModel::start().await;
+        model.script("m", vec![Reply::error(429, "busy").retry_after(7)]);
+        let client = reqwest::Client::new();
+        let hi = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let anthropic = format!("{}/messages", model.anthropic_base_url());
+        let busy = client
+            .post(&anthropic)
+            .json(&hi)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(busy.status(), 429);
+        assert_eq!(busy.headers()["retry-after"], "7");
+        model.script("m", vec![Reply::text("hello")]);
+        let named = client
+            .post(&anthropic)
+            .json(&hi)
+            .send()
+            .await
+            .expect("answers");
+        assert!(named
+            .text()
+            .await
+            .expect("a body")
+            .contains("event: message_start"));
+        let gemini = format!("{}/models/m", model.gemini_base_url());
+        let contents = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+        let streamed = client
+            .post(format!("{gemini}:streamGenerateContent?alt=sse"))
+            .json(&contents)
+            .send()
+            .await
+            .expect("answers");
+        assert!(streamed.text().await.expect("a body").contains("hello"));
+        let other = client
+            .post(format!("{gemini}:countTokens"))
+            .json(&contents)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(other.status(), 404);
+        assert_eq!(model.request_count("m"), 3);
+    }
+
+    #[tokio::test]
     async fn start_listens_on_loopback() {
         let model = ScriptedModel::start().await;
         assert_eq!(
             model.base_url(),
             format!("http://127.0.0.1:{}/v1", model.port())
         );
+        assert_eq!(model.origin(), format!("http://127.0.0.1:{}", model.port()));
     }
 }

@@ -1,5 +1,7 @@
 //! `GET /conversations/{conversationId}`: a conversation's stored UI
-//! messages.
+//! messages and whether it is with people; `POST
+//! /conversations/{conversationId}/release`: a person hands it back to its
+//! agent.
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -7,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_harness::ui::UiMessage;
-use toolserver_store::{conversations, StoreError};
+use toolserver_store::webhook_deliveries::{self, DeliveryState};
+use toolserver_store::{conversations, handoffs, StoreError};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -18,7 +21,9 @@ use crate::state::AppState;
 
 /// The conversation routes.
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_conversation))
+    OpenApiRouter::new()
+        .routes(routes!(get_conversation))
+        .routes(routes!(release_conversation))
 }
 
 /// A stored conversation.
@@ -40,6 +45,50 @@ pub struct ConversationView {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: OffsetDateTime,
+    /// Set while the conversation is with people (the agent's `handoff`
+    /// tool handed it off); its turns are answered with the agent's held
+    /// message until it is released.
+    pub handoff: Option<HandoffView>,
+}
+
+/// A conversation's handoff to people.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffView {
+    /// Why the agent handed off.
+    pub reason: String,
+    /// What the agent told the people taking over.
+    pub summary: Option<String>,
+    /// When (RFC 3339).
+    pub at: String,
+    /// The tool call that handed off.
+    pub tool_call_id: String,
+    /// The announcement to the agent's webhook, when it names one.
+    pub announcement: Option<AnnouncementView>,
+}
+
+/// What became of a handoff's announcement.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnouncementView {
+    /// Its id, sent as `Idempotency-Key` and `deliveryId`.
+    pub delivery_id: String,
+    /// `pending` (being tried), `delivered` or `failed` (out of attempts).
+    pub status: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// What went wrong the last time, if anything.
+    pub last_error: Option<String>,
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseView {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Whether it was with people (false: it was with its agent already).
+    pub released: bool,
 }
 
 /// Reads one of the caller's conversations.
@@ -59,10 +108,23 @@ pub async fn get_conversation(
 ) -> ApiResult<Json<ConversationView>> {
     let record = conversations::get(state.pool(), &account, &conversation_id)
         .await
-        .map_err(|err| match err {
-            StoreError::NotFound => ApiError::NotFound("conversation"),
-            other => other.into(),
-        })?;
+        .map_err(not_found)?;
+    let handoff = match handoffs::of(state.pool(), &account, &conversation_id)
+        .await
+        .map_err(not_found)?
+    {
+        Some(handoff) => {
+            let announcement = webhook_deliveries::latest(
+                state.pool(),
+                &account,
+                &conversation_id,
+                handoffs::ANNOUNCEMENT,
+            )
+            .await?;
+            Some(handoff_view(&handoff, announcement))
+        }
+        None => None,
+    };
     Ok(Json(ConversationView {
         id: record.id,
         agent_id: record.agent_id.to_string(),
@@ -73,5 +135,65 @@ pub async fn get_conversation(
             .collect(),
         created_at: record.created_at,
         updated_at: record.updated_at,
+        handoff,
     }))
+}
+
+/// Hands one of the caller's conversations back to its agent: its next
+/// turn asks the model again.
+#[utoipa::path(post, path = "/conversations/{conversationId}/release", tag = "agents",
+    security(("bearer" = [])),
+    params(("conversationId" = String, Path, description = "Conversation id")),
+    responses(
+        (status = 200, description = "The conversation is with its agent", body = ReleaseView),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such conversation in this account", body = ErrorBody),
+    ))]
+#[tracing::instrument(skip_all)]
+pub async fn release_conversation(
+    Account(account): Account,
+    State(state): State<AppState>,
+    Path(conversation_id): Path<String>,
+) -> ApiResult<Json<ReleaseView>> {
+    let released = handoffs::release(state.pool(), &account, &conversation_id)
+        .await
+        .map_err(not_found)?;
+    Ok(Json(ReleaseView {
+        conversation_id,
+        released: released.is_some(),
+    }))
+}
+
+fn not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::NotFound("conversation"),
+        other => other.into(),
+    }
+}
+
+/// The stored `handoff` and its latest announcement, as shown.
+fn handoff_view(handoff: &Value, announcement: Option<DeliveryState>) -> HandoffView {
+    let text = |field: &str| {
+        handoff
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    HandoffView {
+        reason: text("reason").unwrap_or_default(),
+        summary: text("summary"),
+        at: text("at").unwrap_or_default(),
+        tool_call_id: text("toolCallId").unwrap_or_default(),
+        announcement: announcement.map(|state| AnnouncementView {
+            delivery_id: state.id.to_string(),
+            status: match (state.delivered_at, state.failed_at) {
+                (Some(_), _) => "delivered",
+                (None, Some(_)) => "failed",
+                (None, None) => "pending",
+            }
+            .to_owned(),
+            attempts: state.attempts,
+            last_error: state.last_error,
+        }),
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_testsupport::clients::client_dir;
+use toolserver_testsupport::scripted_model::thought_signature;
 use toolserver_testsupport::Reply;
 
 use crate::app::TestApp;
@@ -72,6 +73,36 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         "agentId": app.agent(ACCOUNT_A, "rc-tool", json!({ &echo: {} })).await,
         "steps": [{"userText": "echo x"}],
         "expectParts": [step, {"type": "tool-echo", "toolCallId": "c1", "state": "output-available", "input": {"q": "x"}, "output": {"echo": {"q": "x"}}}, step, text("Echoed.")],
+        "expectFinishReason": "stop",
+    }));
+
+    app.model.script(
+        "rc-gemini",
+        vec![
+            Reply::tool_call("g1", "echo", json!({"q": "x"})),
+            Reply::text("Grounded.").and_source("https://a.example/", "A"),
+        ],
+    );
+    let gemini = json!({
+        "model": {"provider": "google", "modelId": "rc-gemini"},
+        "provider": {"google": {"apiKey": "k", "baseUrl": app.model.gemini_base_url()}},
+        "tools": {&echo: {}, "googleSearch": {}},
+    });
+    let (status, created) = app
+        .request(
+            reqwest::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(json!({"name": "rc-gemini", "config": gemini})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let signed = json!({"google": {"thoughtSignature": thought_signature("g1")}});
+    scenarios.push(json!({
+        "name": "gemini: a signed call, then an answer with a source",
+        "agentId": created["agentId"],
+        "steps": [{"userText": "echo x"}],
+        "expectParts": [step, {"type": "tool-echo", "state": "output-available", "callProviderMetadata": signed}, step, text("Grounded."), {"type": "source-url", "url": "https://a.example/", "title": "A"}],
         "expectFinishReason": "stop",
     }));
 

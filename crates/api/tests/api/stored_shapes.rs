@@ -84,6 +84,38 @@ async fn chat_with_a_tool_call(app: &TestApp, echo: &str) -> Value {
     messages
 }
 
+/// A Gemini turn whose call carries a thought signature and whose answer
+/// is grounded on sources.
+async fn gemini_with_a_signed_call_and_sources(app: &TestApp, echo: &str) -> Value {
+    app.model.script(
+        "stored-gemini",
+        vec![
+            Reply::tool_call("g1", "echo", json!({"q": "x"})),
+            Reply::text("Grounded.").and_source("https://a.example/", "A"),
+        ],
+    );
+    let config = json!({
+        "model": {"provider": "google", "modelId": "stored-gemini"},
+        "provider": {"google": {"apiKey": "k", "baseUrl": app.model.gemini_base_url()}},
+        "tools": {echo: {}, "googleSearch": {}},
+    });
+    let (status, body) = app
+        .request(
+            reqwest::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(json!({"name": "stored-gemini", "config": config})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let agent = body["agentId"].as_str().unwrap();
+    let turn = app.say(ACCOUNT_A, agent, "stored-gemini", "echo x").await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let messages = stored_messages(app, "stored-gemini").await;
+    assert!(tool_parts(&messages)[0]["callProviderMetadata"].is_object());
+    messages
+}
+
 /// A detached (`/async`) turn whose async call completed and was continued.
 async fn detached_with_a_completed_call(app: &TestApp) -> Value {
     let job = app.upload(ACCOUNT_A, "job", JOB, schema("job")).await;
@@ -351,6 +383,10 @@ async fn every_stored_conversation_shape_passes_the_ai_sdk_validator(pool: PgPoo
         Shape {
             name: "approval denied",
             messages: decided_approval(&app, &echo, "denied", false).await,
+        },
+        Shape {
+            name: "gemini turn with a signed call and sources",
+            messages: gemini_with_a_signed_call_and_sources(&app, &echo).await,
         },
         Shape {
             name: "interrupted by a crash (fixture)",

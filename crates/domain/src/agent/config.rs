@@ -12,7 +12,7 @@ use crate::validation::{whole_i64, whole_u64};
 use crate::{refuse_nul, ToolId, ValidationError};
 
 /// Model providers the server has adapters for.
-pub const PROVIDERS: &[&str] = &["openai"];
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", "google"];
 
 /// The fields of an agent config.
 pub const CONFIG_FIELDS: &[&str] = &[

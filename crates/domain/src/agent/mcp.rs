@@ -176,7 +176,9 @@ fn parse_server(
     })
 }
 
-fn parse_url(raw: &str) -> Option<Url> {
+/// An endpoint of the MCP URL grammar ([`MCP_URL_PATTERN`]): with an optional
+/// query, no user info or fragment.
+pub(crate) fn parse_url(raw: &str) -> Option<Url> {
     static GRAMMAR: std::sync::LazyLock<Option<regex::Regex>> =
         std::sync::LazyLock::new(|| regex::Regex::new(MCP_URL_PATTERN).ok());
     parse_endpoint(raw, GRAMMAR.as_ref())

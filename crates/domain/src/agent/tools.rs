@@ -10,6 +10,12 @@ use crate::{ToolId, ValidationError};
 /// Longest `heartbeatTimeoutSeconds` or `timeoutSeconds` of an async tool (a week).
 pub const MAX_DETACHED_SECS: u64 = 7 * 24 * 3600;
 
+/// Longest `heldMessage` of the `handoff` tool, in characters.
+pub const MAX_HELD_MESSAGE_CHARS: usize = 2000;
+
+/// Most `staff` names the `handoff` tool may ping.
+pub const MAX_HANDOFF_STAFF: usize = 20;
+
 /// Name of the status tool registered automatically when any tool is async.
 pub const ASYNC_STATUS_TOOL: &str = "async_status";
 
@@ -34,11 +40,19 @@ pub enum BuiltinTool {
     TavilyExtract,
     /// The provider's own search tool (provider-defined, no local execute).
     GoogleSearch,
+    /// Hands the conversation to people: holds it, announces it on a
+    /// webhook, and tells the model.
+    Handoff,
 }
 
 impl BuiltinTool {
     /// Every built-in tool.
-    pub const ALL: [Self; 3] = [Self::TavilySearch, Self::TavilyExtract, Self::GoogleSearch];
+    pub const ALL: [Self; 4] = [
+        Self::TavilySearch,
+        Self::TavilyExtract,
+        Self::GoogleSearch,
+        Self::Handoff,
+    ];
 
     /// The config key and model-facing name.
     pub fn name(self) -> &'static str {
@@ -46,6 +60,7 @@ impl BuiltinTool {
             Self::TavilySearch => "tavilySearch",
             Self::TavilyExtract => "tavilyExtract",
             Self::GoogleSearch => "googleSearch",
+            Self::Handoff => "handoff",
         }
     }
 
@@ -72,6 +87,7 @@ impl BuiltinTool {
             ],
             Self::TavilyExtract => &["apiKey", "extractDepth"],
             Self::GoogleSearch => &[],
+            Self::Handoff => &["webhookUrl", "heldMessage", "staff"],
         }
     }
 
@@ -101,6 +117,30 @@ impl BuiltinTool {
             },
             (Self::TavilySearch, "includeDomains" | "excludeDomains") => domains(),
             (Self::TavilyExtract, "extractDepth") => enum_of(&["basic", "advanced"]),
+            (Self::Handoff, "webhookUrl") => match value.as_str().and_then(super::mcp::parse_url) {
+                Some(_) => Ok(()),
+                None => Err("must be an http(s) URL with a host name or IPv4 address, an optional port, path and query".into()),
+            },
+            (Self::Handoff, "heldMessage") => match value.as_str() {
+                Some(s) if (1..=MAX_HELD_MESSAGE_CHARS).contains(&s.chars().count()) => Ok(()),
+                _ => Err(format!(
+                    "must be a string of 1 to {MAX_HELD_MESSAGE_CHARS} characters"
+                )),
+            },
+            (Self::Handoff, "staff") => match value.as_array() {
+                Some(names)
+                    if names.len() <= MAX_HANDOFF_STAFF
+                        && names.iter().all(|name| {
+                            name.as_str()
+                                .is_some_and(|name| (1..=100).contains(&name.chars().count()))
+                        }) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "must be an array of at most {MAX_HANDOFF_STAFF} names of 1 to 100 characters"
+                )),
+            },
             _ => Err(format!("has no rule to check it by on {}", self.name())),
         }
     }

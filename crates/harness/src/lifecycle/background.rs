@@ -1,6 +1,7 @@
 //! The loops every process runs: the job loop (claims jobs and runs them,
-//! up to a bound at once), the reaper (ends every wait that ran out) and
-//! the exit loop (`exits.rs`). All stop at [`Lifecycle::shutdown`].
+//! up to a bound at once), the reaper (ends every wait that ran out), the
+//! exit loop (`exits.rs`) and the webhook deliverer ([`crate::webhooks`]).
+//! All stop at [`Lifecycle::shutdown`].
 //!
 //! The reaper judges a runner lost when nothing was heard from it for the
 //! liveness timeout. A process that itself stalled (paused, starved) longer
@@ -19,7 +20,7 @@ use toolserver_store::{
 use uuid::Uuid;
 
 use super::Lifecycle;
-use crate::metrics;
+use crate::{metrics, webhooks};
 
 /// Rows one reaper step handles at most.
 const REAP_BATCH: i64 = 500;
@@ -66,7 +67,8 @@ impl ReapReport {
 }
 
 impl Lifecycle {
-    /// Starts the job loop, the reaper and the exit loop.
+    /// Starts the job loop, the reaper, the exit loop and the webhook
+    /// deliverer.
     pub fn start_background(&self) {
         let (jobs, reaper, exits) = (self.clone(), self.clone(), self.clone());
         self.0.tasks.spawn(async move { jobs.job_loop().await });
@@ -74,6 +76,13 @@ impl Lifecycle {
             .tasks
             .spawn(async move { reaper.reaper_loop().await });
         self.0.tasks.spawn(async move { exits.exit_loop().await });
+        let harness = self.harness();
+        self.0.tasks.spawn(webhooks::deliver_until(
+            self.pool().clone(),
+            harness.sources().http.clone(),
+            harness.settings().webhooks,
+            self.0.stop.clone(),
+        ));
     }
 
     async fn job_loop(&self) {

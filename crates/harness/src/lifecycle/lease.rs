@@ -71,6 +71,7 @@ pub struct ConversationLease {
     lease: Duration,
     taken_at: OffsetDateTime,
     stored: Vec<Value>,
+    handoff: Option<Value>,
     released: bool,
 }
 
@@ -105,7 +106,11 @@ impl ConversationLease {
                 .await
                 .map_err(lease_error)?;
             match begun {
-                Begun::Held { messages, taken_at } => {
+                Begun::Held {
+                    messages,
+                    taken_at,
+                    handoff,
+                } => {
                     return Ok(Self {
                         pool: pool.clone(),
                         account: account.clone(),
@@ -115,6 +120,7 @@ impl ConversationLease {
                         lease: terms.lease,
                         taken_at,
                         stored: messages,
+                        handoff,
                         released: false,
                     })
                 }
@@ -145,6 +151,12 @@ impl ConversationLease {
     /// or after it).
     pub fn taken_at(&self) -> Option<OffsetDateTime> {
         Some(self.taken_at)
+    }
+
+    /// The handoff to people the conversation was under when the lease was
+    /// taken, if any.
+    pub fn handoff(&self) -> Option<&Value> {
+        self.handoff.as_ref()
     }
 
     /// The messages stored when the lease was taken.

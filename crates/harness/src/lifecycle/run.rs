@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
+use crate::handoff::{self, TurnScope};
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
@@ -205,11 +206,20 @@ impl Lifecycle {
             messages.clone(),
             assistant,
         );
-        let provider = self
-            .0
-            .harness
-            .provider(&checked.config)
-            .map_err(|err| LifecycleError::ConfigInvalid(err.to_string()))?;
+        let provider = match (job.kind, lease.handoff()) {
+            (JobKind::Start, Some(_)) => handoff::held_answer(&checked.config),
+            _ => self
+                .0
+                .harness
+                .provider(&checked.config)
+                .map_err(|err| LifecycleError::ConfigInvalid(err.to_string()))?,
+        };
+        let scope = TurnScope {
+            account: account.clone(),
+            agent: agent_id,
+            conversation: conversation.clone(),
+            public_url: self.0.harness.settings().public_url.clone(),
+        };
         async_turns::mark_running(pool, turn.id).await?;
         let renewal = AbortOnDropHandle::new(lease.keep_renewed());
         let recording = stream::record(
@@ -222,7 +232,8 @@ impl Lifecycle {
         )
         .await?;
         plan.stop = recording.stop.clone();
-        let outcome = run_turn(provider, checked.registry, plan, recording.chunks.clone()).await;
+        let registry = checked.registry.in_scope(scope);
+        let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         drop(renewal);
         messages.push(outcome.assistant);
         let value = serde_json::to_value(&messages)
@@ -523,6 +534,7 @@ fn restore_lost_calls(
             error_text: None,
             approval: None,
             preliminary: false,
+            call_provider_metadata: None,
         }));
     }
 }

@@ -2,7 +2,15 @@
 //! specifications in, a stream of text deltas, tool calls, usage and a finish
 //! reason out.
 
+pub mod anthropic;
+pub mod google;
 pub mod openai;
+mod send;
+mod sse;
+mod transport;
+mod turns;
+
+pub use transport::ProviderHttp;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -41,6 +49,10 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments as the model wrote them (JSON text, possibly invalid).
     pub arguments: String,
+    /// What the provider attached to the call and wants back with it in
+    /// later passes, keyed by provider (Gemini's thought signature:
+    /// `{"google": {"thoughtSignature": …}}`).
+    pub provider_metadata: Option<Value>,
 }
 
 /// A function the model may call.
@@ -131,6 +143,23 @@ pub enum ModelEvent {
         /// The next piece of JSON argument text.
         delta: String,
     },
+    /// A web page the provider's own search grounded the answer on.
+    Source {
+        /// Id of the source within the turn.
+        id: String,
+        /// The page's address.
+        url: String,
+        /// The page's title, when the provider gives one.
+        title: Option<String>,
+    },
+    /// What the provider attached to a started call, to be sent back with
+    /// it (see [`ToolCall::provider_metadata`]).
+    ToolCallMetadata {
+        /// Call id.
+        id: String,
+        /// The metadata, keyed by provider.
+        metadata: Value,
+    },
     /// The pass ended. Always the last event of a successful stream.
     Finish {
         /// Why it ended.
@@ -168,9 +197,6 @@ pub type ModelStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
 /// A model provider.
 #[async_trait]
 pub trait ModelProvider: Send + Sync {
-    /// Whether the provider runs the named provider-defined tool itself.
-    fn supports_provider_tool(&self, name: &str) -> bool;
-
     /// Starts one streaming pass.
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError>;
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{Submission, SubmitError};
 use crate::conversation::{prepare_turn, PrepareError};
+use crate::handoff;
 use crate::lifecycle::{ConversationLease, Lifecycle};
 use crate::provider::ModelProvider;
 use crate::ui::UiMessage;
@@ -44,6 +45,10 @@ pub(super) async fn prepare(
         .await?;
     let provider = harness.provider(&checked.config)?;
     let lease = ConversationLease::take(lifecycle, &account, &conversation, agent).await?;
+    let provider = match lease.handoff() {
+        Some(_) => handoff::held_answer(&checked.config),
+        None => provider,
+    };
     let prepared = prepare_turn(
         lease.stored_messages()?,
         messages,

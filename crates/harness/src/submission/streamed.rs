@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use super::prepare::PreparedTurn;
 use super::SubmitError;
+use crate::handoff::TurnScope;
 use crate::lifecycle::{AccountStatus, ConversationLease, Lifecycle};
 use crate::stream::{self, Opens};
 use crate::turn::{run_turn, TurnPlan};
@@ -46,10 +47,16 @@ pub(super) async fn launch(
         )
     };
     let on_disconnect = turn.checked.config.on_disconnect;
+    let scope = TurnScope {
+        account: account.clone(),
+        agent: turn.lease.agent(),
+        conversation: turn.lease.conversation_id().clone(),
+        public_url: settings.public_url.clone(),
+    };
     let (lease, provider, registry, history) = (
         turn.lease,
         turn.provider,
-        turn.checked.registry,
+        turn.checked.registry.in_scope(scope),
         turn.history,
     );
     let (forward, client) = mpsc::channel(FORWARD_BUFFER);

@@ -24,6 +24,7 @@ use super::mcp::{McpClients, RemoteTool};
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
 use super::{DetachedLimits, RegisteredTool, ToolImpl};
+use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::provider::ToolSpec;
 use crate::runner_call::RunnerCallSettings;
@@ -71,6 +72,7 @@ pub enum RegistryError {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, RegisteredTool>,
+    handoff: Option<HandoffTool>,
     provider_tools: Vec<String>,
     has_async: bool,
     warnings: Vec<String>,
@@ -118,6 +120,17 @@ impl ToolRegistry {
                     }
                     registry.provider_tools.push(key.to_string());
                     continue;
+                }
+                ToolKey::Builtin(BuiltinTool::Handoff) => {
+                    let options = HandoffOptions::of(config).unwrap_or_default();
+                    let tool = HandoffTool::new(sources.pool.clone(), options);
+                    registry.handoff = Some(tool.clone());
+                    (
+                        BuiltinTool::Handoff.name().to_owned(),
+                        handoff::DESCRIPTION.to_owned(),
+                        handoff::input_schema(),
+                        Arc::new(tool),
+                    )
                 }
                 ToolKey::Builtin(builtin) => {
                     let endpoint = match builtin {
@@ -347,6 +360,16 @@ impl ToolRegistry {
             },
         );
         Ok(())
+    }
+
+    /// The registry of a turn of `scope`'s conversation: tools that act on
+    /// the conversation (`handoff`) act on this one. Until then they fail.
+    pub fn in_scope(mut self, scope: TurnScope) -> Self {
+        let name = BuiltinTool::Handoff.name();
+        if let (Some(handoff), Some(tool)) = (&self.handoff, self.tools.get_mut(name)) {
+            tool.implementation = Arc::new(handoff.in_scope(scope));
+        }
+        self
     }
 
     /// Every tool, by name.

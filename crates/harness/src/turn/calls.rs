@@ -317,6 +317,7 @@ fn input_available(call: &ModelCall, input: &Value) -> UiChunk {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
         input: input.clone(),
+        provider_metadata: call.provider_metadata.clone(),
     }
 }
 
@@ -352,6 +353,7 @@ pub(super) fn arrival_chunks(status_id: &str, output: Value) -> [UiChunk; 2] {
             tool_call_id: tool_call_id.clone(),
             tool_name: ASYNC_STATUS_TOOL.to_owned(),
             input: json!({"statusId": status_id, "action": "status"}),
+            provider_metadata: None,
         },
         UiChunk::ToolOutputAvailable {
             tool_call_id,

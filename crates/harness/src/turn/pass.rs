@@ -13,6 +13,7 @@ pub(super) struct ModelCall {
     pub(super) id: String,
     pub(super) name: String,
     pub(super) arguments: String,
+    pub(super) provider_metadata: Option<serde_json::Value>,
 }
 
 /// How a pass ended.
@@ -74,6 +75,7 @@ pub(super) async fn run_pass(
                     id,
                     name,
                     arguments: String::new(),
+                    provider_metadata: None,
                 });
             }
             Some(Ok(ModelEvent::ToolCallDelta { id, delta })) => {
@@ -86,6 +88,20 @@ pub(super) async fn run_pass(
                         })
                         .await?;
                 }
+            }
+            Some(Ok(ModelEvent::ToolCallMetadata { id, metadata })) => {
+                if let Some(call) = calls.iter_mut().find(|call| call.id == id) {
+                    call.provider_metadata = Some(metadata);
+                }
+            }
+            Some(Ok(ModelEvent::Source { id, url, title })) => {
+                emitter
+                    .emit(UiChunk::SourceUrl {
+                        source_id: id,
+                        url,
+                        title,
+                    })
+                    .await?;
             }
             Some(Ok(ModelEvent::Finish { reason, usage })) => {
                 break PassEnd::Finished {

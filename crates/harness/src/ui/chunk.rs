@@ -58,6 +58,9 @@ pub enum UiChunk {
         tool_name: String,
         /// The parsed input.
         input: Value,
+        /// What the provider attached to the call, by provider.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
     },
     /// A tool call's input could not be used (unparseable, or no such tool).
     #[serde(rename_all = "camelCase")]
@@ -104,6 +107,17 @@ pub enum UiChunk {
         /// Call id.
         tool_call_id: String,
     },
+    /// A web page the answer is grounded on (the provider's own search).
+    #[serde(rename_all = "camelCase")]
+    SourceUrl {
+        /// Source id.
+        source_id: String,
+        /// The page's address.
+        url: String,
+        /// The page's title.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+    },
     /// A model pass ended.
     FinishStep,
     /// The turn ended.
@@ -139,6 +153,14 @@ mod tests {
             ),
             (UiChunk::StartStep, json!({"type": "start-step"})),
             (UiChunk::Abort, json!({"type": "abort"})),
+            (
+                UiChunk::SourceUrl {
+                    source_id: "s".into(),
+                    url: "https://a.example/".into(),
+                    title: None,
+                },
+                json!({"type": "source-url", "sourceId": "s", "url": "https://a.example/"}),
+            ),
             (
                 UiChunk::ToolInputDelta {
                     tool_call_id: "c".into(),

@@ -68,6 +68,7 @@ fn push_assistant(history: &mut Vec<ChatMessage>, message: &UiMessage) {
                         .input
                         .as_ref()
                         .map_or_else(|| "{}".to_owned(), Value::to_string),
+                    provider_metadata: tool.call_provider_metadata.clone(),
                 })
                 .collect(),
         });

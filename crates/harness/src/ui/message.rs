@@ -102,6 +102,9 @@ pub struct ToolPart {
     pub approval: Option<Approval>,
     /// Whether `output` is a preliminary snapshot.
     pub preliminary: bool,
+    /// What the provider attached to the call, by provider; sent back with
+    /// it (`callProviderMetadata`).
+    pub call_provider_metadata: Option<Value>,
 }
 
 impl ToolPart {
@@ -189,6 +192,9 @@ impl ToolPart {
         if let Some(approval) = self.allowed_approval() {
             part.insert("approval".into(), json!(approval));
         }
+        if let Some(metadata) = &self.call_provider_metadata {
+            part.insert("callProviderMetadata".into(), metadata.clone());
+        }
         Value::Object(part)
     }
 
@@ -215,6 +221,10 @@ impl ToolPart {
                 .get("approval")
                 .and_then(|a| serde_json::from_value(a.clone()).ok()),
             preliminary: has_output && value.get("preliminary") == Some(&Value::Bool(true)),
+            call_provider_metadata: value
+                .get("callProviderMetadata")
+                .filter(|metadata| metadata.is_object())
+                .cloned(),
         })
     }
 }
@@ -355,16 +365,19 @@ impl UiMessage {
                 error_text: None,
                 approval: None,
                 preliminary: false,
+                call_provider_metadata: None,
             })),
             UiChunk::ToolInputDelta { .. } => {}
             UiChunk::ToolInputAvailable {
                 tool_call_id,
                 tool_name,
                 input,
+                provider_metadata,
             } => {
                 if let Some(part) = self.ensure_tool_part(tool_call_id, tool_name) {
                     part.state = ToolState::InputAvailable;
                     part.input = Some(input.clone());
+                    part.call_provider_metadata.clone_from(provider_metadata);
                 }
             }
             UiChunk::ToolInputError {
@@ -415,6 +428,11 @@ impl UiMessage {
                     part.state = ToolState::OutputDenied;
                     part.output = None;
                     part.preliminary = false;
+                }
+            }
+            UiChunk::SourceUrl { .. } => {
+                if let Ok(part) = serde_json::to_value(chunk) {
+                    self.parts.push(UiPart::Other(part));
                 }
             }
             UiChunk::FinishStep

@@ -9,6 +9,7 @@ mod account_limits;
 mod async_results;
 mod async_turns;
 mod conversations;
+mod handoffs;
 mod jobs;
 mod mcp_tasks;
 mod support;

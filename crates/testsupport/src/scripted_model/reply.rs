@@ -1,14 +1,13 @@
-//! One scripted answer, and the Chat Completions chunks that stream it.
+//! One scripted answer, told apart from any wire format: the text, tool
+//! calls, sources and finish reason a model streams, or the error it
+//! answers, and how fast.
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-/// Prompt tokens every streamed reply reports.
-const PROMPT_TOKENS: u64 = 10;
-
-/// One scripted answer: text and tool calls streamed in the OpenAI wire
-/// format, or an HTTP error.
+/// One scripted answer: text, tool calls and sources streamed in the wire
+/// format of the request, or an HTTP error.
 #[derive(Debug, Clone)]
 pub struct Reply {
     kind: Kind,
@@ -16,66 +15,85 @@ pub struct Reply {
     first_delay: Duration,
 }
 
+/// What a reply answers.
 #[derive(Debug, Clone)]
-enum Kind {
-    Stream {
-        text: String,
-        calls: Vec<Call>,
-        finish_reason: Option<String>,
-    },
-    Error {
-        status: u16,
-        message: String,
-    },
+pub(super) enum Kind {
+    /// A stream of text and tool calls.
+    Stream(Streamed),
+    /// An HTTP error.
+    Error(Failure),
 }
 
+/// The content a streamed reply carries.
 #[derive(Debug, Clone)]
-struct Call {
-    id: String,
-    name: String,
-    arguments: Value,
+pub(super) struct Streamed {
+    /// The text, streamed a word at a time.
+    pub(super) text: String,
+    /// The tool calls, after the text.
+    pub(super) calls: Vec<Call>,
+    /// The finish reason that replaces the natural one, in OpenAI's terms.
+    pub(super) finish_reason: Option<String>,
+    /// The web sources the answer is grounded on.
+    pub(super) sources: Vec<Source>,
 }
 
-/// What the server sends for one reply.
-pub(super) enum Answer {
-    /// `data:` payloads, in order (`[DONE]` included), with the waits before
-    /// the first and before each later one.
-    Stream {
-        frames: Vec<String>,
-        first_delay: Duration,
-        chunk_delay: Duration,
-    },
-    /// A plain JSON error answer.
-    Error {
-        /// HTTP status.
-        status: u16,
-        /// The `{"error": {"message": …}}` body.
-        body: Value,
-    },
+/// One tool call.
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    /// The call's id.
+    pub(super) id: String,
+    /// The tool's name.
+    pub(super) name: String,
+    /// The arguments, a JSON object.
+    pub(super) arguments: Value,
+}
+
+/// One web source of a grounded answer.
+#[derive(Debug, Clone)]
+pub(super) struct Source {
+    /// The page's address.
+    pub(super) url: String,
+    /// The page's title.
+    pub(super) title: String,
+}
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub(super) struct Failure {
+    /// The HTTP status.
+    pub(super) status: u16,
+    /// The error's message.
+    pub(super) message: String,
+    /// The seconds sent in a `Retry-After` header, if any.
+    pub(super) retry_after: Option<u64>,
 }
 
 impl Reply {
-    /// Answers `text`, streamed a word at a time; finishes with `stop`.
+    /// Answers `text`, streamed a word at a time; finishes naturally (OpenAI's
+    /// `stop`).
     pub fn text(text: &str) -> Self {
-        Self::stream(text.to_owned(), Vec::new())
+        Self::with(Kind::Stream(Streamed {
+            text: text.to_owned(),
+            calls: Vec::new(),
+            finish_reason: None,
+            sources: Vec::new(),
+        }))
     }
 
-    /// Calls tool `name` with `arguments`, streamed in two pieces or more;
-    /// finishes with `tool_calls`.
+    /// Calls tool `name` with `arguments`, streamed in two pieces or more
+    /// where the format splits arguments; finishes with the format's tool
+    /// call reason (OpenAI's `tool_calls`).
     pub fn tool_call(id: &str, name: &str, arguments: Value) -> Self {
-        Self::stream(String::new(), Vec::new()).and_tool_call(id, name, arguments)
+        Self::text("").and_tool_call(id, name, arguments)
     }
 
-    /// Answers HTTP `status` with `{"error": {"message": message}}`.
+    /// Answers HTTP `status` with the format's error body carrying `message`.
     pub fn error(status: u16, message: &str) -> Self {
-        Self {
-            kind: Kind::Error {
-                status,
-                message: message.to_owned(),
-            },
-            chunk_delay: Duration::ZERO,
-            first_delay: Duration::ZERO,
-        }
+        Self::with(Kind::Error(Failure {
+            status,
+            message: message.to_owned(),
+            retry_after: None,
+        }))
     }
 
     /// Adds a tool call after the text and calls so far.
@@ -83,14 +101,28 @@ impl Reply {
     /// # Panics
     /// On an error reply, which streams nothing.
     pub fn and_tool_call(mut self, id: &str, name: &str, arguments: Value) -> Self {
-        let Kind::Stream { calls, .. } = &mut self.kind else {
-            panic!("an error reply cannot make tool calls");
-        };
-        calls.push(Call {
-            id: id.to_owned(),
-            name: name.to_owned(),
-            arguments,
-        });
+        self.streamed("an error reply cannot make tool calls")
+            .calls
+            .push(Call {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                arguments,
+            });
+        self
+    }
+
+    /// Adds a web source the answer is grounded on, reported by the formats
+    /// that report grounding (Gemini's `groundingMetadata`).
+    ///
+    /// # Panics
+    /// On an error reply, which streams nothing.
+    pub fn and_source(mut self, url: &str, title: &str) -> Self {
+        self.streamed("an error reply has no sources")
+            .sources
+            .push(Source {
+                url: url.to_owned(),
+                title: title.to_owned(),
+            });
         self
     }
 
@@ -106,116 +138,83 @@ impl Reply {
         self
     }
 
-    /// Reports `reason` (e.g. `length`) instead of the natural finish reason.
+    /// Reports `reason` (e.g. `length`) instead of the natural finish reason;
+    /// each format sends it in its own terms.
     ///
     /// # Panics
     /// On an error reply, which streams nothing.
     pub fn finish_reason(mut self, reason: &str) -> Self {
-        let Kind::Stream { finish_reason, .. } = &mut self.kind else {
-            panic!("an error reply has no finish reason");
-        };
-        *finish_reason = Some(reason.to_owned());
+        self.streamed("an error reply has no finish reason")
+            .finish_reason = Some(reason.to_owned());
         self
     }
 
-    fn stream(text: String, calls: Vec<Call>) -> Self {
+    /// Sends a `Retry-After: <seconds>` header with the error.
+    ///
+    /// # Panics
+    /// On a streamed reply, which is no error.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        let Kind::Error(failure) = &mut self.kind else {
+            panic!("only an error reply says when to retry");
+        };
+        failure.retry_after = Some(seconds);
+        self
+    }
+
+    /// What the reply answers.
+    pub(super) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The waits before the first chunk and between chunks.
+    pub(super) fn delays(&self) -> (Duration, Duration) {
+        (self.first_delay, self.chunk_delay)
+    }
+
+    fn with(kind: Kind) -> Self {
         Self {
-            kind: Kind::Stream {
-                text,
-                calls,
-                finish_reason: None,
-            },
+            kind,
             chunk_delay: Duration::ZERO,
             first_delay: Duration::ZERO,
         }
     }
 
-    /// What to send to a request for `model`.
-    pub(super) fn answer(&self, model: &str) -> Answer {
-        match &self.kind {
-            Kind::Error { status, message } => Answer::Error {
-                status: *status,
-                body: json!({"error": {"message": message, "type": "scripted_error"}}),
-            },
-            Kind::Stream {
-                text,
-                calls,
-                finish_reason,
-            } => Answer::Stream {
-                frames: frames(model, text, calls, finish_reason.as_deref()),
-                first_delay: self.first_delay,
-                chunk_delay: self.chunk_delay,
-            },
+    fn streamed(&mut self, refusal: &str) -> &mut Streamed {
+        match &mut self.kind {
+            Kind::Stream(streamed) => streamed,
+            Kind::Error(_) => panic!("{refusal}"),
         }
     }
 }
 
-/// The role chunk, one chunk per delta, the finish chunk, the usage chunk
-/// and `[DONE]`.
-fn frames(model: &str, text: &str, calls: &[Call], finish_reason: Option<&str>) -> Vec<String> {
-    let mut deltas: Vec<Value> = text
-        .split_inclusive(' ')
-        .map(|word| json!({"content": word}))
-        .collect();
-    for (index, call) in calls.iter().enumerate() {
-        deltas.push(json!({"tool_calls": [{
-            "index": index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }]}));
-        for piece in halves(&call.arguments.to_string()) {
-            deltas
-                .push(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}));
-        }
+impl Streamed {
+    /// The text's words, each with the space after it.
+    pub(super) fn words(&self) -> impl Iterator<Item = &str> {
+        self.text.split_inclusive(' ')
     }
-    let natural = if calls.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    };
-    let completion_tokens = deltas.len() as u64;
-    let choice = |delta: Value, finish: Option<&str>| {
-        chunk(
-            model,
-            json!([{"index": 0, "delta": delta, "finish_reason": finish}]),
-        )
-    };
-    let mut frames = vec![choice(json!({"role": "assistant", "content": ""}), None)];
-    frames.extend(deltas.into_iter().map(|delta| choice(delta, None)));
-    frames.push(choice(json!({}), Some(finish_reason.unwrap_or(natural))));
-    let mut usage = chunk(model, json!([]));
-    usage["usage"] = json!({
-        "prompt_tokens": PROMPT_TOKENS,
-        "completion_tokens": completion_tokens,
-        "total_tokens": PROMPT_TOKENS + completion_tokens,
-    });
-    frames.push(usage);
-    let mut frames: Vec<String> = frames.iter().map(Value::to_string).collect();
-    frames.push("[DONE]".to_owned());
-    frames
+
+    /// The tokens the answer reports: one per word, and per call one for
+    /// its name and one per argument piece.
+    pub(super) fn output_tokens(&self) -> u64 {
+        let calls: usize = self.calls.iter().map(|call| 1 + call.pieces().len()).sum();
+        (self.words().count() + calls) as u64
+    }
 }
 
-fn chunk(model: &str, choices: Value) -> Value {
-    json!({
-        "id": "chatcmpl-scripted",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": model,
-        "choices": choices,
-    })
-}
-
-/// `text` cut in two at a character boundary (one piece when it is a
-/// single character).
-fn halves(text: &str) -> Vec<&str> {
-    let middle = text
-        .char_indices()
-        .nth(text.chars().count() / 2)
-        .map_or(text.len(), |(at, _)| at);
-    let (first, second) = text.split_at(middle);
-    [first, second]
-        .into_iter()
-        .filter(|piece| !piece.is_empty())
-        .collect()
+impl Call {
+    /// The arguments' JSON text cut in two at a character boundary (one
+    /// piece when it is a single character).
+    pub(super) fn pieces(&self) -> Vec<String> {
+        let text = self.arguments.to_string();
+        let middle = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map_or(text.len(), |(at, _)| at);
+        let (first, second) = text.split_at(middle);
+        [first, second]
+            .into_iter()
+            .filter(|piece| !piece.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
 }

@@ -3,6 +3,9 @@
 
 use clap::Args;
 use toolserver_domain::{AgentLimits, Secret};
+use toolserver_harness::provider::anthropic::AnthropicProvider;
+use toolserver_harness::provider::google::GoogleProvider;
+use toolserver_harness::provider::ProviderHttp;
 use toolserver_harness::HarnessSettings;
 use url::Url;
 
@@ -38,6 +41,45 @@ pub struct AgentsConfig {
         value_parser = secret(1)
     )]
     pub openai_api_key: Option<Secret>,
+    /// Endpoint of the `anthropic` provider when an agent names none.
+    #[arg(
+        long,
+        env = "TOOLSERVER_ANTHROPIC_BASE_URL",
+        default_value = AnthropicProvider::DEFAULT_BASE_URL
+    )]
+    pub anthropic_base_url: Url,
+    /// Fallback key of the `anthropic` provider.
+    #[arg(
+        long,
+        env = "TOOLSERVER_ANTHROPIC_API_KEY",
+        hide_env_values = true,
+        value_parser = secret(1)
+    )]
+    pub anthropic_api_key: Option<Secret>,
+    /// Endpoint of the `google` (Gemini) provider when an agent names none.
+    #[arg(
+        long,
+        env = "TOOLSERVER_GOOGLE_BASE_URL",
+        default_value = GoogleProvider::DEFAULT_BASE_URL
+    )]
+    pub google_base_url: Url,
+    /// Fallback key of the `google` (Gemini) provider.
+    #[arg(
+        long,
+        env = "TOOLSERVER_GOOGLE_API_KEY",
+        hide_env_values = true,
+        value_parser = secret(1)
+    )]
+    pub google_api_key: Option<Secret>,
+    /// Longest wait, in milliseconds, a model provider's `Retry-After` may
+    /// ask for before the pass is retried (twice at most); a longer one
+    /// fails the pass with the provider's answer.
+    #[arg(
+        long,
+        env = "TOOLSERVER_MODEL_MAX_RETRY_WAIT_MS",
+        default_value_t = millis(ProviderHttp::DEFAULT_MAX_RETRY_WAIT)
+    )]
+    pub model_max_retry_wait_ms: u64,
     /// Tavily's API base.
     #[arg(
         long,
@@ -68,6 +110,15 @@ pub struct AgentsConfig {
         default_value_t = millis(HarnessSettings::DEFAULT_OUTBOUND_CONNECT_TIMEOUT)
     )]
     pub outbound_connect_timeout_ms: u64,
+    /// Milliseconds to wait for a host name's addresses when an agent naming
+    /// it is saved; a name that has not answered by then is accepted and
+    /// judged again when a request connects.
+    #[arg(
+        long,
+        env = "TOOLSERVER_OUTBOUND_SAVE_RESOLVE_MS",
+        default_value_t = millis(HarnessSettings::DEFAULT_OUTBOUND_RESOLVE_TIMEOUT)
+    )]
+    pub outbound_save_resolve_ms: u64,
     /// Model passes per turn when an agent sets no `maxSteps`.
     #[arg(
         long,

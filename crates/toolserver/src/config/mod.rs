@@ -33,6 +33,7 @@ mod server;
 mod streams;
 mod telemetry;
 pub mod units;
+mod webhooks;
 
 use clap::{Command, CommandFactory, FromArgMatches};
 
@@ -51,6 +52,7 @@ pub use runners::{ExecutorKind, RunnerConfig, RunnerIsolation};
 pub use server::ServeConfig;
 pub use streams::{StreamsConfig, TurnChunks};
 pub use telemetry::{LogConfig, LogFormat};
+pub use webhooks::WebhooksConfig;
 
 use command_line::Cli;
 
@@ -107,6 +109,8 @@ mod tests {
         ("TOOLSERVER_BUNDLE_URL_SECRET", "bundle-url-secret-e0e1e2"),
         ("TOOLSERVER_S3_SECRET_ACCESS_KEY", "s3-secret-d0d1d2"),
         ("TOOLSERVER_OPENAI_API_KEY", "sk-openai-c0c1c2"),
+        ("TOOLSERVER_ANTHROPIC_API_KEY", "sk-ant-e0e1e2"),
+        ("TOOLSERVER_GOOGLE_API_KEY", "goog-f0f1f2"),
         ("TOOLSERVER_TAVILY_API_KEY", "tvly-b0b1b2"),
         ("TOOLSERVER_OPERATOR_KEY", "operator-key-a0a1a2a3"),
         (

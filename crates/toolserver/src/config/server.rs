@@ -9,6 +9,7 @@ use url::Url;
 use super::{
     AccountsConfig, AgentsConfig, AuthConfig, BundleConfig, CorsConfig, DatabaseConfig,
     LifecycleConfig, LimitsConfig, LogConfig, McpConfig, RunnerConfig, StreamsConfig,
+    WebhooksConfig,
 };
 use crate::metrics_endpoint::MetricsListen;
 
@@ -68,6 +69,9 @@ pub struct ServeConfig {
     /// Per-account limits and the operator routes.
     #[command(flatten)]
     pub accounts: AccountsConfig,
+    /// Webhook delivery.
+    #[command(flatten)]
+    pub webhooks: WebhooksConfig,
     /// Logs and traces.
     #[command(flatten)]
     pub log: LogConfig,

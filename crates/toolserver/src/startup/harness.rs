@@ -15,7 +15,8 @@ use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::stream::ChunkStore;
 use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
-use toolserver_harness::{Harness, HarnessSettings};
+use toolserver_harness::webhooks::WebhookSettings;
+use toolserver_harness::{Harness, HarnessSettings, ProviderDefault, ProviderDefaults};
 use toolserver_sandbox::Executor;
 use url::Url;
 
@@ -75,8 +76,21 @@ pub(super) fn build(
             max_config_bytes: agents.max_agent_config_bytes,
             max_tool_timeout_ms: config.runners.max_tool_timeout_ms,
         },
-        openai_base_url: agents.openai_base_url.clone(),
-        openai_api_key: agents.openai_api_key.clone(),
+        providers: ProviderDefaults {
+            openai: ProviderDefault {
+                base_url: agents.openai_base_url.clone(),
+                api_key: agents.openai_api_key.clone(),
+            },
+            anthropic: ProviderDefault {
+                base_url: agents.anthropic_base_url.clone(),
+                api_key: agents.anthropic_api_key.clone(),
+            },
+            google: ProviderDefault {
+                base_url: agents.google_base_url.clone(),
+                api_key: agents.google_api_key.clone(),
+            },
+        },
+        model_max_retry_wait: Duration::from_millis(agents.model_max_retry_wait_ms),
         max_parallel_tool_calls: agents.max_parallel_tool_calls,
         max_conversation_messages: agents.max_conversation_messages,
         max_conversation_bytes: agents.max_conversation_bytes,
@@ -87,7 +101,14 @@ pub(super) fn build(
         async_result_ttl: Duration::from_secs(config.lifecycle.async_result_ttl_secs),
         lifecycle: lifecycle_settings(&config.lifecycle),
         streams: streams::stream_settings(&config.streams, chunks),
-        outbound_resolve_timeout: connect_timeout,
+        outbound_resolve_timeout: Duration::from_millis(agents.outbound_save_resolve_ms),
+        webhooks: WebhookSettings {
+            max_attempts: config.webhooks.webhook_max_attempts,
+            first_retry: Duration::from_millis(config.webhooks.webhook_retry_ms),
+            max_retry: Duration::from_millis(config.webhooks.webhook_max_retry_ms),
+            timeout: Duration::from_millis(config.webhooks.webhook_timeout_ms),
+            poll: Duration::from_millis(config.webhooks.webhook_poll_ms),
+        },
     };
     Ok(Harness::new(sources, sealer, settings))
 }

@@ -12,9 +12,10 @@ use utoipa::ToSchema;
 pub struct AgentBody {
     /// Human-facing name, 1-100 characters.
     pub name: String,
-    /// `{ model: { provider, modelId, options? }, provider?: { openai: { apiKey?, baseUrl? } },
-    /// systemPrompt?, maxSteps?, onDisconnect?: "continue" | "cancel", tools?: { <builtin name
-    /// | toolId>: { enabled?, async?, needsApproval?, timeoutMs?, ...options } } }`.
+    /// `{ model: { provider, modelId, options? }, provider?: { <openai | anthropic |
+    /// google>: { apiKey?, baseUrl? } }, systemPrompt?, maxSteps?, onDisconnect?: "continue" |
+    /// "cancel", tools?: { <builtin name | toolId>: { enabled?, async?, needsApproval?,
+    /// timeoutMs?, ...options } } }`.
     #[schema(value_type = Object)]
     pub config: Value,
 }

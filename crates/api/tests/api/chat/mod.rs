@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 mod approval;
 mod async_tools;
 mod endings;
+mod handoff;
 mod limits;
+mod providers;
 mod tool_config;
 mod turns;
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::provider::sse::Decode;
 use crate::provider::{FinishReason, ModelEvent, ProviderError, Usage};
 
 /// One `data:` chunk. Fields a server leaves out or sends as `null` are
@@ -72,9 +73,19 @@ pub(super) struct Decoder {
     usage: Usage,
 }
 
+impl Decode for Decoder {
+    fn event(&mut self, _name: &str, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
+        self.chunk(data)
+    }
+
+    fn finish(&mut self) -> Result<ModelEvent, ProviderError> {
+        self.finish_reason()
+    }
+}
+
 impl Decoder {
     /// The events of the chunk `data`.
-    pub(super) fn chunk(&mut self, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
+    fn chunk(&mut self, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
         let chunk: Chunk = serde_json::from_str(data)
             .map_err(|err| ProviderError::Protocol(format!("a chunk is not valid: {err}")))?;
         if let Some(error) = chunk.error {
@@ -104,8 +115,8 @@ impl Decoder {
         Ok(events)
     }
 
-    /// The closing event, once the stream is over.
-    pub(super) fn finish(&self) -> Result<ModelEvent, ProviderError> {
+    /// The closing event: the last finish reason seen, and the usage.
+    fn finish_reason(&self) -> Result<ModelEvent, ProviderError> {
         let reason = match self.finish_reason.as_deref() {
             None => {
                 return Err(ProviderError::Protocol(
@@ -192,7 +203,7 @@ mod tests {
         for chunk in chunks {
             events.extend(decoder.chunk(chunk)?);
         }
-        events.push(decoder.finish()?);
+        events.push(decoder.finish_reason()?);
         Ok(events)
     }
 

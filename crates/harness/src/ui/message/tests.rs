@@ -42,6 +42,7 @@ fn chunks_build_the_message_a_client_builds() {
             tool_call_id: "c".into(),
             tool_name: "echo".into(),
             input: json!({"q": 1}),
+            provider_metadata: None,
         },
         UiChunk::ToolOutputAvailable {
             tool_call_id: "c".into(),
@@ -81,6 +82,7 @@ fn part(state: ToolState, approved: Option<bool>) -> ToolPart {
             reason: None,
         }),
         preliminary: true,
+        call_provider_metadata: None,
     }
 }
 
@@ -165,6 +167,7 @@ fn a_call_failing_after_yielding_carries_its_last_output_in_the_error() {
             tool_call_id: "c".into(),
             tool_name: "p".into(),
             input: json!({}),
+            provider_metadata: None,
         },
         UiChunk::ToolOutputAvailable {
             tool_call_id: "c".into(),

@@ -183,4 +183,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0015: 15,
     in_flight_work_settles_after_an_upgrade_from_0016: 16,
     in_flight_work_settles_after_an_upgrade_from_0017: 17,
+    in_flight_work_settles_after_an_upgrade_from_0018: 18,
 }

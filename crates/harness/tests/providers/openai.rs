@@ -1,11 +1,9 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-//! The OpenAI-compatible adapter against the scripted model, over real HTTP.
+//! The OpenAI-compatible Chat Completions adapter.
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::{json, Map, Value};
-use toolserver_harness::outbound::{self, OutboundPolicy};
+use serde_json::json;
 use toolserver_harness::provider::openai::OpenAiProvider;
 use toolserver_harness::provider::{
     ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderError, ToolCall,
@@ -13,73 +11,11 @@ use toolserver_harness::provider::{
 };
 use toolserver_testsupport::{Reply, ScriptedModel};
 
+use super::{ask, calls_of, finish_of, http, run, text_of};
+
 fn provider(model: &ScriptedModel, allow_private: bool) -> OpenAiProvider {
-    let policy = OutboundPolicy { allow_private };
-    let client = outbound::client(&policy, Duration::from_secs(2)).unwrap();
     let base = url::Url::parse(&model.base_url()).unwrap();
-    OpenAiProvider::new(client, base, Some("sk-test".into()), policy)
-}
-
-fn ask(model_id: &str) -> ModelRequest {
-    ModelRequest {
-        model_id: model_id.into(),
-        system: None,
-        messages: vec![ChatMessage::User {
-            content: "hi".into(),
-        }],
-        tools: Vec::new(),
-        provider_tools: Vec::new(),
-        options: Map::new(),
-        idempotency_key: None,
-    }
-}
-
-async fn run(provider: &OpenAiProvider, request: ModelRequest) -> Vec<ModelEvent> {
-    let stream = provider.stream(request).await.unwrap();
-    stream.map(Result::unwrap).collect().await
-}
-
-fn text_of(events: &[ModelEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|event| match event {
-            ModelEvent::TextDelta(text) => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Each call's (id, name, parsed arguments), in order of starting.
-fn calls_of(events: &[ModelEvent]) -> Vec<(String, String, Value)> {
-    let mut calls: Vec<(String, String, String)> = Vec::new();
-    for event in events {
-        match event {
-            ModelEvent::ToolCallStart { id, name } => {
-                calls.push((id.clone(), name.clone(), String::new()));
-            }
-            ModelEvent::ToolCallDelta { id, delta } => {
-                let call = calls.iter_mut().find(|call| &call.0 == id).unwrap();
-                call.2.push_str(delta);
-            }
-            _ => {}
-        }
-    }
-    calls
-        .into_iter()
-        .map(|(id, name, arguments)| (id, name, serde_json::from_str(&arguments).unwrap()))
-        .collect()
-}
-
-fn finish_of(events: &[ModelEvent]) -> (FinishReason, Usage) {
-    let finishes: Vec<_> = events
-        .iter()
-        .filter(|event| matches!(event, ModelEvent::Finish { .. }))
-        .collect();
-    assert_eq!(finishes.len(), 1, "{events:?}");
-    match events.last() {
-        Some(ModelEvent::Finish { reason, usage }) => (*reason, *usage),
-        other => panic!("the last event is not the finish: {other:?}"),
-    }
+    OpenAiProvider::new(http(allow_private), base, Some("sk-test".into()))
 }
 
 #[tokio::test]
@@ -188,6 +124,7 @@ async fn the_request_body_maps_messages_tools_and_options() {
                     id: "call_1".into(),
                     name: "weather".into(),
                     arguments: r#"{"city":"Oslo"}"#.into(),
+                    provider_metadata: None,
                 }],
             },
             ChatMessage::Tool {
@@ -263,6 +200,7 @@ async fn the_step_after_tool_results_gets_the_next_reply() {
             id: "call_1".into(),
             name: "echo".into(),
             arguments: "{}".into(),
+            provider_metadata: None,
         }],
     });
     request.messages.push(ChatMessage::Tool {
@@ -337,9 +275,7 @@ async fn a_private_base_url_is_refused_before_connecting() {
 async fn a_private_host_name_is_refused_by_the_resolver() {
     let model = ScriptedModel::start().await;
     let base = model.base_url().replace("127.0.0.1", "localhost");
-    let policy = OutboundPolicy::default();
-    let client = outbound::client(&policy, Duration::from_secs(2)).unwrap();
-    let provider = OpenAiProvider::new(client, url::Url::parse(&base).unwrap(), None, policy);
+    let provider = OpenAiProvider::new(http(false), url::Url::parse(&base).unwrap(), None);
     let err = provider.stream(ask("private")).await.err().unwrap();
     assert!(
         matches!(&err, ProviderError::Forbidden(message)
@@ -353,13 +289,9 @@ async fn a_private_host_name_is_refused_by_the_resolver() {
 async fn base_urls_with_and_without_a_trailing_slash_reach_the_endpoint() {
     let model = ScriptedModel::start().await;
     model.script("slash", vec![Reply::text("ok")]);
-    let policy = OutboundPolicy {
-        allow_private: true,
-    };
-    let client = outbound::client(&policy, Duration::from_secs(2)).unwrap();
     for base in [model.base_url(), format!("{}/", model.base_url())] {
         let base = url::Url::parse(&base).unwrap();
-        let provider = OpenAiProvider::new(client.clone(), base, None, policy.clone());
+        let provider = OpenAiProvider::new(http(true), base, None);
         let events = run(&provider, ask("slash")).await;
         assert_eq!(text_of(&events), "ok");
     }

@@ -1,5 +1,6 @@
-//! The server-sent events of an answer, read as they arrive and decoded into
-//! model events; `data: [DONE]` (or the end of the body) closes the pass.
+//! The server-sent events of a streaming answer, read as they arrive and
+//! decoded into model events by the provider's decoder; `data: [DONE]` or the
+//! end of the body closes the pass.
 
 use std::collections::VecDeque;
 
@@ -7,17 +8,26 @@ use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::stream::{self, BoxStream};
 use futures::StreamExt;
 
-use super::decode::Decoder;
 use super::send::transport_error;
 use crate::provider::{ModelEvent, ModelStream, ProviderError};
 
 type SseItem = Result<Event, EventStreamError<reqwest::Error>>;
 
-/// The events of a 2xx streaming answer.
-pub(super) fn events(response: reqwest::Response) -> ModelStream {
+/// Turns one provider's events into model events.
+pub(super) trait Decode: Send + 'static {
+    /// The model events of one server-sent event named `name` (`message`
+    /// when the server names none) carrying `data`.
+    fn event(&mut self, name: &str, data: &str) -> Result<Vec<ModelEvent>, ProviderError>;
+
+    /// The closing event, once the stream is over.
+    fn finish(&mut self) -> Result<ModelEvent, ProviderError>;
+}
+
+/// The events of a 2xx streaming answer, decoded by `decoder`.
+pub(super) fn events(response: reqwest::Response, decoder: impl Decode) -> ModelStream {
     let pump = Pump {
         sse: response.bytes_stream().eventsource().boxed(),
-        decoder: Decoder::default(),
+        decoder,
         ready: VecDeque::new(),
         done: false,
     };
@@ -25,14 +35,14 @@ pub(super) fn events(response: reqwest::Response) -> ModelStream {
 }
 
 /// Reads server-sent events until one or more model events are ready.
-struct Pump {
+struct Pump<D> {
     sse: BoxStream<'static, SseItem>,
-    decoder: Decoder,
+    decoder: D,
     ready: VecDeque<ModelEvent>,
     done: bool,
 }
 
-impl Pump {
+impl<D: Decode> Pump<D> {
     async fn next(mut self) -> Option<(Result<ModelEvent, ProviderError>, Self)> {
         loop {
             if let Some(event) = self.ready.pop_front() {
@@ -61,7 +71,12 @@ impl Pump {
             "" => Ok(()),
             "[DONE]" => self.close(),
             data => {
-                self.ready.extend(self.decoder.chunk(data)?);
+                let name = if event.event.is_empty() {
+                    "message"
+                } else {
+                    event.event.as_str()
+                };
+                self.ready.extend(self.decoder.event(name, data)?);
                 Ok(())
             }
         }

@@ -1,20 +1,22 @@
 //! Sending the request: a short retry of failures that happen before any of
-//! the answer is read, and the provider's message out of error answers.
+//! the answer is read (waiting what the provider's `Retry-After` asks, up to
+//! a limit), and the provider's message out of error answers.
 
 use std::error::Error;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use reqwest::header::HeaderMap;
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::outbound;
 use crate::provider::ProviderError;
 
-/// Waits before the first and second retry.
+/// Waits before the first and second retry when the provider names none.
 const BACKOFF: [Duration; 2] = [Duration::from_millis(200), Duration::from_millis(400)];
 
-/// Answers worth another try.
-const RETRY_STATUSES: [u16; 4] = [429, 502, 503, 504];
+/// Answers worth another try (529: Anthropic's "overloaded").
+const RETRY_STATUSES: [u16; 5] = [429, 502, 503, 504, 529];
 
 /// How much of an error answer is read.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -23,8 +25,11 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const ERROR_TEXT_CHARS: usize = 500;
 
 /// Sends the request `build` makes, retrying connection failures and
-/// 429/502/503/504 answers up to twice; a 2xx answer is returned unread.
+/// 429/502/503/504/529 answers up to twice; a 2xx answer is returned unread.
+/// A retry waits what the answer's `Retry-After` asks, or a short backoff;
+/// an answer asking for more than `max_wait` is not retried.
 pub(super) async fn send(
+    max_wait: Duration,
     build: impl Fn() -> reqwest::RequestBuilder,
 ) -> Result<reqwest::Response, ProviderError> {
     let mut backoff = BACKOFF.iter();
@@ -34,9 +39,14 @@ pub(super) async fn send(
             Ok(response) => RETRY_STATUSES.contains(&response.status().as_u16()),
             Err(err) => err.is_connect() && outbound::refusal(err).is_none(),
         };
-        if retryable {
-            if let Some(delay) = backoff.next() {
-                tokio::time::sleep(*delay).await;
+        if let (true, Some(delay)) = (retryable, backoff.next()) {
+            let asked = outcome
+                .as_ref()
+                .ok()
+                .and_then(|response| retry_after(response.headers(), SystemTime::now()));
+            let wait = asked.unwrap_or(*delay);
+            if wait <= max_wait {
+                tokio::time::sleep(wait).await;
                 continue;
             }
         }
@@ -63,9 +73,26 @@ pub(super) fn transport_error(err: &reqwest::Error) -> ProviderError {
     ProviderError::Transport(message)
 }
 
-/// The status and the provider's message of an error answer.
+/// How long the answer's headers ask to wait before another try:
+/// `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    if let Some(millis) = header("retry-after-ms").and_then(|value| value.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(millis / 1000.0).ok();
+    }
+    let value = header("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
+}
+
+/// The status and the provider's message of an error answer, with the wait
+/// it asked for when it named one.
 async fn status_error(mut response: reqwest::Response) -> ProviderError {
     let status = response.status();
+    let asked = retry_after(response.headers(), SystemTime::now());
     let mut body = Vec::new();
     while body.len() < ERROR_BODY_LIMIT {
         match response.chunk().await {
@@ -73,9 +100,13 @@ async fn status_error(mut response: reqwest::Response) -> ProviderError {
             Ok(None) | Err(_) => break,
         }
     }
+    let mut message = message(status, &String::from_utf8_lossy(&body));
+    if let Some(wait) = asked {
+        message.push_str(&format!(" (retry after {} s)", wait.as_secs_f64().ceil()));
+    }
     ProviderError::Status {
         status: status.as_u16(),
-        message: message(status, &String::from_utf8_lossy(&body)),
+        message,
     }
 }
 
@@ -121,6 +152,52 @@ mod tests {
         }
         assert_eq!(json_message(r#"{"error":{"code":5}}"#), None);
         assert_eq!(json_message("<html>Bad Gateway</html>"), None);
+    }
+
+    #[test]
+    fn retry_after_is_read_in_its_three_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, value.parse().unwrap());
+            }
+            map
+        };
+        let cases = [
+            (
+                headers(&[("retry-after", "3")]),
+                Some(Duration::from_secs(3)),
+            ),
+            (
+                headers(&[("retry-after", "0.5")]),
+                Some(Duration::from_millis(500)),
+            ),
+            (
+                headers(&[("retry-after-ms", "250"), ("retry-after", "9")]),
+                Some(Duration::from_millis(250)),
+            ),
+            (
+                headers(&[(
+                    "retry-after",
+                    &httpdate::fmt_http_date(now + Duration::from_secs(7)),
+                )]),
+                Some(Duration::from_secs(7)),
+            ),
+            (
+                headers(&[(
+                    "retry-after",
+                    &httpdate::fmt_http_date(now - Duration::from_secs(7)),
+                )]),
+                Some(Duration::ZERO),
+            ),
+            (headers(&[("retry-after", "soon")]), None),
+            (headers(&[("retry-after", "-1")]), None),
+            (HeaderMap::new(), None),
+        ];
+        for (headers, expected) in cases {
+            assert_eq!(retry_after(&headers, now), expected, "{headers:?}");
+        }
     }
 
     #[test]

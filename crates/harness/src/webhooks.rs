@@ -1,0 +1,156 @@
+//! Posting recorded webhook deliveries (handoff announcements): every
+//! process claims what is due, posts it through the public-only outbound
+//! client with its id as `Idempotency-Key`, and records the outcome. A post
+//! not answered 2xx is tried again after a backoff that doubles up to a cap,
+//! until its attempts run out; then it stays recorded as failed with its
+//! last error. A claim outlives one attempt, so the post of a process that
+//! died is taken up by another once its claim lapses.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use toolserver_store::webhook_deliveries::{self, DueDelivery};
+use toolserver_store::StoreError;
+
+/// Knobs of webhook delivery; each one is a server setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// Attempts before a post is given up.
+    pub max_attempts: u32,
+    /// The wait before the first retry; each later one doubles it.
+    pub first_retry: Duration,
+    /// The longest wait between attempts.
+    pub max_retry: Duration,
+    /// The deadline of one attempt.
+    pub timeout: Duration,
+    /// How often due posts are looked for.
+    pub poll: Duration,
+}
+
+impl WebhookSettings {
+    /// The settings' defaults.
+    pub const DEFAULT: Self = Self {
+        max_attempts: 8,
+        first_retry: Duration::from_secs(1),
+        max_retry: Duration::from_secs(300),
+        timeout: Duration::from_secs(10),
+        poll: Duration::from_millis(500),
+    };
+
+    /// The wait after failed attempt number `attempts` (1 for the first),
+    /// or `None` when no attempt is left.
+    pub fn retry_after(&self, attempts: u32) -> Option<Duration> {
+        if attempts >= self.max_attempts {
+            return None;
+        }
+        let doublings = attempts.saturating_sub(1).min(30);
+        Some(
+            self.first_retry
+                .saturating_mul(1 << doublings)
+                .min(self.max_retry),
+        )
+    }
+}
+
+/// Posts fetched per pass at most.
+const BATCH: i64 = 16;
+
+/// Posts what is due until `stop` is cancelled.
+pub async fn deliver_until(
+    pool: PgPool,
+    client: reqwest::Client,
+    settings: WebhookSettings,
+    stop: CancellationToken,
+) {
+    loop {
+        let delivered = tokio::select! {
+            () = stop.cancelled() => return,
+            delivered = deliver_due(&pool, &client, &settings) => delivered,
+        };
+        match delivered {
+            Ok(count) if count as i64 == BATCH => continue,
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "could not claim webhook deliveries"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(settings.poll) => {}
+        }
+    }
+}
+
+/// Claims the posts due now and makes one attempt at each, concurrently;
+/// how many were attempted.
+pub async fn deliver_due(
+    pool: &PgPool,
+    client: &reqwest::Client,
+    settings: &WebhookSettings,
+) -> Result<usize, StoreError> {
+    let claim = settings.timeout.saturating_mul(2) + Duration::from_secs(5);
+    let due = webhook_deliveries::claim_due(pool, BATCH, claim).await?;
+    let count = due.len();
+    let attempts = due
+        .into_iter()
+        .map(|delivery| attempt(pool, client, settings, delivery));
+    for outcome in futures::future::join_all(attempts).await {
+        if let Err(err) = outcome {
+            tracing::warn!(error = %err, "could not record a webhook delivery's outcome");
+        }
+    }
+    Ok(count)
+}
+
+/// One attempt at `delivery`, its outcome recorded.
+async fn attempt(
+    pool: &PgPool,
+    client: &reqwest::Client,
+    settings: &WebhookSettings,
+    delivery: DueDelivery,
+) -> Result<(), StoreError> {
+    let sent = client
+        .post(&delivery.url)
+        .header("idempotency-key", delivery.id.to_string())
+        .json(&delivery.body)
+        .timeout(settings.timeout)
+        .send()
+        .await;
+    let error = match sent {
+        Ok(response) if response.status().is_success() => {
+            return webhook_deliveries::delivered(pool, delivery.id).await;
+        }
+        Ok(response) => format!("the receiver answered {}", response.status()),
+        Err(err) => match crate::outbound::refusal(&err) {
+            Some(refusal) => refusal,
+            None => format!("the receiver could not be reached: {err}"),
+        },
+    };
+    let attempts = u32::try_from(delivery.attempts).unwrap_or(u32::MAX);
+    let retry = settings.retry_after(attempts);
+    tracing::warn!(
+        delivery.id = %delivery.id,
+        attempts,
+        given_up = retry.is_none(),
+        "{error}"
+    );
+    webhook_deliveries::attempt_failed(pool, delivery.id, &error, retry).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_up_to_the_cap_and_stop_at_the_last_attempt() {
+        let settings = WebhookSettings {
+            max_attempts: 5,
+            first_retry: Duration::from_secs(1),
+            max_retry: Duration::from_secs(5),
+            ..WebhookSettings::DEFAULT
+        };
+        let waits: Vec<Option<u64>> = (1..=6)
+            .map(|attempt| settings.retry_after(attempt).map(|wait| wait.as_secs()))
+            .collect();
+        assert_eq!(waits, [Some(1), Some(2), Some(4), Some(5), None, None]);
+    }
+}
