@@ -154,3 +154,38 @@ async fn an_error_answer_carries_the_status_and_message() {
     );
     assert_eq!(model.request_count("gemini-bad"), 1);
 }
+
+#[tokio::test]
+async fn an_unavailable_answer_is_retried_after_the_wait_it_asks_and_a_long_wait_is_not() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "gemini-busy",
+        vec![Reply::error(503, "The model is overloaded").retry_after(0)],
+    );
+    let err = provider(&model)
+        .stream(ask("gemini-busy"))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ProviderError::Status { status: 503, .. }),
+        "{err}"
+    );
+    assert_eq!(model.request_count("gemini-busy"), 3, "tried three times");
+
+    model.script(
+        "gemini-quota",
+        vec![Reply::error(429, "Resource exhausted").retry_after(120)],
+    );
+    let err = provider(&model)
+        .stream(ask("gemini-quota"))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ProviderError::Status { status: 429, message }
+            if message == "Resource exhausted (retry after 120 s)"),
+        "{err}"
+    );
+    assert_eq!(model.request_count("gemini-quota"), 1);
+}
