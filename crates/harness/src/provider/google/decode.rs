@@ -168,7 +168,7 @@ impl Decode for Decoder {
         for web in chunks.filter_map(|chunk| chunk.web) {
             if self.sources.insert(web.uri.clone()) {
                 events.push(ModelEvent::Source {
-                    id: format!("src_{}", self.sources.len()),
+                    id: format!("src_{}", uuid::Uuid::new_v4().simple()),
                     url: web.uri,
                     title: web.title.filter(|title| !title.is_empty()),
                 });
@@ -271,12 +271,19 @@ mod tests {
         });
         last["usageMetadata"] =
             json!({"promptTokenCount": 10, "candidatesTokenCount": 4, "thoughtsTokenCount": 2});
-        let events = decode(&[
+        let mut events = decode(&[
             parts(json!([{"text": "pondering", "thought": true}])),
             parts(json!([{"text": "Hello "}])),
             last,
         ])
         .unwrap();
+        let mut ids = std::collections::HashSet::new();
+        for event in &mut events {
+            if let ModelEvent::Source { id, .. } = event {
+                assert!(id.starts_with("src_") && ids.insert(id.clone()), "{id}");
+                *id = format!("src_{}", ids.len());
+            }
+        }
         assert_eq!(
             events,
             [
