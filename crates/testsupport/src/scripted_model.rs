@@ -19,6 +19,7 @@
 
 mod anthropic;
 mod book;
+mod frame;
 mod gemini;
 mod openai;
 mod reply;

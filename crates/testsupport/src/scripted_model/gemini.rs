@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
+use super::frame::Frame;
 use super::reply::Streamed;
-use super::wire::Frame;
 use super::PROMPT_TOKENS;
 
 /// The method the model path must name, after its last `:`.

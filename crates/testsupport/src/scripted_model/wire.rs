@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::frame::Frame;
 use super::reply::{Kind, Reply};
 use super::{anthropic, gemini, openai};
 
@@ -17,14 +18,6 @@ pub(super) enum Format {
     Anthropic,
     /// Google Gemini `streamGenerateContent`.
     Gemini,
-}
-
-/// One server-sent event: its name, if the format names events, and data.
-pub(super) struct Frame {
-    /// The `event:` field.
-    pub(super) event: Option<String>,
-    /// The `data:` field.
-    pub(super) data: String,
 }
 
 /// What the server sends for one reply.
@@ -45,24 +38,6 @@ pub(super) enum Answer {
         /// The seconds of a `Retry-After` header, if any.
         retry_after: Option<u64>,
     },
-}
-
-impl Frame {
-    /// A frame with `data` alone.
-    pub(super) fn data(data: &Value) -> Self {
-        Self {
-            event: None,
-            data: data.to_string(),
-        }
-    }
-
-    /// A frame named after the `type` of its `data`.
-    pub(super) fn typed(data: &Value) -> Self {
-        Self {
-            event: data["type"].as_str().map(str::to_owned),
-            data: data.to_string(),
-        }
-    }
 }
 
 impl Format {
