@@ -1,7 +1,8 @@
 //! The `handoff` tool end to end: the model hands a conversation to people,
 //! the announcement reaches the agent's webhook (after the receiver failed
-//! twice), the conversation's turns are answered with the held message
-//! without the model, and a person's release gives it back to the agent. A
+//! twice), the conversation's turns (streamed and detached) are answered
+//! with the held message without the model, and a person's release gives it
+//! back to the agent. A
 //! receiver that never answers 2xx leaves the announcement recorded as
 //! failed, with its last error.
 
@@ -19,6 +20,7 @@ use toolserver_testsupport::wait::until;
 use toolserver_testsupport::Reply;
 
 use crate::app::{fast_lifecycle, TestApp};
+use crate::detached::{start_async, wait_for_status};
 use crate::support::*;
 
 /// A webhook receiver that answers the first `failures` posts 500, the rest
@@ -147,6 +149,15 @@ async fn a_handoff_holds_the_conversation_until_a_person_releases_it(pool: PgPoo
     let held = app.say(ACCOUNT_A, &agent, "conv-h", "hello?").await;
     assert_eq!(held.status, 200, "{}", held.body);
     assert_eq!(held.text(), "Ana will answer soon.");
+    assert_eq!(app.model.request_count("handoff"), 2);
+    let detached = start_async(&app, &agent, "conv-h", "still there?").await;
+    wait_for_status(&app, &detached, "completed").await;
+    let messages = conversation(&app, "conv-h").await["messages"].clone();
+    let last = messages.as_array().unwrap().last().unwrap();
+    assert_eq!(
+        last["parts"][1]["text"], "Ana will answer soon.",
+        "a detached turn is held too: {last}"
+    );
     assert_eq!(app.model.request_count("handoff"), 2);
 
     // Another account cannot release it; its account can, once.
