@@ -31,6 +31,8 @@ pub struct ConversationRecord {
     pub created_at: OffsetDateTime,
     /// Last change.
     pub updated_at: OffsetDateTime,
+    /// The handoff to people it is under, if any (see [`crate::handoffs`]).
+    pub handoff: Option<Value>,
 }
 
 #[derive(FromRow)]
@@ -40,6 +42,7 @@ struct ConversationRow {
     messages: Value,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
+    handoff: Option<Value>,
 }
 
 impl From<ConversationRow> for ConversationRecord {
@@ -54,6 +57,7 @@ impl From<ConversationRow> for ConversationRecord {
             messages,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            handoff: row.handoff,
         }
     }
 }
@@ -439,7 +443,7 @@ pub async fn get(
     id: &str,
 ) -> Result<ConversationRecord, StoreError> {
     let row: ConversationRow = sqlx::query_as(
-        "SELECT id, agent_id, messages, created_at, updated_at FROM conversations \
+        "SELECT id, agent_id, messages, created_at, updated_at, handoff FROM conversations \
          WHERE account_id = $1 AND id = $2",
     )
     .bind(account.as_str())

@@ -59,19 +59,3 @@ pub async fn release(
     .await?;
     Ok(released)
 }
-
-/// The handoff `account`'s conversation `conversation` is under, if any
-/// (`NotFound`: no such conversation).
-pub async fn of(
-    pool: &PgPool,
-    account: &AccountId,
-    conversation: &str,
-) -> Result<Option<Value>, StoreError> {
-    let (handoff,): (Option<Value>,) =
-        sqlx::query_as("SELECT handoff FROM conversations WHERE account_id = $1 AND id = $2")
-            .bind(account.as_str())
-            .bind(conversation)
-            .fetch_one(pool)
-            .await?;
-    Ok(handoff)
-}

@@ -109,10 +109,7 @@ pub async fn get_conversation(
     let record = conversations::get(state.pool(), &account, &conversation_id)
         .await
         .map_err(not_found)?;
-    let handoff = match handoffs::of(state.pool(), &account, &conversation_id)
-        .await
-        .map_err(not_found)?
-    {
+    let handoff = match &record.handoff {
         Some(handoff) => {
             let announcement = webhook_deliveries::latest(
                 state.pool(),
@@ -121,7 +118,7 @@ pub async fn get_conversation(
                 handoffs::ANNOUNCEMENT,
             )
             .await?;
-            Some(handoff_view(&handoff, announcement))
+            Some(handoff_view(handoff, announcement))
         }
         None => None,
     };

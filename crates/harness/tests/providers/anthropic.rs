@@ -2,12 +2,10 @@
 
 use serde_json::json;
 use toolserver_harness::provider::anthropic::AnthropicProvider;
-use toolserver_harness::provider::{
-    ChatMessage, FinishReason, ModelProvider, ProviderError, ToolCall, ToolSpec,
-};
+use toolserver_harness::provider::{ChatMessage, FinishReason, ProviderError, ToolCall, ToolSpec};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use super::{ask, calls_of, finish_of, http, run, text_of};
+use super::{ask, calls_of, failure, finish_of, http, run, text_of};
 
 fn provider(model: &ScriptedModel) -> AnthropicProvider {
     let base = url::Url::parse(&model.anthropic_base_url()).unwrap();
@@ -109,11 +107,7 @@ async fn an_overloaded_answer_is_retried_after_the_wait_it_asks() {
         "claude-busy",
         vec![Reply::error(529, "Overloaded").retry_after(0)],
     );
-    let err = provider(&model)
-        .stream(ask("claude-busy"))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&provider(&model), ask("claude-busy")).await;
     assert!(
         matches!(&err, ProviderError::Status { status: 529, message } if message.starts_with("Overloaded")),
         "{err}"
@@ -128,11 +122,7 @@ async fn a_wait_longer_than_allowed_fails_at_once_naming_it() {
         "claude-limited",
         vec![Reply::error(429, "rate limited").retry_after(60)],
     );
-    let err = provider(&model)
-        .stream(ask("claude-limited"))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&provider(&model), ask("claude-limited")).await;
     assert!(
         matches!(&err, ProviderError::Status { status: 429, message }
             if message == "rate limited (retry after 60 s)"),

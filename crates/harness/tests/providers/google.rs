@@ -3,12 +3,12 @@
 use serde_json::json;
 use toolserver_harness::provider::google::GoogleProvider;
 use toolserver_harness::provider::{
-    ChatMessage, FinishReason, ModelEvent, ModelProvider, ProviderError, ToolCall,
+    ChatMessage, FinishReason, ModelEvent, ProviderError, ToolCall,
 };
 use toolserver_testsupport::scripted_model::thought_signature;
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use super::{ask, calls_of, finish_of, http, run, text_of};
+use super::{ask, calls_of, failure, finish_of, http, run, text_of};
 
 fn provider(model: &ScriptedModel) -> GoogleProvider {
     let base = url::Url::parse(&model.gemini_base_url()).unwrap();
@@ -143,11 +143,7 @@ async fn parallel_calls_come_whole_and_results_answer_by_name() {
 async fn an_error_answer_carries_the_status_and_message() {
     let model = ScriptedModel::start().await;
     model.script("gemini-bad", vec![Reply::error(400, "API key not valid")]);
-    let err = provider(&model)
-        .stream(ask("gemini-bad"))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&provider(&model), ask("gemini-bad")).await;
     assert!(
         matches!(&err, ProviderError::Status { status: 400, message } if message == "API key not valid"),
         "{err}"
@@ -162,11 +158,7 @@ async fn an_unavailable_answer_is_retried_after_the_wait_it_asks_and_a_long_wait
         "gemini-busy",
         vec![Reply::error(503, "The model is overloaded").retry_after(0)],
     );
-    let err = provider(&model)
-        .stream(ask("gemini-busy"))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&provider(&model), ask("gemini-busy")).await;
     assert!(
         matches!(&err, ProviderError::Status { status: 503, .. }),
         "{err}"
@@ -177,11 +169,7 @@ async fn an_unavailable_answer_is_retried_after_the_wait_it_asks_and_a_long_wait
         "gemini-quota",
         vec![Reply::error(429, "Resource exhausted").retry_after(120)],
     );
-    let err = provider(&model)
-        .stream(ask("gemini-quota"))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&provider(&model), ask("gemini-quota")).await;
     assert!(
         matches!(&err, ProviderError::Status { status: 429, message }
             if message == "Resource exhausted (retry after 120 s)"),

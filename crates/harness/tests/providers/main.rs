@@ -13,7 +13,8 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::provider::{
-    ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderHttp, Usage,
+    ChatMessage, FinishReason, ModelEvent, ModelProvider, ModelRequest, ProviderError,
+    ProviderHttp, Usage,
 };
 
 fn http(allow_private: bool) -> ProviderHttp {
@@ -36,6 +37,14 @@ fn ask(model_id: &str) -> ModelRequest {
         provider_tools: Vec::new(),
         options: Map::new(),
         idempotency_key: None,
+    }
+}
+
+/// How `provider` refused `request` before streaming.
+async fn failure(provider: &dyn ModelProvider, request: ModelRequest) -> ProviderError {
+    match provider.stream(request).await {
+        Ok(_) => panic!("the request was not refused"),
+        Err(err) => err,
     }
 }
 

@@ -43,11 +43,14 @@ async fn a_handoff_is_stored_with_its_announcement_and_released_once(pool: PgPoo
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
-        handoffs::of(&pool, &b.account, "conv-1").await,
+        conversations::get(&pool, &b.account, "conv-1").await,
         Err(StoreError::NotFound)
     ));
     assert_eq!(
-        handoffs::of(&pool, &a.account, "conv-1").await.unwrap(),
+        conversations::get(&pool, &a.account, "conv-1")
+            .await
+            .unwrap()
+            .handoff,
         Some(handoff.clone())
     );
     let state = webhook_deliveries::latest(&pool, &a.account, "conv-1", ANNOUNCEMENT)
@@ -100,7 +103,10 @@ async fn a_handoff_is_stored_with_its_announcement_and_released_once(pool: PgPoo
         None
     );
     assert_eq!(
-        handoffs::of(&pool, &a.account, "conv-1").await.unwrap(),
+        conversations::get(&pool, &a.account, "conv-1")
+            .await
+            .unwrap()
+            .handoff,
         None
     );
 }
