@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod channels;
 pub mod cors;
 pub mod edge;
 pub mod error;
@@ -35,6 +36,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::sandbox_jobs::routes())
         .merge(routes::operator::routes())
         .merge(routes::accounts::routes())
+        .merge(routes::channels::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

@@ -18,8 +18,8 @@ pub mod validation;
 
 pub use account::AccountId;
 pub use agent::{
-    AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, OnDisconnect, Secrets, ToolKey,
-    ToolSetting,
+    AgentConfig, AgentId, AgentLimits, AgentName, BuiltinTool, ChannelSetting, OnDisconnect,
+    Secrets, ToolKey, ToolSetting,
 };
 pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;

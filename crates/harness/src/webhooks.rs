@@ -1,13 +1,17 @@
-//! Posting recorded webhook deliveries (handoff announcements): every
-//! process claims what is due, posts it through the public-only outbound
-//! client with its id as `Idempotency-Key`, and records the outcome. A post
+//! Posting recorded webhook deliveries (handoff announcements, channel
+//! answers): every process claims what is due, makes one attempt through
+//! its [`Poster`] (a plain JSON post with the delivery's id as
+//! `Idempotency-Key`, through the public-only outbound client), and records
+//! the outcome. A post
 //! not answered 2xx is tried again after a backoff that doubles up to a cap,
 //! until its attempts run out; then it stays recorded as failed with its
 //! last error. A claim outlives one attempt, so the post of a process that
 //! died is taken up by another once its claim lapses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use toolserver_store::webhook_deliveries::{self, DueDelivery};
@@ -24,8 +28,10 @@ pub struct WebhookSettings {
     pub max_retry: Duration,
     /// The deadline of one attempt.
     pub timeout: Duration,
-    /// How often due posts are looked for.
+    /// How often due posts (and channel events not started) are looked for.
     pub poll: Duration,
+    /// How far a signed inbound channel request's timestamp may be from now.
+    pub signature_window: Duration,
 }
 
 impl WebhookSettings {
@@ -36,6 +42,7 @@ impl WebhookSettings {
         max_retry: Duration::from_secs(300),
         timeout: Duration::from_secs(10),
         poll: Duration::from_millis(500),
+        signature_window: Duration::from_secs(300),
     };
 
     /// The wait after failed attempt number `attempts` (1 for the first),
@@ -56,17 +63,54 @@ impl WebhookSettings {
 /// Posts fetched per pass at most.
 const BATCH: i64 = 16;
 
+/// Makes one attempt at a delivery.
+#[async_trait]
+pub trait Poster: Send + Sync {
+    /// Posts `delivery` once, within `timeout`; why it was not taken.
+    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String>;
+}
+
+/// Posts a delivery's body as JSON to its URL.
+pub struct JsonPoster(pub reqwest::Client);
+
+#[async_trait]
+impl Poster for JsonPoster {
+    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String> {
+        let sent = self
+            .0
+            .post(&delivery.url)
+            .header("idempotency-key", delivery.id.to_string())
+            .json(&delivery.body)
+            .timeout(timeout)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => Err(format!("the receiver answered {}", response.status())),
+            Err(err) => Err(unreachable(&err)),
+        }
+    }
+}
+
+/// Why a request went unanswered, as recorded.
+pub fn unreachable(err: &reqwest::Error) -> String {
+    match crate::outbound::refusal(err) {
+        Some(refusal) => refusal,
+        None => format!("the receiver could not be reached: {err}"),
+    }
+}
+
 /// Posts what is due until `stop` is cancelled.
 pub async fn deliver_until(
     pool: PgPool,
-    client: reqwest::Client,
+    poster: Arc<dyn Poster>,
     settings: WebhookSettings,
     stop: CancellationToken,
 ) {
     loop {
         let delivered = tokio::select! {
             () = stop.cancelled() => return,
-            delivered = deliver_due(&pool, &client, &settings) => delivered,
+            delivered = deliver_due(&pool, poster.as_ref(), &settings) => delivered,
         };
         match delivered {
             Ok(count) if count as i64 == BATCH => continue,
@@ -84,7 +128,7 @@ pub async fn deliver_until(
 /// how many were attempted.
 pub async fn deliver_due(
     pool: &PgPool,
-    client: &reqwest::Client,
+    poster: &dyn Poster,
     settings: &WebhookSettings,
 ) -> Result<usize, StoreError> {
     let claim = settings.timeout.saturating_mul(2) + Duration::from_secs(5);
@@ -92,7 +136,7 @@ pub async fn deliver_due(
     let count = due.len();
     let attempts = due
         .into_iter()
-        .map(|delivery| attempt(pool, client, settings, delivery));
+        .map(|delivery| attempt(pool, poster, settings, delivery));
     for outcome in futures::future::join_all(attempts).await {
         if let Err(err) = outcome {
             tracing::warn!(error = %err, "could not record a webhook delivery's outcome");
@@ -104,26 +148,13 @@ pub async fn deliver_due(
 /// One attempt at `delivery`, its outcome recorded.
 async fn attempt(
     pool: &PgPool,
-    client: &reqwest::Client,
+    poster: &dyn Poster,
     settings: &WebhookSettings,
     delivery: DueDelivery,
 ) -> Result<(), StoreError> {
-    let sent = client
-        .post(&delivery.url)
-        .header("idempotency-key", delivery.id.to_string())
-        .json(&delivery.body)
-        .timeout(settings.timeout)
-        .send()
-        .await;
-    let error = match sent {
-        Ok(response) if response.status().is_success() => {
-            return webhook_deliveries::delivered(pool, delivery.id).await;
-        }
-        Ok(response) => format!("the receiver answered {}", response.status()),
-        Err(err) => match crate::outbound::refusal(&err) {
-            Some(refusal) => refusal,
-            None => format!("the receiver could not be reached: {err}"),
-        },
+    let error = match poster.post(&delivery, settings.timeout).await {
+        Ok(()) => return webhook_deliveries::delivered(pool, delivery.id).await,
+        Err(error) => error,
     };
     let attempts = u32::try_from(delivery.attempts).unwrap_or(u32::MAX);
     let retry = settings.retry_after(attempts);

@@ -107,6 +107,17 @@ pub async fn get(
     Ok(row.into())
 }
 
+/// The account that owns agent `id`, whichever it is: for a request that
+/// names the agent and proves itself otherwise (a channel's signature).
+pub async fn owner(pool: &PgPool, id: AgentId) -> Result<AccountId, StoreError> {
+    let (account,): (String,) = sqlx::query_as("SELECT account_id FROM agents WHERE id = $1")
+        .bind(id.as_uuid())
+        .fetch_one(pool)
+        .await?;
+    AccountId::parse(&account)
+        .map_err(|err| StoreError::Other(sqlx::Error::Decode(err.to_string().into())))
+}
+
 /// One page of `account`'s agents in creation order, after `after`; and whether more follow.
 #[tracing::instrument(skip(pool), fields(account.id = %account))]
 pub async fn list(

@@ -15,7 +15,8 @@ use uuid::Uuid;
 use crate::jobs::{self, Job};
 use crate::status_sql::{TURNS_UNFINISHED, TURN_RUNNING, TURN_WAITING};
 use crate::text::storable;
-use crate::{accounts, async_results, StoreError};
+use crate::webhook_deliveries::{self, NewDelivery};
+use crate::{accounts, async_results, channel_events, StoreError};
 
 /// A detached turn's status.
 #[derive(Debug, Clone, PartialEq, FromRow)]
@@ -49,13 +50,16 @@ pub struct NewTurn<'a> {
     pub lease_holder: Uuid,
     /// Where a NATS requester hears the final result.
     pub reply_subject: Option<&'a str>,
+    /// The channel event the turn answers, if a channel started it.
+    pub channel_event: Option<Uuid>,
     /// The start job's first claim.
     pub claim: jobs::ClaimTerms,
 }
 
 /// Records a new running turn and its `start` job (claimed by the caller),
-/// and hands the conversation lease from the request to the job, in one
-/// transaction. Returns the turn id and the job.
+/// marks its channel event started, and hands the conversation lease from
+/// the request to the job, in one transaction. Returns the turn id and the
+/// job (`Conflict`: the channel event had started already).
 pub async fn create(
     pool: &PgPool,
     account: &AccountId,
@@ -65,16 +69,24 @@ pub async fn create(
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
-        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id, reply_subject) \
-         VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO async_turns (id, account_id, agent_id, conversation_id, reply_subject, \
+             channel_event) VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(id)
     .bind(account.as_str())
     .bind(turn.agent.as_uuid())
     .bind(turn.conversation_id)
     .bind(turn.reply_subject)
+    .bind(turn.channel_event)
     .execute(&mut *tx)
     .await?;
+    if let Some(event) = turn.channel_event {
+        if !channel_events::mark_started(&mut tx, event, id).await? {
+            return Err(StoreError::Conflict {
+                constraint: "channel_events_started".to_owned(),
+            });
+        }
+    }
     let job = jobs::insert_start(&mut tx, account.as_str(), id, &turn.claim).await?;
     let handed = sqlx::query(
         "UPDATE conversations SET active_turn = $4 \
@@ -135,6 +147,8 @@ pub struct RunCommit<'a> {
     pub job: &'a Job,
     /// How the run ended.
     pub end: RunEnd<'a>,
+    /// A post recorded with the commit (a channel's answer).
+    pub reply: Option<&'a NewDelivery>,
 }
 
 /// What a commit did.
@@ -149,7 +163,8 @@ pub enum Committed {
 }
 
 /// Commits a run in one transaction: stores the conversation (if the job
-/// still holds it) and releases it, removes the job, and moves the turn to
+/// still holds it) and releases it, records its reply, removes the job,
+/// and moves the turn to
 /// `failed` (the run failed), `waiting` (a group of the turn is still open,
 /// or another job of it is queued) or `completed`.
 pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committed, StoreError> {
@@ -179,6 +194,9 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
     .await?;
     if messages.is_some() && saved.rows_affected() == 0 {
         return Ok(Committed::LostConversation);
+    }
+    if let Some(reply) = commit.reply {
+        webhook_deliveries::insert(&mut tx, commit.account, commit.conversation_id, reply).await?;
     }
     let status = match commit.end {
         RunEnd::Failed(_, error) => {
@@ -414,6 +432,16 @@ pub async fn reply_subject(pool: &PgPool, id: Uuid) -> Result<Option<String>, St
             .fetch_one(pool)
             .await?;
     Ok(subject)
+}
+
+/// The channel event a turn answers, if a channel started it.
+pub async fn channel_event(pool: &PgPool, id: Uuid) -> Result<Option<Uuid>, StoreError> {
+    let (event,): (Option<Uuid>,) =
+        sqlx::query_as("SELECT channel_event FROM async_turns WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+    Ok(event)
 }
 
 /// Whether `account` has a detached turn on `conversation_id` that has not

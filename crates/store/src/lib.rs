@@ -8,6 +8,7 @@ pub mod accounts;
 pub mod agents;
 pub mod async_results;
 pub mod async_turns;
+pub mod channel_events;
 mod commit;
 pub mod conversations;
 pub mod error;

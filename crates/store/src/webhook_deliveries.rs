@@ -18,7 +18,7 @@ use crate::StoreError;
 pub struct NewDelivery {
     /// Its id (sent as `Idempotency-Key`).
     pub id: Uuid,
-    /// What it announces, e.g. `handoff`.
+    /// What it announces, e.g. `handoff` or `channel`.
     pub kind: &'static str,
     /// The receiver.
     pub url: String,
@@ -31,6 +31,10 @@ pub struct NewDelivery {
 pub struct DueDelivery {
     /// Its id.
     pub id: Uuid,
+    /// The account it is about.
+    pub account_id: String,
+    /// What it announces.
+    pub kind: String,
     /// The receiver.
     pub url: String,
     /// The JSON body.
@@ -77,7 +81,9 @@ pub async fn insert(
 }
 
 /// Claims up to `limit` posts that are due and not claimed by a live
-/// attempt, for `claim`; each claim counts as an attempt.
+/// attempt, for `claim`; each claim counts as an attempt. Posts of one
+/// conversation and kind go in the order they were recorded: one waits
+/// while an earlier one is still being tried.
 pub async fn claim_due(
     pool: &PgPool,
     limit: i64,
@@ -86,12 +92,18 @@ pub async fn claim_due(
     Ok(sqlx::query_as(
         "UPDATE webhook_deliveries SET attempts = attempts + 1, \
              claimed_until = now() + make_interval(secs => $2) \
-         WHERE id IN (SELECT id FROM webhook_deliveries \
+         WHERE id IN (SELECT id FROM webhook_deliveries due \
                       WHERE delivered_at IS NULL AND failed_at IS NULL \
                         AND next_attempt_at <= now() \
                         AND (claimed_until IS NULL OR claimed_until < now()) \
+                        AND NOT EXISTS (SELECT 1 FROM webhook_deliveries earlier \
+                            WHERE earlier.account_id = due.account_id \
+                              AND earlier.conversation_id = due.conversation_id \
+                              AND earlier.kind = due.kind \
+                              AND earlier.delivered_at IS NULL AND earlier.failed_at IS NULL \
+                              AND (earlier.created_at, earlier.id) < (due.created_at, due.id)) \
                       ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, url, body, attempts",
+         RETURNING id, account_id, kind, url, body, attempts",
     )
     .bind(limit)
     .bind(claim.as_secs_f64())

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 use toolserver_domain::TurnStatus;
+use toolserver_harness::lifecycle::DetachedReply;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -72,9 +73,8 @@ async fn start(state: &AppState, payload: &[u8], reply: &str) -> Result<Uuid, Ap
     let submission = request
         .request
         .into_submission(account, &request.agent_id)?;
-    let reply_subject = Some(reply.to_owned());
     Ok(state
         .lifecycle()
-        .submit_detached(submission, reply_subject)
+        .submit_detached(submission, DetachedReply::Nats(reply.to_owned()))
         .await?)
 }

@@ -3,6 +3,7 @@
 pub mod accounts;
 pub mod agents;
 pub mod bundles;
+pub mod channels;
 pub mod conversations;
 pub mod health;
 pub mod operator;

@@ -87,6 +87,7 @@ struct Held {
     _bundles: Option<tempfile::TempDir>,
     _chunks: Option<TestStore>,
     _nats: Option<AbortOnDrop>,
+    _inbox: Option<AbortOnDrop>,
 }
 
 /// Stops a background task when the app goes away.
@@ -298,9 +299,10 @@ impl TestAppBuilder {
         if self.runner_budget {
             caps.follow(state.admission());
         }
-        if self.background {
+        let inbox = self.background.then(|| {
             state.lifecycle().start_background();
-        }
+            AbortOnDrop(toolserver_api::channels::spawn_inbox(state.clone()))
+        });
         let router = toolserver_api::app(state.clone());
         if let Some(listener) = listener {
             let app = router.clone();
@@ -328,6 +330,7 @@ impl TestAppBuilder {
                 _bundles: bundles_dir,
                 _chunks: chunks,
                 _nats: nats,
+                _inbox: inbox,
             },
         }
     }

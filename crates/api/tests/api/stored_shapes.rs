@@ -41,7 +41,7 @@ struct Shape {
     messages: Value,
 }
 
-async fn stored_messages(app: &TestApp, conversation: &str) -> Value {
+pub async fn stored_messages(app: &TestApp, conversation: &str) -> Value {
     let (status, body) = app
         .request(
             reqwest::Method::GET,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::channels::{parse_channels, ChannelSetting};
 use super::endpoint::{endpoint_pattern, parse_endpoint};
 use super::mcp::{parse_servers, McpServerSetting};
 use super::tools::{ToolKey, ToolSetting};
@@ -23,6 +24,7 @@ pub const CONFIG_FIELDS: &[&str] = &[
     "tools",
     "onDisconnect",
     "mcpServers",
+    "channels",
 ];
 
 /// The fields of `config.model`.
@@ -103,6 +105,8 @@ pub struct AgentConfig {
     pub on_disconnect: OnDisconnect,
     /// MCP servers whose tools the agent may call, by name.
     pub mcp_servers: BTreeMap<String, McpServerSetting>,
+    /// Chat channels the agent is reached through, by name.
+    pub channels: BTreeMap<String, ChannelSetting>,
 }
 
 /// What a streaming turn does when the client of its request goes away
@@ -194,6 +198,7 @@ impl AgentConfig {
             Some(_) => return Err(ValidationError::new("config.tools", "must be an object")),
         }
         let mcp_servers = parse_servers(object.get("mcpServers"))?;
+        let channels = parse_channels(object.get("channels"))?;
         Ok(Self {
             model,
             providers,
@@ -202,6 +207,7 @@ impl AgentConfig {
             tools,
             on_disconnect,
             mcp_servers,
+            channels,
         })
     }
 

@@ -2,6 +2,7 @@
 //! system prompt, a step limit and the tools it may call. Parsed once at save
 //! time and again before every run; a parsed config is valid.
 
+pub mod channels;
 pub mod config;
 mod endpoint;
 mod id;
@@ -9,6 +10,7 @@ pub mod mcp;
 mod secrets;
 mod tools;
 
+pub use channels::{ChannelSetting, CHANNEL_TYPES};
 pub use config::{
     AgentConfig, AgentLimits, ModelSpec, OnDisconnect, ProviderCredentials, PROVIDERS,
 };

@@ -1,5 +1,6 @@
-//! Credentials inside an agent config (`provider.<name>.apiKey` and
-//! `tools.<key>.apiKey`). They are lifted out of the config before it is
+//! Credentials inside an agent config (`provider.<name>.apiKey`,
+//! `tools.<key>.apiKey`, `mcpServers.<name>.auth.token` and the secrets of
+//! `channels.<name>`). They are lifted out of the config before it is
 //! stored, kept encrypted elsewhere, and shown back only as [`REDACTED`].
 
 use std::collections::BTreeMap;
@@ -54,29 +55,44 @@ impl Secrets {
     }
 }
 
-/// Every `apiKey` value under `provider.*` and `tools.*`, and every
-/// `auth.token` under `mcpServers.*`, with its path.
+/// Every `apiKey` value under `provider.*` and `tools.*`, every
+/// `auth.token` under `mcpServers.*` and every secret field under
+/// `channels.*`, with its path.
 fn credential_slots(config: &mut Value) -> Vec<(String, &mut Value)> {
     let mut slots = Vec::new();
     let Some(object) = config.as_object_mut() else {
         return slots;
     };
     for (section, entries) in object.iter_mut() {
-        let path: &[&str] = match section.as_str() {
-            "provider" | "tools" => &["apiKey"],
-            "mcpServers" => &["auth", "token"],
+        let paths: &[&[&str]] = match section.as_str() {
+            "provider" | "tools" => &[&["apiKey"]],
+            "mcpServers" => &[&["auth", "token"]],
+            "channels" => &[
+                &["signingSecret"],
+                &["botToken"],
+                &["secretToken"],
+                &["secret"],
+            ],
             _ => continue,
         };
         let Some(entries) = entries.as_object_mut() else {
             continue;
         };
         for (name, entry) in entries.iter_mut() {
-            let mut slot = Some(entry);
-            for step in path {
-                slot = slot.and_then(|value| value.as_object_mut()?.get_mut(*step));
-            }
-            if let Some(value) = slot {
-                slots.push((format!("{section}.{name}.{}", path.join(".")), value));
+            let Some(fields) = entry.as_object_mut() else {
+                continue;
+            };
+            for (first, value) in fields.iter_mut() {
+                let Some(path) = paths.iter().find(|path| path[0] == first.as_str()) else {
+                    continue;
+                };
+                let mut slot = Some(value);
+                for step in &path[1..] {
+                    slot = slot.and_then(|value| value.as_object_mut()?.get_mut(*step));
+                }
+                if let Some(value) = slot {
+                    slots.push((format!("{section}.{name}.{}", path.join(".")), value));
+                }
             }
         }
     }
@@ -94,11 +110,14 @@ mod tests {
         let original = json!({
             "provider": {"openai": {"apiKey": "sk-1", "baseUrl": "http://x"}},
             "tools": {"tavilySearch": {"apiKey": "tv-1", "maxResults": 3}},
+            "channels": {"tg": {"type": "telegram", "botToken": "1:x", "secretToken": "t"}},
         });
         let mut config = original.clone();
         let secrets = Secrets::lift(&mut config, &Secrets::default()).unwrap();
         assert_eq!(config["provider"]["openai"]["apiKey"], REDACTED);
         assert_eq!(config["tools"]["tavilySearch"]["apiKey"], REDACTED);
+        assert_eq!(config["channels"]["tg"]["botToken"], REDACTED);
+        assert_eq!(config["channels"]["tg"]["secretToken"], REDACTED);
         assert!(!config.to_string().contains("sk-1"));
         let mut restored = config.clone();
         secrets.restore(&mut restored);

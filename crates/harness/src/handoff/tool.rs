@@ -73,6 +73,7 @@ impl HandoffTool {
                 url: url.to_string(),
                 body: json!({
                     "type": "conversation.handoff",
+                    "text": announcement_text(scope, reason, summary, &self.options.staff),
                     "deliveryId": id,
                     "agentId": scope.agent.to_string(),
                     "conversationId": scope.conversation.as_str(),
@@ -100,6 +101,29 @@ impl HandoffTool {
             "instructions": TOLD,
         }))
     }
+}
+
+/// The announcement as one line of chat text, so that a chat's incoming
+/// webhook (Slack, Mattermost, Google Chat: they post a body's `text`)
+/// can be the `webhookUrl` and announce the handoff in a channel.
+fn announcement_text(
+    scope: &TurnScope,
+    reason: &str,
+    summary: Option<&str>,
+    staff: &[String],
+) -> String {
+    let mut text = format!(
+        "Conversation {} was handed to people: {reason}.",
+        scope.conversation.as_str()
+    );
+    if let Some(summary) = summary.filter(|summary| !summary.trim().is_empty()) {
+        text.push_str(&format!(" Summary: {summary}."));
+    }
+    if !staff.is_empty() {
+        text.push_str(&format!(" For: {}.", staff.join(", ")));
+    }
+    text.push_str(&format!(" {}", link(scope, &[])));
+    text
 }
 
 /// `{public_url}/conversations/{id}/{tail…}`.

@@ -20,6 +20,7 @@ use toolserver_store::{
 use uuid::Uuid;
 
 use super::Lifecycle;
+use crate::channels::ChannelPoster;
 use crate::{metrics, webhooks};
 
 /// Rows one reaper step handles at most.
@@ -77,9 +78,10 @@ impl Lifecycle {
             .spawn(async move { reaper.reaper_loop().await });
         self.0.tasks.spawn(async move { exits.exit_loop().await });
         let harness = self.harness();
+        let poster = ChannelPoster::new(self.pool().clone(), self.0.harness.clone());
         self.0.tasks.spawn(webhooks::deliver_until(
             self.pool().clone(),
-            harness.sources().http.clone(),
+            Arc::new(poster),
             harness.settings().webhooks,
             self.0.stop.clone(),
         ));

@@ -14,8 +14,19 @@ pub struct DetachedStart {
     pub account: AccountId,
     /// The conversation, held by the request.
     pub lease: ConversationLease,
-    /// Where a NATS requester hears the final result.
-    pub reply_subject: Option<String>,
+    /// Who hears how the turn went, besides its status.
+    pub reply: DetachedReply,
+}
+
+/// Who hears how a detached turn went, besides its status (`GET /async/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DetachedReply {
+    /// Nobody: the requester polls.
+    Poll,
+    /// A NATS requester, on this subject, hears the final result.
+    Nats(String),
+    /// The chat channel of this channel event hears each pass's answer.
+    Channel(Uuid),
 }
 
 impl Lifecycle {
@@ -41,13 +52,19 @@ impl Lifecycle {
         let DetachedStart {
             account,
             lease,
-            reply_subject,
+            reply,
         } = start;
+        let (reply_subject, channel_event) = match reply {
+            DetachedReply::Poll => (None, None),
+            DetachedReply::Nats(subject) => (Some(subject), None),
+            DetachedReply::Channel(event) => (None, Some(event)),
+        };
         let new_turn = NewTurn {
             agent: lease.agent(),
             conversation_id: lease.conversation_id().as_str(),
             lease_holder: lease.holder(),
             reply_subject: reply_subject.as_deref(),
+            channel_event,
             claim: self.claim_terms(),
         };
         let (turn_id, job) = async_turns::create(self.pool(), &account, new_turn).await?;

@@ -74,7 +74,7 @@ use uuid::Uuid;
 
 pub use background::ReapReport;
 pub use error::LifecycleError;
-pub use launch::DetachedStart;
+pub use launch::{DetachedReply, DetachedStart};
 pub use lease::{ConversationLease, LeaseError};
 pub use process::ServerProcess;
 pub use status::AccountStatus;

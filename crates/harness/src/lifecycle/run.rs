@@ -13,12 +13,15 @@ use tokio_util::task::AbortOnDropHandle;
 use toolserver_domain::{AccountId, AgentId, CallStatus, ConversationId, OnDisconnect, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
+use toolserver_store::channel_events;
 use toolserver_store::jobs::{self, Job, JobKind};
+use toolserver_store::webhook_deliveries::NewDelivery;
 use toolserver_store::StoreError;
 use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
+use crate::channels;
 use crate::handoff::{self, TurnScope};
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
@@ -169,14 +172,14 @@ impl Lifecycle {
                 Some(messages) => messages,
                 None => {
                     return self
-                        .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                        .commit(job, &account, &turn, lease, RunEnd::Skipped, None)
                         .await
                 }
             };
             let value = serde_json::to_value(&end)
                 .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
             return self
-                .commit(job, &account, &turn, lease, RunEnd::Restored(&value))
+                .commit(job, &account, &turn, lease, RunEnd::Restored(&value), None)
                 .await;
         }
         let mut messages = lease.stored_messages()?;
@@ -186,7 +189,7 @@ impl Lifecycle {
                 let known: HashSet<String> = messages.iter().flat_map(tool_call_ids).collect();
                 if siblings.iter().any(|s| known.contains(&arrival_id(s))) {
                     return self
-                        .commit(job, &account, &turn, lease, RunEnd::Skipped)
+                        .commit(job, &account, &turn, lease, RunEnd::Skipped, None)
                         .await;
                 }
                 let group_calls: HashSet<&str> =
@@ -198,6 +201,7 @@ impl Lifecycle {
             }
             _ => (open_message(&mut messages, job), Vec::new()),
         };
+        let parts_before = assistant.parts.len();
         let mut plan = self.plan(
             job,
             &account,
@@ -235,6 +239,14 @@ impl Lifecycle {
         let registry = checked.registry.in_scope(scope);
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         drop(renewal);
+        let reply = self
+            .channel_reply(
+                &turn,
+                &outcome.assistant.parts,
+                parts_before,
+                outcome.error.as_deref(),
+            )
+            .await?;
         messages.push(outcome.assistant);
         let value = serde_json::to_value(&messages)
             .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
@@ -244,7 +256,9 @@ impl Lifecycle {
         };
         // The stream finishes once the conversation holds the turn, so a
         // reader that sees its end finds the turn stored.
-        let committed = self.commit(job, &account, &turn, lease, end).await;
+        let committed = self
+            .commit(job, &account, &turn, lease, end, reply.as_ref())
+            .await;
         recording.finish().await;
         committed
     }
@@ -423,6 +437,23 @@ impl Lifecycle {
         }
     }
 
+    /// The answer a channel's turn posts for this pass (`parts` from
+    /// `before` on are what the pass added), if a channel started the turn.
+    async fn channel_reply(
+        &self,
+        turn: &AsyncTurnRecord,
+        parts: &[UiPart],
+        before: usize,
+        error: Option<&str>,
+    ) -> Result<Option<NewDelivery>, LifecycleError> {
+        let Some(event) = async_turns::channel_event(self.pool(), turn.id).await? else {
+            return Ok(None);
+        };
+        let event = channel_events::get(self.pool(), event).await?;
+        let added = parts.get(before..).unwrap_or_default();
+        Ok(channels::reply_for_pass(&event, added, error))
+    }
+
     async fn commit(
         &self,
         job: &Job,
@@ -430,12 +461,14 @@ impl Lifecycle {
         turn: &AsyncTurnRecord,
         lease: ConversationLease,
         end: RunEnd<'_>,
+        reply: Option<&NewDelivery>,
     ) -> Result<Ran, LifecycleError> {
         let commit = RunCommit {
             account,
             conversation_id: &turn.conversation_id,
             job,
             end,
+            reply,
         };
         let committed = async_turns::commit_run(self.pool(), commit).await?;
         lease.hand_over();

@@ -1,5 +1,5 @@
 //! Starting a turn, whichever front-end asks for it (chat SSE, the chat
-//! WebSocket, `/async`, NATS): each adapts its request into one
+//! WebSocket, `/async`, NATS, chat channels): each adapts its request into one
 //! [`Submission`], streamed ([`Lifecycle::submit_streamed`]) or detached
 //! ([`Lifecycle::submit_detached`]); everything after is the same.
 //!
@@ -21,7 +21,7 @@ use toolserver_domain::{AccountId, AgentId, ConversationId};
 use uuid::Uuid;
 
 use crate::conversation::TurnTrigger;
-use crate::lifecycle::{DetachedStart, Lifecycle};
+use crate::lifecycle::{DetachedReply, DetachedStart, Lifecycle};
 use crate::ui::UiMessage;
 pub use error::SubmitError;
 
@@ -59,19 +59,19 @@ impl Lifecycle {
     }
 
     /// Checks `submission`, refusing whatever can be refused, and runs the
-    /// turn in the background; its status id. `reply_subject` is where a
-    /// NATS requester hears the final result.
+    /// turn in the background; its status id. `reply` says who hears how
+    /// it went.
     pub async fn submit_detached(
         &self,
         submission: Submission,
-        reply_subject: Option<String>,
+        reply: DetachedReply,
     ) -> Result<Uuid, SubmitError> {
         let account = submission.account.clone();
         let turn = prepare::prepare(self, submission).await?;
         let start = DetachedStart {
             account,
             lease: turn.lease,
-            reply_subject,
+            reply,
         };
         Ok(self.launch(start).await?)
     }

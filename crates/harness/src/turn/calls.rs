@@ -14,6 +14,11 @@ use crate::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
 
+/// How the refusal of a call that needs approval ends, on a request path
+/// where no person can be asked (detached turns, channels).
+pub const APPROVAL_UNAVAILABLE: &str =
+    "which this request path cannot ask for; the call was denied";
+
 /// A call whose input is valid and that may run now.
 pub(super) struct ReadyCall {
     pub(super) tool_call_id: String,
@@ -94,7 +99,7 @@ pub(super) async fn handle_calls(
         emitter.emit(input_available(&call, &input)).await?;
         if tool.needs_approval && !can_ask_approval {
             let error_text = format!(
-                "{} needs a person's approval, which this request path cannot ask for; the call was denied",
+                "{} needs a person's approval, {APPROVAL_UNAVAILABLE}",
                 tool.name
             );
             emitter

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use calls::{launch, pending_output, Launch};
+pub use calls::{launch, pending_output, Launch, APPROVAL_UNAVAILABLE};
 pub use detach::{DetachedCall, Detacher, DurableStatus};
 pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};

@@ -79,6 +79,7 @@ async fn commit(pool: &PgPool, tenant: &Tenant, turn: &Turn, conversation: &str,
         conversation_id: conversation,
         job: &turn.job,
         end,
+        reply: None,
     };
     let committed = async_turns::commit_run(pool, commit).await.unwrap();
     assert!(matches!(committed, Committed::Turn(_)), "{committed:?}");

@@ -32,6 +32,7 @@ async fn commit(
         conversation_id: conversation,
         job,
         end,
+        reply: None,
     };
     async_turns::commit_run(pool, commit).await.unwrap()
 }
@@ -137,6 +138,7 @@ async fn a_turn_needs_the_lease_its_request_took(pool: PgPool) {
         conversation_id: "conv-1",
         lease_holder: Uuid::now_v7(),
         reply_subject: None,
+        channel_event: None,
         claim: terms(process),
     };
     let created = async_turns::create(&pool, &tenant.account, turn).await;

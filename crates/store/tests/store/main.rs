@@ -8,6 +8,7 @@
 mod account_limits;
 mod async_results;
 mod async_turns;
+mod channel_events;
 mod conversations;
 mod handoffs;
 mod jobs;

@@ -361,6 +361,7 @@ async fn an_opening_is_announced_while_the_conversation_has_an_unfinished_turn(p
         conversation_id: "conv-2",
         job: &turn.job,
         end: RunEnd::Skipped,
+        reply: None,
     };
     let committed = async_turns::commit_run(&pool, commit).await.unwrap();
     assert_eq!(committed, Committed::Turn(TurnStatus::Waiting));

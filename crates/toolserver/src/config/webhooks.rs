@@ -1,5 +1,6 @@
-//! Webhook posts the server must deliver (handoff announcements): attempts,
-//! backoff, deadline and how often due posts are looked for.
+//! Webhook posts the server must deliver (handoff announcements, channel
+//! answers): attempts, backoff, deadline and how often due posts are looked
+//! for; and how fresh a signed inbound channel webhook must be.
 
 use clap::Args;
 use toolserver_harness::webhooks::WebhookSettings;
@@ -53,4 +54,15 @@ pub struct WebhooksConfig {
         value_parser = within::<u64>(10..)
     )]
     pub webhook_poll_ms: u64,
+    /// Seconds a signed inbound channel request's timestamp (Slack's
+    /// `X-Slack-Request-Timestamp`, a webhook channel's
+    /// `X-Toolserver-Timestamp`) may be from the server's clock; older or
+    /// newer requests are refused 401.
+    #[arg(
+        long,
+        env = "TOOLSERVER_WEBHOOK_SIGNATURE_WINDOW_SECS",
+        default_value_t = WebhookSettings::DEFAULT.signature_window.as_secs(),
+        value_parser = within::<u64>(1..=86_400)
+    )]
+    pub webhook_signature_window_secs: u64,
 }

@@ -108,6 +108,7 @@ pub(super) fn build(
             max_retry: Duration::from_millis(config.webhooks.webhook_max_retry_ms),
             timeout: Duration::from_millis(config.webhooks.webhook_timeout_ms),
             poll: Duration::from_millis(config.webhooks.webhook_poll_ms),
+            signature_window: Duration::from_secs(config.webhooks.webhook_signature_window_secs),
         },
     };
     Ok(Harness::new(sources, sealer, settings))

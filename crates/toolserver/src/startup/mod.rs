@@ -109,6 +109,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         );
     }
     state.lifecycle().start_background();
+    loops.push(toolserver_api::channels::spawn_inbox(state.clone()));
     Ok(Assembled {
         state,
         db,

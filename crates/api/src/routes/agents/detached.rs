@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_domain::TurnStatus;
+use toolserver_harness::lifecycle::DetachedReply;
 use toolserver_harness::ui::UiMessage;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
@@ -81,7 +82,10 @@ pub async fn start_async(
     state.admission().detached_turn(&account).await?;
     let submission = body.into_submission(account, &agent_id)?;
     tracing::Span::current().record("conversation.id", submission.conversation.as_str());
-    let turn_id = state.lifecycle().submit_detached(submission, None).await?;
+    let turn_id = state
+        .lifecycle()
+        .submit_detached(submission, DetachedReply::Poll)
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(AsyncAccepted {

@@ -157,16 +157,25 @@ impl TestApp {
 
     /// Creates an agent and returns its id.
     pub async fn agent(&self, account: &str, model_id: &str, tools: Value) -> String {
+        let config = self.agent_config(model_id, tools);
+        self.agent_with_config(account, model_id, config).await["agentId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Creates an agent named `name` with `config`; the created agent.
+    pub async fn agent_with_config(&self, account: &str, name: &str, config: Value) -> Value {
         let (status, body) = self
             .request(
                 reqwest::Method::POST,
                 "/agents",
                 account,
-                Some(json!({"name": model_id, "config": self.agent_config(model_id, tools)})),
+                Some(json!({"name": name, "config": config})),
             )
             .await;
         assert_eq!(status, 201, "{body}");
-        body["agentId"].as_str().unwrap().to_owned()
+        body
     }
 
     /// Starts a turn and returns the raw response.

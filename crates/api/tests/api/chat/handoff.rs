@@ -15,11 +15,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_harness::webhooks::WebhookSettings;
 use toolserver_testsupport::wait::until;
 use toolserver_testsupport::Reply;
 
-use crate::app::{fast_lifecycle, TestApp};
+use super::with_fast_webhooks;
+use crate::app::TestApp;
 use crate::detached::{start_async, wait_for_status};
 use crate::support::*;
 
@@ -65,18 +65,6 @@ async fn take(
     }
 }
 
-async fn app(pool: PgPool) -> TestApp {
-    let mut settings = fast_lifecycle();
-    settings.webhooks = WebhookSettings {
-        max_attempts: 4,
-        first_retry: Duration::from_millis(50),
-        max_retry: Duration::from_millis(200),
-        timeout: Duration::from_secs(2),
-        poll: Duration::from_millis(20),
-    };
-    TestApp::live(pool).harness(settings).spawn().await
-}
-
 async fn conversation(app: &TestApp, id: &str) -> Value {
     let path = format!("/conversations/{id}");
     let (status, body) = app
@@ -88,7 +76,7 @@ async fn conversation(app: &TestApp, id: &str) -> Value {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn a_handoff_holds_the_conversation_until_a_person_releases_it(pool: PgPool) {
-    let app = app(pool).await;
+    let app = with_fast_webhooks(pool, 4).await;
     let (receiver, url) = Receiver::start(2).await;
     app.model.script(
         "handoff",
@@ -143,6 +131,11 @@ async fn a_handoff_holds_the_conversation_until_a_person_releases_it(pool: PgPoo
     let link = body["link"].as_str().unwrap();
     assert!(link.ends_with("/conversations/conv-h"), "{link}");
     assert_eq!(body["releaseUrl"], format!("{link}/release"));
+    assert_eq!(
+        body["text"],
+        format!("Conversation conv-h was handed to people: billing dispute. Summary: wants a refund. For: ana. {link}"),
+        "a chat's incoming webhook posts `text`"
+    );
 
     // While it is with people, turns get the held message and the model is
     // not asked.
@@ -194,7 +187,7 @@ async fn a_handoff_holds_the_conversation_until_a_person_releases_it(pool: PgPoo
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn an_announcement_no_receiver_takes_is_recorded_as_failed(pool: PgPool) {
-    let app = app(pool).await;
+    let app = with_fast_webhooks(pool, 4).await;
     let (receiver, url) = Receiver::start(usize::MAX).await;
     app.model.script(
         "refused",

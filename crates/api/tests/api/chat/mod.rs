@@ -3,10 +3,17 @@
 //! the modules share: the echo tool and the check that every tool call the
 //! model made was answered.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_harness::webhooks::WebhookSettings;
+
+use crate::app::{fast_lifecycle, TestApp};
 
 mod approval;
 mod async_tools;
+mod channels;
 mod endings;
 mod handoff;
 mod limits;
@@ -15,6 +22,21 @@ mod tool_config;
 mod turns;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input, greeting: ctx.config.greeting, region: ctx.config.region }; } };";
+
+/// A live app whose webhook posts (handoff announcements, channel answers)
+/// are tried `max_attempts` times, 50 ms apart at first.
+async fn with_fast_webhooks(pool: PgPool, max_attempts: u32) -> TestApp {
+    let mut settings = fast_lifecycle();
+    settings.webhooks = WebhookSettings {
+        max_attempts,
+        first_retry: Duration::from_millis(50),
+        max_retry: Duration::from_millis(200),
+        timeout: Duration::from_secs(2),
+        poll: Duration::from_millis(20),
+        ..WebhookSettings::DEFAULT
+    };
+    TestApp::live(pool).harness(settings).spawn().await
+}
 
 fn q_schema() -> Value {
     json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})

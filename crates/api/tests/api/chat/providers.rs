@@ -30,16 +30,10 @@ async fn agent_on(
         "systemPrompt": "You are a test agent.",
         "tools": tools,
     });
-    let (status, body) = app
-        .request(
-            reqwest::Method::POST,
-            "/agents",
-            ACCOUNT_A,
-            Some(json!({"name": model_id, "config": config})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    body["agentId"].as_str().unwrap().to_owned()
+    app.agent_with_config(ACCOUNT_A, model_id, config).await["agentId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[sqlx::test(migrations = "../../migrations")]

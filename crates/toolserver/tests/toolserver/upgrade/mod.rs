@@ -184,4 +184,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0016: 16,
     in_flight_work_settles_after_an_upgrade_from_0017: 17,
     in_flight_work_settles_after_an_upgrade_from_0018: 18,
+    in_flight_work_settles_after_an_upgrade_from_0019: 19,
 }
