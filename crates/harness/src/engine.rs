@@ -285,7 +285,19 @@ impl Harness {
         let webhooks = handoff
             .iter()
             .map(|url| ("config.tools.handoff.webhookUrl".to_owned(), url));
-        let endpoints: Vec<(String, &Url)> = providers.chain(servers).chain(webhooks).collect();
+        let channels = checked
+            .config
+            .channels
+            .iter()
+            .filter_map(|(name, channel)| {
+                let (field, url) = channel.configured_url()?;
+                Some((format!("config.channels.{name}.{field}"), url))
+            });
+        let endpoints: Vec<(String, &Url)> = providers
+            .chain(servers)
+            .chain(webhooks)
+            .chain(channels)
+            .collect();
         let verdicts = futures::future::join_all(endpoints.iter().map(|(_, url)| {
             outbound::check_destination(
                 url,

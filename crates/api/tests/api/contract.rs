@@ -378,3 +378,43 @@ async fn deleting_an_agent_while_its_turns_run_answers_no_5xx(pool: PgPool) {
         assert!(status < 500, "a turn racing the delete answered {status}");
     }
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_private_channel_endpoint_is_refused_when_saved(pool: PgPool) {
+    let app = TestApp::builder(pool).public_outbound_only().spawn().await;
+    let config = |channel: Value| {
+        json!({"name": "chat", "config": {
+            "model": {"provider": "openai", "modelId": "m"},
+            "channels": {"desk": channel},
+        }})
+    };
+    for (channel, field) in [
+        (
+            json!({"type": "webhook", "secret": "k", "replyUrl": "http://127.0.0.1:9/hook"}),
+            "config.channels.desk.replyUrl",
+        ),
+        (
+            json!({"type": "slack", "signingSecret": "s", "botToken": "b", "apiBaseUrl": "http://10.0.0.7/api"}),
+            "config.channels.desk.apiBaseUrl",
+        ),
+        (
+            json!({"type": "telegram", "botToken": "b", "secretToken": "t", "apiBaseUrl": "http://localhost:8081"}),
+            "config.channels.desk.apiBaseUrl",
+        ),
+    ] {
+        let reply = app
+            .call(Method::POST, "/agents", ACCOUNT_A, Some(config(channel)))
+            .await;
+        assert_json_error(
+            &reply,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+        assert_eq!(reply.json()["error"]["field"], field);
+    }
+    let public = json!({"type": "webhook", "secret": "k", "replyUrl": "https://203.0.114.7/hook"});
+    let created = app
+        .call(Method::POST, "/agents", ACCOUNT_A, Some(config(public)))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.json());
+}

@@ -65,6 +65,23 @@ pub enum ChannelSetting {
 }
 
 impl ChannelSetting {
+    /// The URL the config sets for the channel's posts, with its field
+    /// (`replyUrl`, or an `apiBaseUrl` other than the platform's own).
+    pub fn configured_url(&self) -> Option<(&'static str, &Url)> {
+        match self {
+            Self::Slack { api_base_url, .. } if api_base_url.as_str() != SLACK_API => {
+                Some(("apiBaseUrl", api_base_url))
+            }
+            Self::Telegram { api_base_url, .. }
+                if api_base_url.as_str().trim_end_matches('/') != TELEGRAM_API =>
+            {
+                Some(("apiBaseUrl", api_base_url))
+            }
+            Self::Webhook { reply_url, .. } => Some(("replyUrl", reply_url)),
+            _ => None,
+        }
+    }
+
     /// The channel's type, as `type` names it.
     pub fn kind(&self) -> &'static str {
         match self {
