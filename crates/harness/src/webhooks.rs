@@ -9,13 +9,15 @@
 //! died is taken up by another once its claim lapses.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use toolserver_store::webhook_deliveries::{self, DueDelivery};
 use toolserver_store::StoreError;
+
+use crate::retry_after::retry_after;
 
 /// Knobs of webhook delivery; each one is a server setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,14 @@ impl WebhookSettings {
         signature_window: Duration::from_secs(300),
     };
 
+    /// The wait after failed attempt number `attempts` when the receiver
+    /// asked for `asked`: what it asked, if longer than the backoff, up to
+    /// the longest wait; `None` when no attempt is left.
+    pub fn wait_after(&self, attempts: u32, asked: Option<Duration>) -> Option<Duration> {
+        let backoff = self.retry_after(attempts)?;
+        Some(asked.map_or(backoff, |asked| asked.max(backoff).min(self.max_retry)))
+    }
+
     /// The wait after failed attempt number `attempts` (1 for the first),
     /// or `None` when no attempt is left.
     pub fn retry_after(&self, attempts: u32) -> Option<Duration> {
@@ -63,11 +73,29 @@ impl WebhookSettings {
 /// Posts fetched per pass at most.
 const BATCH: i64 = 16;
 
+/// Why an attempt at a post was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// What went wrong, as recorded.
+    pub message: String,
+    /// The wait the receiver asked for before another try, if it named one.
+    pub retry_after: Option<Duration>,
+}
+
+impl From<String> for PostFailure {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            retry_after: None,
+        }
+    }
+}
+
 /// Makes one attempt at a delivery.
 #[async_trait]
 pub trait Poster: Send + Sync {
     /// Posts `delivery` once, within `timeout`; why it was not taken.
-    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String>;
+    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), PostFailure>;
 }
 
 /// Posts a delivery's body as JSON to its URL.
@@ -75,7 +103,7 @@ pub struct JsonPoster(pub reqwest::Client);
 
 #[async_trait]
 impl Poster for JsonPoster {
-    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String> {
+    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), PostFailure> {
         let sent = self
             .0
             .post(&delivery.url)
@@ -86,8 +114,11 @@ impl Poster for JsonPoster {
             .await;
         match sent {
             Ok(response) if response.status().is_success() => Ok(()),
-            Ok(response) => Err(format!("the receiver answered {}", response.status())),
-            Err(err) => Err(unreachable(&err)),
+            Ok(response) => Err(PostFailure {
+                message: format!("the receiver answered {}", response.status()),
+                retry_after: retry_after(response.headers(), SystemTime::now()),
+            }),
+            Err(err) => Err(unreachable(&err).into()),
         }
     }
 }
@@ -152,12 +183,13 @@ async fn attempt(
     settings: &WebhookSettings,
     delivery: DueDelivery,
 ) -> Result<(), StoreError> {
-    let error = match poster.post(&delivery, settings.timeout).await {
+    let failure = match poster.post(&delivery, settings.timeout).await {
         Ok(()) => return webhook_deliveries::delivered(pool, delivery.id).await,
-        Err(error) => error,
+        Err(failure) => failure,
     };
     let attempts = u32::try_from(delivery.attempts).unwrap_or(u32::MAX);
-    let retry = settings.retry_after(attempts);
+    let retry = settings.wait_after(attempts, failure.retry_after);
+    let error = failure.message;
     tracing::warn!(
         delivery.id = %delivery.id,
         attempts,
@@ -183,5 +215,24 @@ mod tests {
             .map(|attempt| settings.retry_after(attempt).map(|wait| wait.as_secs()))
             .collect();
         assert_eq!(waits, [Some(1), Some(2), Some(4), Some(5), None, None]);
+    }
+
+    #[test]
+    fn a_wait_the_receiver_asks_for_is_kept_within_the_longest() {
+        let settings = WebhookSettings {
+            max_attempts: 3,
+            first_retry: Duration::from_secs(1),
+            max_retry: Duration::from_secs(60),
+            ..WebhookSettings::DEFAULT
+        };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(settings.wait_after(1, secs(30)), secs(30));
+        assert_eq!(
+            settings.wait_after(2, secs(1)),
+            secs(2),
+            "never shorter than the backoff"
+        );
+        assert_eq!(settings.wait_after(1, secs(3600)), secs(60));
+        assert_eq!(settings.wait_after(3, secs(5)), None, "no attempt left");
     }
 }

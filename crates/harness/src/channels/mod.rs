@@ -29,6 +29,7 @@ use serde_json::Value;
 use toolserver_domain::{AgentId, ChannelSetting};
 use url::Url;
 
+use crate::webhooks::PostFailure;
 pub use lookup::{channel_setting, ChannelLookupError};
 pub use poster::ChannelPoster;
 pub use reply::{failure_reply, reply_for_pass, ChannelReply, CHANNEL_REPLY};
@@ -130,30 +131,48 @@ pub fn outbound(
 }
 
 /// Whether the platform took a post it answered with `status` and `body`;
-/// else why not. Slack and Telegram answer refusals 200 with `ok: false`.
-pub fn accepted(setting: &ChannelSetting, status: u16, body: &[u8]) -> Result<(), String> {
-    if !(200..300).contains(&status) {
-        return Err(format!("the platform answered {status}"));
-    }
-    if matches!(setting, ChannelSetting::Webhook { .. }) {
-        return Ok(());
+/// else why not, and how long it asked to wait (Telegram names it in the
+/// body as `parameters.retry_after`). Slack and Telegram answer some
+/// refusals 200 with `ok: false`.
+pub fn accepted(setting: &ChannelSetting, status: u16, body: &[u8]) -> Result<(), PostFailure> {
+    #[derive(Deserialize)]
+    struct Parameters {
+        retry_after: Option<u64>,
     }
     #[derive(Deserialize)]
     struct PlatformAnswer {
         ok: Option<bool>,
         error: Option<String>,
         description: Option<String>,
+        parameters: Option<Parameters>,
     }
-    match serde_json::from_slice::<PlatformAnswer>(body) {
-        Ok(PlatformAnswer { ok: Some(true), .. }) => Ok(()),
-        Ok(answer) => Err(format!(
+    let answer = serde_json::from_slice::<PlatformAnswer>(body).ok();
+    let retry_after = answer
+        .as_ref()
+        .and_then(|answer| answer.parameters.as_ref()?.retry_after)
+        .map(Duration::from_secs);
+    let refused = |message: String| PostFailure {
+        message,
+        retry_after,
+    };
+    if !(200..300).contains(&status) {
+        return Err(refused(format!("the platform answered {status}")));
+    }
+    if matches!(setting, ChannelSetting::Webhook { .. }) {
+        return Ok(());
+    }
+    match answer {
+        Some(PlatformAnswer { ok: Some(true), .. }) => Ok(()),
+        Some(answer) => Err(refused(format!(
             "the platform refused the post: {}",
             answer
                 .error
                 .or(answer.description)
                 .unwrap_or_else(|| "no reason given".to_owned())
+        ))),
+        None => Err(refused(
+            "the platform's answer is not JSON with `ok`".to_owned(),
         )),
-        Err(_) => Err("the platform's answer is not JSON with `ok`".to_owned()),
     }
 }
 
@@ -181,4 +200,40 @@ fn api_method(api: &Url, method: &str) -> Option<Url> {
 /// The value of header `name`, if it is text.
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slack() -> ChannelSetting {
+        ChannelSetting::Slack {
+            signing_secret: "s".into(),
+            bot_token: "b".into(),
+            api_base_url: Url::parse("https://slack.com/api").unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_says_why_and_keeps_the_wait_it_asks_for() {
+        assert_eq!(accepted(&slack(), 200, br#"{"ok":true}"#), Ok(()));
+        let refused = accepted(
+            &slack(),
+            200,
+            br#"{"ok":false,"error":"channel_not_found"}"#,
+        );
+        assert_eq!(
+            refused.unwrap_err().message,
+            "the platform refused the post: channel_not_found"
+        );
+        let throttled = accepted(
+            &slack(),
+            429,
+            br#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 5","parameters":{"retry_after":5}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(throttled.retry_after, Some(Duration::from_secs(5)));
+        assert_eq!(throttled.message, "the platform answered 429");
+        assert!(accepted(&slack(), 200, b"<html>").is_err());
+    }
 }

@@ -4,7 +4,7 @@
 //! every other delivery is posted as plain JSON.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -14,7 +14,8 @@ use toolserver_store::webhook_deliveries::DueDelivery;
 
 use super::reply::{ChannelReply, CHANNEL_REPLY};
 use super::{accepted, channel_setting, outbound};
-use crate::webhooks::{unreachable, JsonPoster, Poster};
+use crate::retry_after::retry_after;
+use crate::webhooks::{unreachable, JsonPoster, PostFailure, Poster};
 use crate::Harness;
 
 /// Posts channel answers to their platforms, and other deliveries as JSON.
@@ -35,7 +36,11 @@ impl ChannelPoster {
         }
     }
 
-    async fn post_reply(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String> {
+    async fn post_reply(
+        &self,
+        delivery: &DueDelivery,
+        timeout: Duration,
+    ) -> Result<(), PostFailure> {
         let reply: ChannelReply = serde_json::from_value(delivery.body.clone())
             .map_err(|err| format!("the recorded answer does not read: {err}"))?;
         let account = AccountId::parse(&delivery.account_id).map_err(|err| err.to_string())?;
@@ -59,14 +64,18 @@ impl ChannelPoster {
         }
         let response = request.send().await.map_err(|err| unreachable(&err))?;
         let status = response.status().as_u16();
+        let asked = retry_after(response.headers(), SystemTime::now());
         let body = response.bytes().await.unwrap_or_default();
-        accepted(&setting, status, &body)
+        accepted(&setting, status, &body).map_err(|failure| PostFailure {
+            retry_after: asked.or(failure.retry_after),
+            ..failure
+        })
     }
 }
 
 #[async_trait]
 impl Poster for ChannelPoster {
-    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), String> {
+    async fn post(&self, delivery: &DueDelivery, timeout: Duration) -> Result<(), PostFailure> {
         if delivery.kind == CHANNEL_REPLY {
             self.post_reply(delivery, timeout).await
         } else {
