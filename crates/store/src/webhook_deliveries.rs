@@ -152,14 +152,27 @@ pub async fn latest(
     conversation: &str,
     kind: &str,
 ) -> Result<Option<DeliveryState>, StoreError> {
+    Ok(recent(pool, account, conversation, kind, 1).await?.pop())
+}
+
+/// The latest `limit` posts of `kind` about `account`'s conversation
+/// `conversation`, newest first.
+pub async fn recent(
+    pool: &PgPool,
+    account: &AccountId,
+    conversation: &str,
+    kind: &str,
+    limit: i64,
+) -> Result<Vec<DeliveryState>, StoreError> {
     Ok(sqlx::query_as(
         "SELECT id, attempts, delivered_at, failed_at, last_error FROM webhook_deliveries \
          WHERE account_id = $1 AND conversation_id = $2 AND kind = $3 \
-         ORDER BY created_at DESC LIMIT 1",
+         ORDER BY created_at DESC, id DESC LIMIT $4",
     )
     .bind(account.as_str())
     .bind(conversation)
     .bind(kind)
-    .fetch_optional(pool)
+    .bind(limit)
+    .fetch_all(pool)
     .await?)
 }

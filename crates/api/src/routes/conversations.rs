@@ -1,5 +1,6 @@
 //! `GET /conversations/{conversationId}`: a conversation's stored UI
-//! messages and whether it is with people; `POST
+//! messages, whether it is with people and what became of its channel
+//! answers; `POST
 //! /conversations/{conversationId}/release`: a person hands it back to its
 //! agent.
 
@@ -8,6 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_harness::channels::CHANNEL_REPLY;
 use toolserver_harness::ui::UiMessage;
 use toolserver_store::webhook_deliveries::{self, DeliveryState};
 use toolserver_store::{conversations, handoffs, StoreError};
@@ -18,6 +20,9 @@ use utoipa_axum::routes;
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::state::AppState;
+
+/// How many of a conversation's channel answers its read shows.
+const CHANNEL_REPLIES_SHOWN: i64 = 20;
 
 /// The conversation routes.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -49,6 +54,11 @@ pub struct ConversationView {
     /// tool handed it off); its turns are answered with the agent's held
     /// message until it is released.
     pub handoff: Option<HandoffView>,
+    /// The answers posted back into the chat channel the conversation came
+    /// through, newest first (at most 20): each `pending` while it is
+    /// tried, then `delivered` or `failed` with its last error. Empty for a
+    /// conversation that no channel started.
+    pub channel_replies: Vec<DeliveryView>,
 }
 
 /// A conversation's handoff to people.
@@ -64,13 +74,14 @@ pub struct HandoffView {
     /// The tool call that handed off.
     pub tool_call_id: String,
     /// The announcement to the agent's webhook, when it names one.
-    pub announcement: Option<AnnouncementView>,
+    pub announcement: Option<DeliveryView>,
 }
 
-/// What became of a handoff's announcement.
+/// What became of a post the server must deliver (a handoff's
+/// announcement, a channel's answer).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AnnouncementView {
+pub struct DeliveryView {
     /// Its id, sent as `Idempotency-Key` and `deliveryId`.
     pub delivery_id: String,
     /// `pending` (being tried), `delivered` or `failed` (out of attempts).
@@ -122,6 +133,17 @@ pub async fn get_conversation(
         }
         None => None,
     };
+    let channel_replies = webhook_deliveries::recent(
+        state.pool(),
+        &account,
+        &conversation_id,
+        CHANNEL_REPLY,
+        CHANNEL_REPLIES_SHOWN,
+    )
+    .await?
+    .into_iter()
+    .map(delivery_view)
+    .collect();
     Ok(Json(ConversationView {
         id: record.id,
         agent_id: record.agent_id.to_string(),
@@ -133,6 +155,7 @@ pub async fn get_conversation(
         created_at: record.created_at,
         updated_at: record.updated_at,
         handoff,
+        channel_replies,
     }))
 }
 
@@ -181,16 +204,21 @@ fn handoff_view(handoff: &Value, announcement: Option<DeliveryState>) -> Handoff
         summary: text("summary"),
         at: text("at").unwrap_or_default(),
         tool_call_id: text("toolCallId").unwrap_or_default(),
-        announcement: announcement.map(|state| AnnouncementView {
-            delivery_id: state.id.to_string(),
-            status: match (state.delivered_at, state.failed_at) {
-                (Some(_), _) => "delivered",
-                (None, Some(_)) => "failed",
-                (None, None) => "pending",
-            }
-            .to_owned(),
-            attempts: state.attempts,
-            last_error: state.last_error,
-        }),
+        announcement: announcement.map(delivery_view),
+    }
+}
+
+/// A delivery's state, as shown.
+fn delivery_view(state: DeliveryState) -> DeliveryView {
+    DeliveryView {
+        delivery_id: state.id.to_string(),
+        status: match (state.delivered_at, state.failed_at) {
+            (Some(_), _) => "delivered",
+            (None, Some(_)) => "failed",
+            (None, None) => "pending",
+        }
+        .to_owned(),
+        attempts: state.attempts,
+        last_error: state.last_error,
     }
 }

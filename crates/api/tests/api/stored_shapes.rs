@@ -41,7 +41,7 @@ struct Shape {
     messages: Value,
 }
 
-pub async fn stored_messages(app: &TestApp, conversation: &str) -> Value {
+async fn stored_messages(app: &TestApp, conversation: &str) -> Value {
     let (status, body) = app
         .request(
             reqwest::Method::GET,

@@ -13,7 +13,7 @@ use tokio_util::task::AbortOnDropHandle;
 use toolserver_domain::{AccountId, AgentId, CallStatus, ConversationId, OnDisconnect, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
-use toolserver_store::channel_events;
+use toolserver_store::channel_events::{self, ChannelEvent};
 use toolserver_store::jobs::{self, Job, JobKind};
 use toolserver_store::webhook_deliveries::NewDelivery;
 use toolserver_store::StoreError;
@@ -224,6 +224,7 @@ impl Lifecycle {
             conversation: conversation.clone(),
             public_url: self.0.harness.settings().public_url.clone(),
         };
+        let channel_event = self.channel_event(&turn).await?;
         async_turns::mark_running(pool, turn.id).await?;
         let renewal = AbortOnDropHandle::new(lease.keep_renewed());
         let recording = stream::record(
@@ -239,14 +240,14 @@ impl Lifecycle {
         let registry = checked.registry.in_scope(scope);
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         drop(renewal);
-        let reply = self
-            .channel_reply(
-                &turn,
-                &outcome.assistant.parts,
-                parts_before,
-                outcome.error.as_deref(),
-            )
-            .await?;
+        let added = outcome
+            .assistant
+            .parts
+            .get(parts_before..)
+            .unwrap_or_default();
+        let reply = channel_event
+            .as_ref()
+            .and_then(|event| channels::reply_for_pass(event, added, outcome.error.as_deref()));
         messages.push(outcome.assistant);
         let value = serde_json::to_value(&messages)
             .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
@@ -437,21 +438,16 @@ impl Lifecycle {
         }
     }
 
-    /// The answer a channel's turn posts for this pass (`parts` from
-    /// `before` on are what the pass added), if a channel started the turn.
-    async fn channel_reply(
+    /// The channel event `turn` answers, if a channel started it: read
+    /// before the pass runs, so that nothing after it can fail for it.
+    async fn channel_event(
         &self,
         turn: &AsyncTurnRecord,
-        parts: &[UiPart],
-        before: usize,
-        error: Option<&str>,
-    ) -> Result<Option<NewDelivery>, LifecycleError> {
+    ) -> Result<Option<ChannelEvent>, LifecycleError> {
         let Some(event) = async_turns::channel_event(self.pool(), turn.id).await? else {
             return Ok(None);
         };
-        let event = channel_events::get(self.pool(), event).await?;
-        let added = parts.get(before..).unwrap_or_default();
-        Ok(channels::reply_for_pass(&event, added, error))
+        Ok(Some(channel_events::get(self.pool(), event).await?))
     }
 
     async fn commit(
