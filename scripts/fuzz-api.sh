@@ -96,13 +96,29 @@ run_phases() {
   (cd "$REPO_ROOT/scripts/fuzz" && PYTHONPATH=. st --config-file schemathesis.toml "${args[@]}")
 }
 
+# Runs `run_phases "$@"`, and once more when schemathesis itself broke
+# (a "Runtime Error" inside its generator, such as an IndexError in
+# Hypothesis's optimiser) without any failed check: that says nothing of
+# the server. A failed check is never run again.
+run_phases_through_tool_errors() {
+  local log="$REPORTS/phases-$1.log" rc
+  run_phases "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ] && grep -q 'Runtime Error' "$log" && ! grep -q 'FAILURES' "$log"; then
+    echo "fuzz-api: schemathesis itself failed (a Runtime Error, no failed check); running $1 once more" >&2
+    run_phases "$@"
+    rc=$?
+  fi
+  return "$rc"
+}
+
 status=0
 if [ -n "$MAX_SECONDS" ]; then
-  run_phases examples,coverage,fuzzing "$((MAX_SECONDS * 2 / 3))" || status=$?
-  run_phases stateful "$((MAX_SECONDS / 3))" || status=$?
+  run_phases_through_tool_errors examples,coverage,fuzzing "$((MAX_SECONDS * 2 / 3))" || status=$?
+  run_phases_through_tool_errors stateful "$((MAX_SECONDS / 3))" || status=$?
 else
-  run_phases examples,coverage,fuzzing "" || status=$?
-  run_phases stateful "" || status=$?
+  run_phases_through_tool_errors examples,coverage,fuzzing "" || status=$?
+  run_phases_through_tool_errors stateful "" || status=$?
 fi
 
 answered=$(grep -c 'request finished\|request failed' "$REPORTS/server.log" || true)
