@@ -237,23 +237,33 @@ impl Harness {
         account: &AccountId,
         agent: AgentId,
     ) -> Result<CheckedAgent, AgentLoadError> {
+        let config = self.stored_config(pool, account, agent).await?;
+        self.check(account, &config)
+            .await
+            .map_err(AgentLoadError::Registry)
+    }
+
+    /// The stored config of `agent` of `account`, its credentials restored
+    /// (not checked).
+    pub async fn stored_config(
+        &self,
+        pool: &PgPool,
+        account: &AccountId,
+        agent: AgentId,
+    ) -> Result<Value, AgentLoadError> {
         let record = agents::get(pool, account, agent)
             .await
             .map_err(|err| match err {
                 StoreError::NotFound => AgentLoadError::NotFound,
                 other => AgentLoadError::Store(other),
             })?;
-        let config = self
-            .unseal(
-                &record.config,
-                record.sealed_secrets.as_deref(),
-                account,
-                agent,
-            )
-            .map_err(|err| AgentLoadError::Unseal(err.to_string()))?;
-        self.check(account, &config)
-            .await
-            .map_err(AgentLoadError::Registry)
+        self.unseal(
+            &record.config,
+            record.sealed_secrets.as_deref(),
+            account,
+            agent,
+        )
+        .map_err(|err| AgentLoadError::Unseal(err.to_string()))
     }
 
     /// [`Self::check`] for a config about to be saved: also refuses an

@@ -3,9 +3,9 @@
 
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentConfig, AgentId, ChannelSetting};
-use toolserver_store::{agents, StoreError};
+use toolserver_store::StoreError;
 
-use crate::Harness;
+use crate::{AgentLoadError, Harness};
 
 /// Why a channel could not be found.
 #[derive(Debug, thiserror::Error)]
@@ -29,20 +29,14 @@ pub async fn channel_setting(
     agent: AgentId,
     name: &str,
 ) -> Result<ChannelSetting, ChannelLookupError> {
-    let record = agents::get(pool, account, agent)
+    let config = harness
+        .stored_config(pool, account, agent)
         .await
         .map_err(|err| match err {
-            StoreError::NotFound => ChannelLookupError::NotFound,
-            other => other.into(),
+            AgentLoadError::NotFound => ChannelLookupError::NotFound,
+            AgentLoadError::Store(store) => ChannelLookupError::Store(store),
+            other => ChannelLookupError::Unreadable(other.to_string()),
         })?;
-    let config = harness
-        .unseal(
-            &record.config,
-            record.sealed_secrets.as_deref(),
-            account,
-            agent,
-        )
-        .map_err(|err| ChannelLookupError::Unreadable(err.to_string()))?;
     let mut parsed = AgentConfig::parse(&config, &harness.settings().agent_limits)
         .map_err(|err| ChannelLookupError::Unreadable(err.to_string()))?;
     parsed
