@@ -37,6 +37,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::operator::routes())
         .merge(routes::accounts::routes())
         .merge(routes::channels::routes())
+        .merge(routes::tool_calls::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

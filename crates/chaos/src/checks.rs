@@ -57,6 +57,11 @@ pub struct Verdict {
     pub unlaunched: usize,
     /// The error of the first such call, for the report.
     pub unlaunched_error: Option<String>,
+    /// What the tool-call ledger is missing or has wrong of the turn's
+    /// launched calls (see [`crate::ledger`]).
+    pub unrecorded: Vec<String>,
+    /// Attempts of the turn's launched calls on the ledger.
+    pub attempts: usize,
 }
 
 /// Judges one terminal turn of `plan`.
@@ -156,16 +161,17 @@ fn model_passes(calls: &[ModelCall], verdict: &mut Verdict) {
 }
 
 /// A tool part of a stored message.
-struct ToolPart<'a> {
-    name: &'a str,
-    call_id: &'a str,
+pub(crate) struct ToolPart<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) call_id: &'a str,
     state: &'a str,
-    input: &'a Value,
-    output: &'a Value,
+    pub(crate) input: &'a Value,
+    pub(crate) output: &'a Value,
     error: Option<&'a str>,
 }
 
-fn tool_parts(messages: &[Value]) -> Vec<ToolPart<'_>> {
+/// The tool parts of `messages`, in order.
+pub(crate) fn tool_parts(messages: &[Value]) -> Vec<ToolPart<'_>> {
     parts(messages, None)
         .filter_map(|part| {
             let kind = part["type"].as_str()?;

@@ -24,6 +24,7 @@ pub mod api;
 pub mod back_to_back;
 pub mod checks;
 pub mod config;
+pub mod ledger;
 pub mod model;
 pub mod order;
 pub mod plan;
@@ -171,8 +172,16 @@ async fn run_in(
     }
     for turn in &mut turns {
         let again = trial::examine(&cluster, turn).await;
-        for reason in again.lost.iter().chain(&again.duplicated) {
-            if !turn.verdict.lost.contains(reason) && !turn.verdict.duplicated.contains(reason) {
+        for reason in again
+            .lost
+            .iter()
+            .chain(&again.duplicated)
+            .chain(&again.unrecorded)
+        {
+            if !turn.verdict.lost.contains(reason)
+                && !turn.verdict.duplicated.contains(reason)
+                && !turn.verdict.unrecorded.contains(reason)
+            {
                 eprintln!(
                     "chaos: {} at the end of the run: {reason}",
                     turn.plan.marker
@@ -246,6 +255,12 @@ fn merge(verdict: &mut checks::Verdict, again: checks::Verdict) {
     verdict.unkeyed = again.unkeyed;
     verdict.unlaunched = again.unlaunched;
     verdict.unlaunched_error = again.unlaunched_error;
+    for reason in again.unrecorded {
+        if !verdict.unrecorded.contains(&reason) {
+            verdict.unrecorded.push(reason);
+        }
+    }
+    verdict.attempts = again.attempts;
 }
 
 fn summarize(
@@ -277,6 +292,11 @@ fn summarize(
         retries: turns.iter().map(|turn| turn.verdict.retries).sum(),
         unkeyed: turns.iter().map(|turn| turn.verdict.unkeyed).sum(),
         unlaunched: turns.iter().map(|turn| turn.verdict.unlaunched).sum(),
+        unrecorded: turns
+            .iter()
+            .filter(|turn| !turn.verdict.unrecorded.is_empty())
+            .count(),
+        attempts: turns.iter().map(|turn| turn.verdict.attempts).sum(),
         settle_p50: settles.get(settles.len() / 2).copied().unwrap_or_default(),
         settle_max: settles.last().copied().unwrap_or_default(),
         unclean_stops,
@@ -319,6 +339,9 @@ fn print_trial(index: usize, trials: usize, report: &TrialReport) {
         }
         for reason in &turn.verdict.duplicated {
             eprintln!("chaos:   {name} (on {on}) duplicated: {reason}");
+        }
+        for reason in &turn.verdict.unrecorded {
+            eprintln!("chaos:   {name} (on {on}) unrecorded: {reason}");
         }
         if let Some(error) = &turn.verdict.unlaunched_error {
             eprintln!(

@@ -1,6 +1,6 @@
 //! The counts of a run, printed as
-//! `trials=N lost=L duplicated=D stuck=S leaked=K misordered=M` and a line
-//! of figures.
+//! `trials=N lost=L duplicated=D stuck=S leaked=K misordered=M
+//! unrecorded=U` and a line of figures.
 
 use std::fmt;
 use std::time::Duration;
@@ -21,6 +21,9 @@ pub struct Summary {
     /// Conversations of back-to-back trials that do not read in the order
     /// things happened (see [`crate::order`]).
     pub misordered: usize,
+    /// Turns whose launched calls the tool-call ledger misses or has wrong
+    /// (see [`crate::ledger`]).
+    pub unrecorded: usize,
     /// Back-to-back trials run.
     pub back_to_back: usize,
     /// Median time from a kill to the acceptance of the next turn on the
@@ -40,6 +43,8 @@ pub struct Summary {
     pub unkeyed: usize,
     /// Planned calls that ended as errors without being launched.
     pub unlaunched: usize,
+    /// Attempts of launched calls on the ledger.
+    pub attempts: usize,
     /// Median time from a restart to the trial's last turn settling.
     pub settle_p50: Duration,
     /// Longest such time.
@@ -58,6 +63,7 @@ impl Summary {
             && self.stuck == 0
             && self.leaked == 0
             && self.misordered == 0
+            && self.unrecorded == 0
     }
 }
 
@@ -65,16 +71,23 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "trials={} lost={} duplicated={} stuck={} leaked={} misordered={}",
-            self.trials, self.lost, self.duplicated, self.stuck, self.leaked, self.misordered
+            "trials={} lost={} duplicated={} stuck={} leaked={} misordered={} unrecorded={}",
+            self.trials,
+            self.lost,
+            self.duplicated,
+            self.stuck,
+            self.leaked,
+            self.misordered,
+            self.unrecorded
         )?;
         write!(
             f,
-            "turns={} calls={} unlaunched_calls={} failed_turns={} model_retries={} \
+            "turns={} calls={} ledger_attempts={} unlaunched_calls={} failed_turns={} model_retries={} \
              unkeyed_model_requests={} settle_p50_ms={} settle_max_ms={} back_to_back_trials={} \
              accept_after_kill_p50_ms={} accept_after_kill_max_ms={} unclean_stops={} wall_s={:.1}",
             self.turns,
             self.calls,
+            self.attempts,
             self.unlaunched,
             self.failed,
             self.retries,
@@ -104,7 +117,7 @@ mod tests {
         let text = summary.to_string();
         assert_eq!(
             text.lines().next(),
-            Some("trials=3 lost=0 duplicated=0 stuck=1 leaked=0 misordered=0")
+            Some("trials=3 lost=0 duplicated=0 stuck=1 leaked=0 misordered=0 unrecorded=0")
         );
         assert!(!summary.is_clean());
         assert!(Summary::default().is_clean());
@@ -113,8 +126,8 @@ mod tests {
             ..Summary::default()
         };
         assert!(!misordered.is_clean());
-        assert!(misordered
-            .to_string()
-            .starts_with("trials=0 lost=0 duplicated=0 stuck=0 leaked=0 misordered=1\n"));
+        assert!(misordered.to_string().starts_with(
+            "trials=0 lost=0 duplicated=0 stuck=0 leaked=0 misordered=1 unrecorded=0\n"
+        ));
     }
 }

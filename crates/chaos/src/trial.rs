@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::api::{Answer, Api};
 use crate::checks::{judge, Observed, Verdict};
 use crate::config::ChaosConfig;
+use crate::ledger;
 use crate::model::ChaosModel;
 use crate::plan::TurnPlan;
 use crate::procs::{self, Process};
@@ -369,7 +370,7 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
         .await
         .unwrap_or_else(unreachable);
     let model_calls = cluster.model.calls_of(&turn.plan.marker);
-    let verdict = judge(
+    let mut verdict = judge(
         &turn.plan,
         &Observed {
             first,
@@ -379,7 +380,30 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
             shared: turn.shared,
         },
     );
-    if !verdict.lost.is_empty() || !verdict.duplicated.is_empty() {
+    let attempts = cluster
+        .get(
+            other,
+            &format!(
+                "/tool-calls?conversationId={}&limit=200",
+                turn.conversation_id
+            ),
+        )
+        .await
+        .unwrap_or_else(unreachable);
+    match (attempts.status, conversation.body["messages"].as_array()) {
+        (200, Some(messages)) => {
+            let attempts = attempts.body["toolCalls"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice);
+            ledger::judge(&turn.plan, messages, attempts, &mut verdict);
+        }
+        (200, None) => {}
+        (status, _) => verdict
+            .unrecorded
+            .push(format!("GET /tool-calls answered {status}")),
+    }
+    if !verdict.lost.is_empty() || !verdict.duplicated.is_empty() || !verdict.unrecorded.is_empty()
+    {
         let calls: Vec<Value> = model_calls
             .iter()
             .map(|call| json!({"phase": format!("{:?}", call.phase), "key": call.key}))
@@ -393,6 +417,8 @@ pub async fn examine(cluster: &Cluster, turn: &TurnRecord) -> Verdict {
                 "startedOn": cluster.servers[turn.server].name,
                 "lost": verdict.lost,
                 "duplicated": verdict.duplicated,
+                "unrecorded": verdict.unrecorded,
+                "ledger": attempts.body,
                 "firstTerminal": first,
                 "later": later.body,
                 "conversation": conversation.body,

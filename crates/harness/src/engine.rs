@@ -13,6 +13,7 @@ use toolserver_store::{agents, StoreError};
 use url::Url;
 
 use crate::handoff::HandoffOptions;
+use crate::ledger::LedgerSettings;
 use crate::lifecycle::LifecycleSettings;
 use crate::outbound;
 use crate::provider::anthropic::AnthropicProvider;
@@ -79,6 +80,8 @@ pub struct HarnessSettings {
     pub outbound_resolve_timeout: Duration,
     /// How webhook posts (handoff announcements) are delivered.
     pub webhooks: WebhookSettings,
+    /// How the tool-call ledger keeps its rows.
+    pub ledger: LedgerSettings,
 }
 
 /// A provider's endpoint and key, used when an agent's config names none.
@@ -171,6 +174,7 @@ impl Default for HarnessSettings {
             streams: StreamSettings::DEFAULT,
             outbound_resolve_timeout: Self::DEFAULT_OUTBOUND_RESOLVE_TIMEOUT,
             webhooks: WebhookSettings::DEFAULT,
+            ledger: LedgerSettings::DEFAULT,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod channels;
 pub mod conversation;
 pub mod engine;
 pub mod handoff;
+pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbound;

@@ -15,3 +15,15 @@ pub(crate) fn of(span: &tracing::Span) -> HashMap<String, String> {
     });
     fields
 }
+
+/// The id of the trace the current span belongs to, when traces are
+/// exported (hex, as `traceparent` carries it).
+pub(crate) fn current_trace_id() -> Option<String> {
+    use opentelemetry::trace::TraceContextExt;
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let span_context = span.span_context();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
+}

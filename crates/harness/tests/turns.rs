@@ -135,6 +135,7 @@ async fn turn(
         assistant: UiMessage::assistant("m".into()),
         request_key: None,
         stop: Default::default(),
+        ledger: None,
     };
     let (sender, mut receiver) = mpsc::channel(256);
     let collector = tokio::spawn(async move {

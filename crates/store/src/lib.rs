@@ -21,6 +21,7 @@ pub mod processes;
 pub mod stats;
 mod status_sql;
 pub mod text;
+pub mod tool_calls;
 pub mod tools;
 pub mod turn_end;
 pub mod turn_streams;

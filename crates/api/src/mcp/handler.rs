@@ -16,7 +16,8 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolserver_domain::{AccountId, ResultId, ToolId};
+use toolserver_domain::{AccountId, CallPath, ResultId, ToolId};
+use toolserver_harness::ledger::{CallPlace, CallScope};
 use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
 use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use toolserver_store::{mcp_tasks, tools, StoreError};
@@ -67,12 +68,18 @@ impl AccountServer {
     /// progress notification when the client asked for progress.
     async fn call_inline(
         &self,
+        account: &AccountId,
         tool: &RegisteredTool,
         input: Value,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
         let mut progress = Progress::of(context);
-        let mut events = tool.call(context.id.to_string(), input);
+        let call_id = uuid::Uuid::now_v7().to_string();
+        let place = CallPlace::direct(call_id.clone(), call_id.clone());
+        let scope = CallScope::direct(account.clone(), CallPath::Mcp);
+        let events = tool.call(call_id, place.idempotency_key.clone(), input.clone());
+        let ledger = self.state.lifecycle().ledger();
+        let mut events = ledger.recorded(&scope, &place, tool, &input, events);
         loop {
             let event = tokio::select! {
                 event = events.next() => event,
@@ -83,7 +90,7 @@ impl AccountServer {
             match event {
                 Some(ToolEvent::Snapshot(value)) => progress.send(&value).await,
                 Some(ToolEvent::Output(value)) => return wire::output(value),
-                Some(ToolEvent::Failed(error)) => return wire::failure(error),
+                Some(ToolEvent::Failed(error)) => return wire::failure(error.message),
                 Some(ToolEvent::Launched) | None => {
                     return wire::failure("the tool ended without a result")
                 }
@@ -128,7 +135,7 @@ impl AccountServer {
                 Some(ToolEvent::Snapshot(value)) => progress.send(&value).await,
                 Some(ToolEvent::Log { .. }) => {}
                 Some(ToolEvent::Output(value)) => break wire::output(value),
-                Some(ToolEvent::Failed(error)) => break wire::failure(error),
+                Some(ToolEvent::Failed(error)) => break wire::failure(error.message),
                 None => break wire::failure("the tool ended without a result"),
                 Some(ToolEvent::Launched) => {
                     let record = lifecycle
@@ -227,7 +234,10 @@ impl ServerHandler for AccountServer {
             }
             _ => {
                 let _permit = admission.call(&account).await.map_err(refused)?;
-                Ok(self.call_inline(&tool, input, &context).await.into())
+                Ok(self
+                    .call_inline(&account, &tool, input, &context)
+                    .await
+                    .into())
             }
         }
     }

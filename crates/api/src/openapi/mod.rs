@@ -28,6 +28,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "agents", description = "Agents, their turns (AI SDK UI message streams) and conversations"),
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "async", description = "Completion of detached async tool calls"),
+        (name = "ledger", description = "Every attempt of every tool call: who made it, with what, how it ended"),
         (name = "accounts", description = "The calling account's limits and usage"),
         (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),

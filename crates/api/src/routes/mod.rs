@@ -8,4 +8,5 @@ pub mod conversations;
 pub mod health;
 pub mod operator;
 pub mod sandbox_jobs;
+pub mod tool_calls;
 pub mod tools;

@@ -20,6 +20,7 @@ mod contract_rules;
 mod detached;
 mod fake_tavily;
 mod invoke;
+mod ledger;
 mod lifecycle;
 mod mcp;
 mod mcp_python;

@@ -14,7 +14,7 @@ use toolserver_store::webhook_deliveries::NewDelivery;
 use uuid::Uuid;
 
 use super::{HandoffOptions, TurnScope};
-use crate::tools::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use crate::tools::{Failure, Invocation, ToolEvent, ToolEvents, ToolImpl};
 
 /// What the model is told after handing off.
 const TOLD: &str = "The conversation is now with people. Tell the user a person will follow \
@@ -144,7 +144,7 @@ impl ToolImpl for HandoffTool {
         stream::once(async move {
             match tool.hand_off(invocation).await {
                 Ok(output) => ToolEvent::Output(output),
-                Err(error) => ToolEvent::Failed(error),
+                Err(error) => ToolEvent::Failed(Failure::tool(error)),
             }
         })
         .boxed()

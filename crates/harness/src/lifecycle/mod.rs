@@ -80,6 +80,7 @@ pub use process::ServerProcess;
 pub use status::AccountStatus;
 pub use tasks::{TaskLaunch, TaskTerms};
 
+use crate::ledger::Ledger;
 use crate::stream::StreamHub;
 use crate::Harness;
 
@@ -171,6 +172,7 @@ struct Inner {
     listener: Arc<dyn TurnListener>,
     streams: Arc<StreamHub>,
     process: ServerProcess,
+    ledger: Ledger,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
@@ -187,9 +189,15 @@ impl Lifecycle {
         let streams = StreamHub::start(pool.clone(), harness.settings().streams.clone());
         let process =
             ServerProcess::start(pool.clone(), harness.settings().lifecycle.process_liveness);
+        let ledger = Ledger::start(
+            pool.clone(),
+            Some(process.id()),
+            harness.settings().ledger.clone(),
+        );
         Self(Arc::new(Inner {
             streams,
             process,
+            ledger,
             pool,
             harness,
             executor,
@@ -202,6 +210,11 @@ impl Lifecycle {
     /// This process's view of turn streams.
     pub fn streams(&self) -> &Arc<StreamHub> {
         &self.0.streams
+    }
+
+    /// The ledger of this process's tool calls.
+    pub fn ledger(&self) -> &Ledger {
+        &self.0.ledger
     }
 
     /// This server process, as leases and claims name it.

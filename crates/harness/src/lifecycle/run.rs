@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use toolserver_domain::{AccountId, AgentId, CallStatus, ConversationId, OnDisconnect, TurnStatus};
+use toolserver_domain::{
+    AccountId, AgentId, CallPath, CallStatus, ConversationId, OnDisconnect, TurnStatus,
+};
 use toolserver_store::async_results::{self, AsyncOutcome, AsyncResultRecord};
 use toolserver_store::async_turns::{self, AsyncTurnRecord, Committed, RunCommit, RunEnd};
 use toolserver_store::channel_events::{self, ChannelEvent};
@@ -23,6 +25,7 @@ use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
 use crate::channels;
 use crate::handoff::{self, TurnScope};
+use crate::ledger::{CallScope, TurnLedger};
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
@@ -224,6 +227,15 @@ impl Lifecycle {
             conversation: conversation.clone(),
             public_url: self.0.harness.settings().public_url.clone(),
         };
+        plan.ledger = Some(TurnLedger {
+            ledger: self.ledger().clone(),
+            scope: CallScope {
+                agent: Some(agent_id.as_uuid()),
+                conversation: Some(conversation.to_string()),
+                turn: Some(turn.id.to_string()),
+                ..CallScope::direct(account.clone(), CallPath::Turn)
+            },
+        });
         let channel_event = self.channel_event(&turn).await?;
         async_turns::mark_running(pool, turn.id).await?;
         let renewal = AbortOnDropHandle::new(lease.keep_renewed());
@@ -434,6 +446,7 @@ impl Lifecycle {
             )),
             arrivals,
             request_key: Some(job.id.to_string()),
+
             ..TurnPlan::for_agent(&checked.config, settings, history, assistant)
         }
     }

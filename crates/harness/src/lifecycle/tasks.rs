@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::detacher::{async_meta, job_token, FIRST_LAUNCH};
 use super::Lifecycle;
-use crate::tools::{RegisteredTool, ToolEvent, ToolEvents};
+use crate::tools::{Failure, FailureKind, RegisteredTool, ToolEvent, ToolEvents};
 
 /// How long a task lives, how often its client should poll at most, and
 /// how long its call may answer in its own request.
@@ -167,5 +167,8 @@ impl Lifecycle {
 
 /// A launch that failed before it reached a runner.
 fn failed(error: String) -> ToolEvents {
-    futures::stream::once(async move { ToolEvent::Failed(error) }).boxed()
+    futures::stream::once(
+        async move { ToolEvent::Failed(Failure::new(FailureKind::RunnerLost, error)) },
+    )
+    .boxed()
 }

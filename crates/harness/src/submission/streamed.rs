@@ -6,13 +6,14 @@
 //! the agent's `onDisconnect`.
 
 use tokio::sync::mpsc;
-use toolserver_domain::AccountId;
+use toolserver_domain::{AccountId, CallPath};
 use toolserver_store::turn_streams::{Append, Appended};
 use tracing::Instrument;
 
 use super::prepare::PreparedTurn;
 use super::SubmitError;
 use crate::handoff::TurnScope;
+use crate::ledger::{CallScope, TurnLedger};
 use crate::lifecycle::{AccountStatus, ConversationLease, Lifecycle};
 use crate::stream::{self, Opens};
 use crate::turn::{run_turn, TurnPlan};
@@ -46,6 +47,15 @@ pub(super) async fn launch(
             turn.assistant,
         )
     };
+    plan.ledger = Some(TurnLedger {
+        ledger: lifecycle.ledger().clone(),
+        scope: CallScope {
+            agent: Some(turn.lease.agent().as_uuid()),
+            conversation: Some(turn.lease.conversation_id().to_string()),
+            turn: Some(plan.assistant.id.clone()),
+            ..CallScope::direct(account.clone(), CallPath::Turn)
+        },
+    });
     let on_disconnect = turn.checked.config.on_disconnect;
     let scope = TurnScope {
         account: account.clone(),

@@ -20,7 +20,7 @@ use tokio::sync::Mutex;
 use toolserver_domain::agent::mcp::McpServerSetting;
 use toolserver_domain::AccountId;
 
-use super::{Invocation, ToolEvent, ToolEvents, ToolImpl, ToolSources};
+use super::{Failure, Invocation, ToolEvent, ToolEvents, ToolImpl, ToolSources};
 use crate::outbound::{self, OutboundPolicy};
 use crate::HarnessSettings;
 
@@ -199,7 +199,9 @@ impl ToolImpl for RemoteTool {
         futures::stream::once(async move {
             match clients.call(&server, &name, invocation.input).await {
                 Ok(result) => outcome(result),
-                Err(error) => ToolEvent::Failed(format!("the MCP server failed: {error}")),
+                Err(error) => {
+                    ToolEvent::Failed(Failure::tool(format!("the MCP server failed: {error}")))
+                }
             }
         })
         .boxed()
@@ -222,7 +224,7 @@ fn outcome(result: CallToolResult) -> ToolEvent {
             true => "the remote tool failed".to_owned(),
             false => texts.join("\n"),
         };
-        return ToolEvent::Failed(message);
+        return ToolEvent::Failed(Failure::tool(message));
     }
     let output = match (&result.structured_content, texts.as_slice()) {
         (Some(structured), _) => structured.clone(),

@@ -2,6 +2,7 @@
 //! and a way to run that yields events (logs, preliminary snapshots, then an
 //! output or a failure).
 
+mod failure;
 mod mcp;
 mod registry;
 mod tavily;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+pub use failure::{Failure, FailureKind};
 pub use mcp::McpClients;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
 pub use tavily::TavilySettings;
@@ -34,7 +36,7 @@ pub enum ToolEvent {
     /// The final output; the last event.
     Output(Value),
     /// The call failed; the last event.
-    Failed(String),
+    Failed(Failure),
     /// A detached call is running on its runner; the last event of a launch.
     Launched,
 }
@@ -47,6 +49,8 @@ pub type ToolEvents = BoxStream<'static, ToolEvent>;
 pub struct Invocation {
     /// The model's call id.
     pub tool_call_id: String,
+    /// The call's idempotency key (`ctx.idempotencyKey` for uploaded tools).
+    pub idempotency_key: String,
     /// The validated input.
     pub input: Value,
     /// Deadline of the call.
@@ -84,6 +88,25 @@ pub struct DetachedLimits {
     pub safe_to_repeat: bool,
 }
 
+/// The version of an uploaded tool a call runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolVersion {
+    /// The tool's version number.
+    pub number: i32,
+    /// Its bundle's SHA-256 (hex).
+    pub bundle_sha256: String,
+}
+
+impl ToolVersion {
+    /// The version `record` is at.
+    pub fn of(record: &toolserver_store::ToolRecord) -> Self {
+        Self {
+            number: record.version,
+            bundle_sha256: record.bundle_sha256.to_hex(),
+        }
+    }
+}
+
 /// A tool offered to the model this turn.
 #[derive(Clone)]
 pub struct RegisteredTool {
@@ -91,6 +114,8 @@ pub struct RegisteredTool {
     pub name: String,
     /// The uploaded tool behind it, if any.
     pub tool_id: Option<toolserver_domain::ToolId>,
+    /// The uploaded tool's version, if it is one.
+    pub version: Option<ToolVersion>,
     /// Model-facing description.
     pub description: String,
     /// JSON Schema of the input.
@@ -131,8 +156,12 @@ impl RegisteredTool {
         input: Value,
         async_meta: Value,
     ) -> Option<ToolEvents> {
+        let idempotency_key = async_meta["idempotencyKey"]
+            .as_str()
+            .map_or_else(|| tool_call_id.clone(), str::to_owned);
         let invocation = Invocation {
             tool_call_id,
+            idempotency_key,
             input,
             timeout: self.timeout,
         };
@@ -141,10 +170,12 @@ impl RegisteredTool {
             .map(|events| self.metered(with_deadline(events, self.timeout), "detached"))
     }
 
-    /// Starts a call, failing it when it outlives its deadline.
-    pub fn call(&self, tool_call_id: String, input: Value) -> ToolEvents {
+    /// Starts a call under `idempotency_key`, failing it when it outlives
+    /// its deadline.
+    pub fn call(&self, tool_call_id: String, idempotency_key: String, input: Value) -> ToolEvents {
         let invocation = Invocation {
             tool_call_id,
+            idempotency_key,
             input,
             timeout: self.timeout,
         };
@@ -188,11 +219,14 @@ fn with_deadline(events: ToolEvents, timeout: Duration) -> ToolEvents {
             event = events.next() => match event {
                 Some(event @ (ToolEvent::Output(_) | ToolEvent::Failed(_))) => Some((event, None)),
                 Some(event) => Some((event, Some((events, deadline)))),
-                None => Some((ToolEvent::Failed("the tool ended without a result".into()), None)),
+                None => {
+                    let failure = Failure::new(FailureKind::RunnerLost, "the tool ended without a result");
+                    Some((ToolEvent::Failed(failure), None))
+                }
             },
             () = &mut deadline => {
                 let message = format!("the tool did not finish within {} ms", timeout.as_millis());
-                Some((ToolEvent::Failed(message), None))
+                Some((ToolEvent::Failed(Failure::new(FailureKind::Timeout, message)), None))
             }
         }
     })

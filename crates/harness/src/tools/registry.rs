@@ -23,7 +23,7 @@ use toolserver_store::{tools, StoreError, ToolRecord};
 use super::mcp::{McpClients, RemoteTool};
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
-use super::{DetachedLimits, RegisteredTool, ToolImpl};
+use super::{DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::provider::ToolSpec;
@@ -101,6 +101,7 @@ impl ToolRegistry {
         }
         for (key, setting) in config.enabled_tools() {
             let field = format!("config.tools.{key}");
+            let mut version = None;
             let (name, description, schema, implementation): (
                 String,
                 String,
@@ -157,6 +158,7 @@ impl ToolRegistry {
                         }
                         Err(err) => return Err(RegistryError::Store(err)),
                     };
+                    version = Some(ToolVersion::of(&record));
                     let tool = UploadedTool {
                         account: account.clone(),
                         options: setting.options.clone(),
@@ -180,6 +182,7 @@ impl ToolRegistry {
             let described = Described {
                 name,
                 tool_id,
+                version,
                 description,
                 schema,
                 implementation,
@@ -239,6 +242,7 @@ impl ToolRegistry {
             let described = Described {
                 name,
                 tool_id: None,
+                version: None,
                 description: remote.description.as_deref().unwrap_or_default().to_owned(),
                 schema: Value::Object(remote.input_schema.as_ref().clone()),
                 implementation: Arc::new(RemoteTool {
@@ -281,6 +285,7 @@ impl ToolRegistry {
                 let described = Described {
                     name: builtin.name().to_owned(),
                     tool_id: None,
+                    version: None,
                     description: endpoint.description().to_owned(),
                     schema: endpoint.input_schema(),
                     implementation: Arc::new(tool),
@@ -293,6 +298,7 @@ impl ToolRegistry {
             let described = Described {
                 name: record.name.clone(),
                 tool_id: Some(record.id),
+                version: Some(ToolVersion::of(&record)),
                 description: record.description.clone(),
                 schema: record.input_schema.as_value().clone(),
                 implementation: Arc::new(UploadedTool {
@@ -320,6 +326,7 @@ impl ToolRegistry {
         let Described {
             name,
             tool_id,
+            version,
             description,
             schema,
             implementation,
@@ -345,6 +352,7 @@ impl ToolRegistry {
             RegisteredTool {
                 name,
                 tool_id,
+                version,
                 description,
                 input_schema: schema,
                 validator: Arc::new(validator),
@@ -427,6 +435,7 @@ fn model_facing(name: &str) -> bool {
 struct Described {
     name: String,
     tool_id: Option<toolserver_domain::ToolId>,
+    version: Option<ToolVersion>,
     description: String,
     schema: Value,
     implementation: Arc<dyn ToolImpl>,

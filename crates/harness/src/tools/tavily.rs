@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use toolserver_domain::Secret;
 use url::Url;
 
-use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use super::{Failure, Invocation, ToolEvent, ToolEvents, ToolImpl};
 use crate::outbound::{check_url, OutboundPolicy};
 
 /// Where Tavily is and the service-wide fallback key.
@@ -135,7 +135,7 @@ impl ToolImpl for TavilyTool {
         futures::stream::once(async move {
             match tool.request(&invocation.input).await {
                 Ok(body) => ToolEvent::Output(body),
-                Err(message) => ToolEvent::Failed(message),
+                Err(message) => ToolEvent::Failed(Failure::tool(message)),
             }
         })
         .boxed()

@@ -10,7 +10,7 @@ use toolserver_domain::AccountId;
 use toolserver_sandbox::{Executor, Frame, ReservationKey};
 use toolserver_store::ToolRecord;
 
-use super::{Invocation, ToolEvent, ToolEvents, ToolImpl};
+use super::{Failure, FailureKind, Invocation, ToolEvent, ToolEvents, ToolImpl};
 use crate::runner_call::{build_request, CallSpec, RunnerCall, RunnerCallSettings};
 
 /// An account's uploaded tool, bound to its runner.
@@ -53,7 +53,7 @@ impl UploadedTool {
             .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let spec = CallSpec {
             call_id: call_id.clone(),
-            idempotency_key: invocation.tool_call_id.clone(),
+            idempotency_key: invocation.idempotency_key,
             input: invocation.input,
             options: self.options.clone(),
             timeout: invocation.timeout,
@@ -62,12 +62,19 @@ impl UploadedTool {
         let request =
             match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {
                 Ok(request) => request,
-                Err(err) => return failed(format!("the tool's bundle is unavailable: {err}")),
+                Err(err) => {
+                    return failed(Failure::tool(format!(
+                        "the tool's bundle is unavailable: {err}"
+                    )))
+                }
             };
         let key = ReservationKey::new(self.account.clone(), self.record.id);
         let call = match RunnerCall::start(self.executor.clone(), key, request).await {
             Ok(call) => call,
-            Err(err) => return failed(format!("the tool's runner is unavailable: {err}")),
+            Err(err) => {
+                let message = format!("the tool's runner is unavailable: {err}");
+                return failed(Failure::new(FailureKind::RunnerLost, message));
+            }
         };
         futures::stream::unfold((call, None::<Value>), |(mut call, mut last)| async move {
             let event = match call.next().await? {
@@ -78,7 +85,10 @@ impl UploadedTool {
                 }
                 Frame::End => ToolEvent::Output(last.take().unwrap_or(Value::Null)),
                 Frame::Final { value } => ToolEvent::Output(value),
-                Frame::Error { name, message } => ToolEvent::Failed(format!("{name}: {message}")),
+                Frame::Error { name, message } => ToolEvent::Failed(Failure::new(
+                    FailureKind::of_runner_error(&name),
+                    format!("{name}: {message}"),
+                )),
                 Frame::Launched => ToolEvent::Launched,
             };
             Some((event, (call, last)))
@@ -87,6 +97,6 @@ impl UploadedTool {
     }
 }
 
-fn failed(message: String) -> ToolEvents {
-    futures::stream::once(async move { ToolEvent::Failed(message) }).boxed()
+fn failed(failure: Failure) -> ToolEvents {
+    futures::stream::once(async move { ToolEvent::Failed(failure) }).boxed()
 }

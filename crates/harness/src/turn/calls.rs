@@ -9,8 +9,10 @@ use super::detach::{DetachedCall, Detacher};
 use super::emitter::{ClientGone, Emitter};
 use super::pass::ModelCall;
 use super::pending::PendingWork;
+use super::place::call_place;
 use super::TurnPlan;
-use crate::tools::{RegisteredTool, ToolEvent, ToolRegistry};
+use crate::ledger::{idempotency_key, CallPlace, TurnLedger};
+use crate::tools::{RegisteredTool, ToolEvent, ToolEvents, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
 
@@ -24,6 +26,49 @@ pub(super) struct ReadyCall {
     pub(super) tool_call_id: String,
     pub(super) tool: RegisteredTool,
     pub(super) input: Value,
+    pub(super) place: CallPlace,
+}
+
+/// Where the call `tool_call_id` (already in the assistant message) sits,
+/// and its idempotency key: derived from its place when the turn is
+/// recorded, else its call id.
+pub(super) fn place_of(
+    emitter: &Emitter,
+    ledger: Option<&TurnLedger>,
+    tool_call_id: &str,
+) -> CallPlace {
+    let (step, seq) = call_place(&emitter.assistant, tool_call_id).unzip();
+    let idempotency_key = match (ledger, step, seq) {
+        (Some(ledger), Some(step), Some(seq)) => {
+            idempotency_key(&ledger.scope.account, &emitter.assistant.id, step, seq)
+        }
+        _ => tool_call_id.to_owned(),
+    };
+    CallPlace {
+        tool_call_id: Some(tool_call_id.to_owned()),
+        step,
+        seq,
+        idempotency_key,
+        queued_at: time::OffsetDateTime::now_utc(),
+    }
+}
+
+/// The events of `call`, recorded in the turn's ledger if it has one.
+pub(super) fn start_call(
+    ledger: Option<&TurnLedger>,
+    tool: &RegisteredTool,
+    place: &CallPlace,
+    input: Value,
+) -> ToolEvents {
+    let tool_call_id = place.tool_call_id.clone().unwrap_or_default();
+    match ledger {
+        Some(turn) => {
+            let events = tool.call(tool_call_id, place.idempotency_key.clone(), input.clone());
+            turn.ledger
+                .recorded(&turn.scope, place, tool, &input, events)
+        }
+        None => tool.call(tool_call_id, place.idempotency_key.clone(), input),
+    }
 }
 
 /// Handles the calls of a pass. Returns whether any call waits for approval.
@@ -38,6 +83,7 @@ pub(super) async fn handle_calls(
     let can_ask_approval = plan.can_ask_approval;
     let detach = plan.detach.as_deref();
     let durable = plan.durable_status.as_deref();
+    let ledger = plan.ledger.as_ref();
     let mut ready = Vec::new();
     let mut detached = Vec::new();
     let mut awaiting_approval = false;
@@ -118,26 +164,32 @@ pub(super) async fn handle_calls(
                 .await?;
             awaiting_approval = true;
         } else if tool.run_async && detach.is_some() && tool.detachable() {
+            let place = place_of(emitter, ledger, &call.id);
             detached.push(ReadyCall {
                 tool_call_id: call.id,
                 tool: tool.clone(),
                 input,
+                place,
             });
         } else if tool.run_async {
-            let output = pending.launch(tool, call.id.clone(), input);
+            let place = place_of(emitter, ledger, &call.id);
+            let events = start_call(ledger, tool, &place, input);
+            let output = pending.launch(tool, events);
             emitter.emit(output_chunk(&call.id, output, None)).await?;
         } else {
+            let place = place_of(emitter, ledger, &call.id);
             ready.push(ReadyCall {
                 tool_call_id: call.id,
                 tool: tool.clone(),
                 input,
+                place,
             });
         }
     }
     if let Some(detach) = detach {
         launch_detached(emitter, detach, detached).await?;
     }
-    run_ready(emitter, ready, max_parallel).await?;
+    run_ready(emitter, ready, max_parallel, ledger).await?;
     Ok(awaiting_approval)
 }
 
@@ -147,16 +199,19 @@ pub(super) async fn run_ready(
     emitter: &mut Emitter,
     ready: Vec<ReadyCall>,
     max_parallel: usize,
+    ledger: Option<&TurnLedger>,
 ) -> Result<(), ClientGone> {
     if ready.is_empty() {
         return Ok(());
     }
-    let streams = ready.into_iter().map(|call| {
-        let id = call.tool_call_id.clone();
-        call.tool
-            .call(call.tool_call_id, call.input)
-            .map(move |event| (id.clone(), event))
-    });
+    let streams: Vec<_> = ready
+        .into_iter()
+        .map(|call| {
+            let id = call.tool_call_id.clone();
+            start_call(ledger, &call.tool, &call.place, call.input)
+                .map(move |event| (id.clone(), event))
+        })
+        .collect();
     let mut merged = futures::stream::iter(streams).flatten_unordered(max_parallel.max(1));
     loop {
         let next = tokio::select! {
@@ -170,7 +225,7 @@ pub(super) async fn run_ready(
             ToolEvent::Log { .. } => continue,
             ToolEvent::Snapshot(value) => output_chunk(&tool_call_id, value, Some(true)),
             ToolEvent::Output(value) => output_chunk(&tool_call_id, value, None),
-            ToolEvent::Failed(error) => failed(emitter, tool_call_id, &error),
+            ToolEvent::Failed(error) => failed(emitter, tool_call_id, &error.message),
             ToolEvent::Launched => failed(
                 emitter,
                 tool_call_id,
@@ -259,6 +314,7 @@ async fn launch_one(
         tool_call_id,
         tool,
         input,
+        place: _,
     } = call;
     let failed = |error_text: String| UiChunk::ToolOutputError {
         tool_call_id: tool_call_id.clone(),
@@ -310,7 +366,7 @@ pub async fn launch(
         match events.next().await {
             Some(ToolEvent::Launched) => return Launch::Running,
             Some(ToolEvent::Output(value)) => return Launch::Ended(value),
-            Some(ToolEvent::Failed(error)) => return Launch::Failed(error),
+            Some(ToolEvent::Failed(error)) => return Launch::Failed(error.message),
             Some(_) => continue,
             None => return Launch::Failed("the runner did not launch the call".to_owned()),
         }

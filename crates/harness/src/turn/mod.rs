@@ -8,6 +8,7 @@ mod detach;
 mod emitter;
 mod pass;
 mod pending;
+mod place;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
 use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
 use self::pending::PendingWork;
+use crate::ledger::TurnLedger;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
@@ -68,6 +70,8 @@ pub struct TurnPlan {
     /// Cancelled to stop the turn: its model stream and tool calls end, and
     /// the stream ends with `abort`.
     pub stop: CancellationToken,
+    /// Where the turn's calls are recorded; unrecorded when `None`.
+    pub ledger: Option<TurnLedger>,
 }
 
 impl TurnPlan {
@@ -94,6 +98,7 @@ impl TurnPlan {
             assistant,
             request_key: None,
             stop: CancellationToken::new(),
+            ledger: None,
         }
     }
 }
@@ -355,8 +360,10 @@ impl Turn {
                     .await?;
                 continue;
             };
+            let place = calls::place_of(&self.emitter, self.plan.ledger.as_ref(), &tool_call_id);
             if tool.run_async {
-                let output = self.pending.launch(tool, tool_call_id.clone(), input);
+                let events = calls::start_call(self.plan.ledger.as_ref(), tool, &place, input);
+                let output = self.pending.launch(tool, events);
                 self.emitter
                     .emit(UiChunk::ToolOutputAvailable {
                         tool_call_id,
@@ -369,10 +376,18 @@ impl Turn {
                     tool_call_id,
                     tool: tool.clone(),
                     input,
+                    place,
                 });
             }
         }
-        run_ready(&mut self.emitter, ready, self.plan.max_parallel_tool_calls).await
+        let ledger = self.plan.ledger.as_ref();
+        run_ready(
+            &mut self.emitter,
+            ready,
+            self.plan.max_parallel_tool_calls,
+            ledger,
+        )
+        .await
     }
 
     /// Tells the model, in a step of its own, about background calls that

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::tools::{RegisteredTool, ToolEvent};
+use crate::tools::{RegisteredTool, ToolEvent, ToolEvents};
 
 /// How a background call ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,16 +73,11 @@ pub(super) struct PendingWork {
 }
 
 impl PendingWork {
-    /// Starts `tool` in the background; returns the pending result for the model.
-    pub(super) fn launch(
-        &mut self,
-        tool: &RegisteredTool,
-        tool_call_id: String,
-        input: Value,
-    ) -> Value {
+    /// Runs `events`, a call of `tool`, in the background; returns the
+    /// pending result for the model.
+    pub(super) fn launch(&mut self, tool: &RegisteredTool, mut events: ToolEvents) -> Value {
         let status_id = format!("async_{}", uuid::Uuid::new_v4().simple());
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let mut events = tool.call(tool_call_id, input);
         let (task_logs, task_id) = (logs.clone(), status_id.clone());
         let abort = self.tasks.spawn(async move {
             let mut outcome = Settled::Failed("the tool ended without a result".into());
@@ -95,7 +90,7 @@ impl PendingWork {
                     }
                     ToolEvent::Snapshot(_) => {}
                     ToolEvent::Output(value) => outcome = Settled::Completed(value),
-                    ToolEvent::Failed(message) => outcome = Settled::Failed(message),
+                    ToolEvent::Failed(failure) => outcome = Settled::Failed(failure.message),
                     ToolEvent::Launched => {
                         outcome = Settled::Failed(
                             "the runner detached a call that was not sent detached".into(),

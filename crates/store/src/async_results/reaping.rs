@@ -186,6 +186,13 @@ async fn settle_due(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
+    if status == CallStatus::Failed {
+        // Every call this fails lost its runner; the ledger's trigger
+        // records its attempt so (`migrations/0021_tool_calls.sql`).
+        sqlx::query("SELECT set_config('toolserver.call_end', 'runner_lost', true)")
+            .execute(&mut *tx)
+            .await?;
+    }
     let sql = format!(
         "UPDATE async_tool_results SET status = $1, settled_at = now(), error = $2 \
          WHERE id IN (SELECT id FROM async_tool_results \

@@ -14,5 +14,6 @@ mod handoffs;
 mod jobs;
 mod mcp_tasks;
 mod support;
+mod tool_calls;
 mod turn_end;
 mod turn_streams;

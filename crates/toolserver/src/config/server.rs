@@ -8,7 +8,7 @@ use url::Url;
 
 use super::{
     AccountsConfig, AgentsConfig, AuthConfig, BundleConfig, CorsConfig, DatabaseConfig,
-    LifecycleConfig, LimitsConfig, LogConfig, McpConfig, RunnerConfig, StreamsConfig,
+    LedgerConfig, LifecycleConfig, LimitsConfig, LogConfig, McpConfig, RunnerConfig, StreamsConfig,
     WebhooksConfig,
 };
 use crate::metrics_endpoint::MetricsListen;
@@ -72,6 +72,9 @@ pub struct ServeConfig {
     /// Webhook delivery.
     #[command(flatten)]
     pub webhooks: WebhooksConfig,
+    /// The tool-call ledger.
+    #[command(flatten)]
+    pub ledger: LedgerConfig,
     /// Logs and traces.
     #[command(flatten)]
     pub log: LogConfig,

@@ -28,8 +28,12 @@ impl Database {
 }
 
 /// Connects to the configured database (starting the private cluster when
-/// none is) and applies pending migrations.
-pub(super) async fn open(config: &DatabaseConfig) -> anyhow::Result<Database> {
+/// none is) and applies pending migrations; the ledger's triggers keep
+/// `ledger_payload_bytes` of each payload.
+pub(super) async fn open(
+    config: &DatabaseConfig,
+    ledger_payload_bytes: usize,
+) -> anyhow::Result<Database> {
     let (url, embedded) = match &config.database_url {
         Some(url) => (url.clone(), None),
         None => {
@@ -42,6 +46,7 @@ pub(super) async fn open(config: &DatabaseConfig) -> anyhow::Result<Database> {
     let settings = PoolSettings {
         max_connections: config.db_max_connections,
         acquire_timeout: Duration::from_millis(config.db_acquire_timeout_ms),
+        ledger_payload_bytes,
     };
     let pool = toolserver_store::connect(&url, settings)
         .await

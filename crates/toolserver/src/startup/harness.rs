@@ -110,6 +110,7 @@ pub(super) fn build(
             poll: Duration::from_millis(config.webhooks.webhook_poll_ms),
             signature_window: Duration::from_secs(config.webhooks.webhook_signature_window_secs),
         },
+        ledger: config.ledger.settings(),
     };
     Ok(Harness::new(sources, sealer, settings))
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use toolserver_api::admission::AdmittedRunnerCaps;
 use toolserver_api::AppState;
+use toolserver_harness::ledger::LedgerSettings;
 use toolserver_sandbox::{EgressKey, EgressProxy};
 use url::Url;
 
@@ -33,7 +34,7 @@ use database::Database;
 
 /// `toolserver migrate`.
 pub async fn migrate_only(config: &DatabaseConfig) -> anyhow::Result<()> {
-    let db = database::open(config).await?;
+    let db = database::open(config, LedgerSettings::DEFAULT.payload_bytes).await?;
     println!("migrations applied");
     db.close().await;
     Ok(())
@@ -72,7 +73,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
         caps.clone(),
     )
     .await?;
-    let db = database::open(&config.database).await?;
+    let db = database::open(&config.database, config.ledger.ledger_payload_bytes).await?;
     let bundles = bundles::cached(
         bundles::store(&config.bundles, &config.database, &public_url).await?,
         config,

@@ -21,8 +21,10 @@ use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolserver_domain::tool::violations;
-use toolserver_domain::{AccountId, LimitKind, ValidationError};
+use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ValidationError};
+use toolserver_harness::ledger::{Attempt, CallPlace, CallScope, CalledTool};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
+use toolserver_harness::tools::{Failure, FailureKind};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
 use toolserver_store::ToolRecord;
 use utoipa::ToSchema;
@@ -135,15 +137,30 @@ pub async fn invoke_tool(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map_or_else(|| call_id.clone(), str::to_owned);
-    let request = build_request(&state, tool, body, call_id.clone(), idempotency_key).await?;
-    let key = ReservationKey::new(account.clone(), tool.id);
-    let call = RunnerCall::start(state.executor().clone(), key, request)
+    let input = body.input.clone();
+    let place = CallPlace::direct(call_id.clone(), idempotency_key.clone());
+    let request = build_request(&state, tool, body, call_id, idempotency_key).await?;
+    let scope = CallScope::direct(account.clone(), CallPath::Invoke);
+    let attempt = state
+        .lifecycle()
+        .ledger()
+        .begin(&scope, &place, CalledTool::from(tool), &input)
         .await
-        .map(|call| Call {
+        .map_err(ApiError::Unavailable)?;
+    let key = ReservationKey::new(account.clone(), tool.id);
+    let call = match RunnerCall::start(state.executor().clone(), key, request).await {
+        Ok(call) => Call {
             call,
             _permit: permit,
-        })
-        .map_err(|err| runner_error(&state, &account, err))?;
+            attempt: Some(attempt),
+            last_chunk: None,
+        },
+        Err(err) => {
+            let error = runner_error(&state, &account, err);
+            attempt.ended(refusal_status(&error), &error.to_string());
+            return Err(error);
+        }
+    };
     if wants_event_stream(&headers) {
         Ok(Sse::new(sse_events(call))
             .keep_alive(KeepAlive::default())
@@ -221,16 +238,52 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|accept| accept.contains("text/event-stream"))
 }
 
+/// How the ledger records a call no runner took.
+fn refusal_status(error: &ApiError) -> AttemptStatus {
+    match error {
+        ApiError::Unavailable(_) => AttemptStatus::RunnerLost,
+        _ => AttemptStatus::Throttled,
+    }
+}
+
 /// A call in progress, holding its place among the account's concurrent
-/// calls; cancelled on the runner if dropped before its end.
+/// calls and its attempt in the ledger; cancelled on the runner (and in the
+/// ledger) if dropped before its end.
 struct Call {
     call: RunnerCall,
     _permit: Permit,
+    attempt: Option<Attempt>,
+    last_chunk: Option<Value>,
 }
 
 impl Call {
+    /// The next frame; the final one ends the call's attempt.
     async fn next(&mut self) -> Option<Frame> {
-        self.call.next().await
+        let frame = self.call.next().await;
+        let Some(attempt) = self.attempt.take() else {
+            return frame;
+        };
+        match &frame {
+            Some(Frame::Chunk { value }) => {
+                self.last_chunk = Some(value.clone());
+                self.attempt = Some(attempt);
+            }
+            Some(Frame::Log { .. }) => self.attempt = Some(attempt),
+            Some(Frame::End) => {
+                attempt.succeeded(self.last_chunk.as_ref().unwrap_or(&Value::Null));
+            }
+            Some(Frame::Final { value }) => attempt.succeeded(value),
+            Some(Frame::Launched) => attempt.succeeded(&serde_json::json!({"status": "launched"})),
+            Some(Frame::Error { name, message }) => {
+                let kind = FailureKind::of_runner_error(name);
+                attempt.failed(&Failure::new(kind, format!("{name}: {message}")));
+            }
+            None => attempt.ended(
+                AttemptStatus::RunnerLost,
+                "the runner ended the call without a result",
+            ),
+        }
+        frame
     }
 
     async fn into_result(mut self) -> InvokeResult {

@@ -25,7 +25,7 @@ const THROWS: &str = "export default { async execute() { throw new Error('the to
 pub(crate) const SLOW: &str = "export default { async execute(ctx, input) { await new Promise(r => setTimeout(r, input.ms)); return { slept: input.ms }; } };";
 
 /// Runs the SDK client's `command` as `account` (no token with `None`).
-async fn mcp(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
+pub(crate) async fn mcp(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
     let mut node = tokio::process::Command::new("node");
     node.arg("bin/mcp.mjs")
         .args(command)

@@ -139,6 +139,19 @@ async fn upgrade_with_work_in_flight(pool: PgPool, version: i64) {
     .await
     .unwrap();
     assert_eq!((jobs, pending), (0, 0), "nothing left in flight");
+    let (waiting_attempts, running): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM tool_calls WHERE result_id = $1 AND status <> 'running'), \
+                (SELECT count(*) FROM tool_calls WHERE status = 'running')",
+    )
+    .bind(flight.waiting_call)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (waiting_attempts, running),
+        (1, 0),
+        "the call in flight at the upgrade ended on the ledger, and nothing runs there"
+    );
 }
 
 /// One test per schema version upgraded from, and [`FROM`], the list.
@@ -185,4 +198,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0017: 17,
     in_flight_work_settles_after_an_upgrade_from_0018: 18,
     in_flight_work_settles_after_an_upgrade_from_0019: 19,
+    in_flight_work_settles_after_an_upgrade_from_0020: 20,
 }

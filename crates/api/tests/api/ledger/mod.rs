@@ -1,0 +1,42 @@
+//! The tool-call ledger over real HTTP: every path's calls on the record
+//! (turns, direct invokes, MCP, detached), how each attempt ended, payloads
+//! kept to their head with the whole's digest and length, the idempotency
+//! key a turn's call runs under, and reading it back (filters, cursor
+//! paging, tenancy).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::app::TestApp;
+
+mod paths;
+mod payloads;
+mod reading;
+
+/// The account's attempts that `query` selects (`GET /tool-calls?query`),
+/// once `count` of them have ended; panics if they do not within 20 s.
+async fn ended_calls(app: &TestApp, account: &str, query: &str, count: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = app
+            .request(
+                reqwest::Method::GET,
+                &format!("/tool-calls?{query}"),
+                account,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let calls = body["toolCalls"].as_array().unwrap().clone();
+        let ended = calls.iter().filter(|c| c["status"] != "running").count();
+        if ended >= count {
+            return calls;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{ended} of {count} attempts ended: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,106 @@
+//! Group commit for the ledger: starts and ends queue up, and one task
+//! writes whatever has queued since its last write in one statement each.
+//! A start is answered once it is written (its tool may then run); an end
+//! is not waited for, and is tried again until it is written.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot};
+use toolserver_store::tool_calls::{self, AttemptEnd, NewAttempt};
+use toolserver_store::StoreError;
+
+/// How long the writer waits before writing ends again after a failure.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// One request to the writer.
+enum Write {
+    Start(Box<NewAttempt>, Answer),
+    End(AttemptEnd),
+}
+
+/// The queue the writer takes from; it stops once every sender is dropped
+/// and the queue is written.
+#[derive(Clone)]
+pub(super) struct LedgerWriter {
+    queue: mpsc::UnboundedSender<Write>,
+}
+
+impl LedgerWriter {
+    /// Starts the writer on `pool`, writing up to `max_batch` requests of
+    /// each kind per statement.
+    pub(super) fn spawn(pool: PgPool, max_batch: usize) -> Self {
+        let (queue, requests) = mpsc::unbounded_channel();
+        tokio::spawn(run(pool, requests, max_batch.max(1)));
+        Self { queue }
+    }
+
+    /// Records `attempt` as started, once written.
+    pub(super) async fn start(&self, attempt: NewAttempt) -> Result<(), String> {
+        let (answer, answered) = oneshot::channel();
+        self.queue
+            .send(Write::Start(Box::new(attempt), answer))
+            .map_err(|_| "the ledger is shut down".to_owned())?;
+        answered
+            .await
+            .map_err(|_| "the ledger stopped".to_owned())?
+    }
+
+    /// Queues `end` to be written.
+    pub(super) fn end(&self, end: AttemptEnd) {
+        if self.queue.send(Write::End(end)).is_err() {
+            tracing::error!("the ledger is shut down: an attempt's end was not recorded");
+        }
+    }
+}
+
+async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Write>, max_batch: usize) {
+    let mut ends: Vec<AttemptEnd> = Vec::new();
+    loop {
+        let mut starts = Vec::new();
+        if ends.is_empty() {
+            match requests.recv().await {
+                Some(request) => take(request, &mut starts, &mut ends),
+                None => return,
+            }
+        }
+        while starts.len() < max_batch && ends.len() < max_batch {
+            match requests.try_recv() {
+                Ok(request) => take(request, &mut starts, &mut ends),
+                Err(_) => break,
+            }
+        }
+        write_starts(&pool, starts).await;
+        if let Err(err) = tool_calls::end(&pool, &ends).await {
+            tracing::warn!(error = %err, ends = ends.len(), "could not record attempts' ends; trying again");
+            tokio::time::sleep(RETRY).await;
+            continue;
+        }
+        ends.clear();
+    }
+}
+
+fn take(request: Write, starts: &mut Vec<(NewAttempt, Answer)>, ends: &mut Vec<AttemptEnd>) {
+    match request {
+        Write::Start(attempt, answer) => starts.push((*attempt, answer)),
+        Write::End(end) => ends.push(end),
+    }
+}
+
+type Answer = oneshot::Sender<Result<(), String>>;
+
+async fn write_starts(pool: &PgPool, starts: Vec<(NewAttempt, Answer)>) {
+    if starts.is_empty() {
+        return;
+    }
+    let (rows, answers): (Vec<NewAttempt>, Vec<Answer>) = starts.into_iter().unzip();
+    let written = tool_calls::start(pool, &rows)
+        .await
+        .map_err(|err: StoreError| {
+            tracing::warn!(error = %err, starts = rows.len(), "could not record attempts' starts");
+            err.to_string()
+        });
+    for answer in answers {
+        let _ = answer.send(written.clone());
+    }
+}

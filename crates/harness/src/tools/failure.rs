@@ -1,0 +1,96 @@
+//! Why a tool call failed: the text the model reads, and the class the
+//! ledger records it under.
+
+use std::fmt;
+
+use toolserver_domain::AttemptStatus;
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What kind of failure it is.
+    pub kind: FailureKind,
+    /// What happened, for the model and the ledger.
+    pub message: String,
+}
+
+/// The classes of failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The tool itself failed (it threw, or its upstream answered an error).
+    Tool,
+    /// The call outlived its deadline.
+    Timeout,
+    /// The runner died, refused the call or could not be reached.
+    RunnerLost,
+    /// The call exceeded a sandbox limit (memory, output size).
+    LimitExceeded,
+}
+
+impl FailureKind {
+    /// The class of a runner's error frame named `name`.
+    pub fn of_runner_error(name: &str) -> Self {
+        match name {
+            "DeadlineExceeded" => Self::Timeout,
+            "LimitExceeded" | "OutputTooLarge" => Self::LimitExceeded,
+            "RunnerCrashed" | "RunnerRefused" | "RunnerError" | "WorkerProtocolError" => {
+                Self::RunnerLost
+            }
+            _ => Self::Tool,
+        }
+    }
+
+    /// The ledger status of an attempt that failed so.
+    pub fn status(self) -> AttemptStatus {
+        match self {
+            Self::Tool => AttemptStatus::ToolError,
+            Self::Timeout => AttemptStatus::Timeout,
+            Self::RunnerLost => AttemptStatus::RunnerLost,
+            Self::LimitExceeded => AttemptStatus::LimitExceeded,
+        }
+    }
+}
+
+impl Failure {
+    /// A failure of class `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A failure of the tool itself.
+    pub fn tool(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Tool, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_errors_are_classed_by_name() {
+        let cases = [
+            ("DeadlineExceeded", AttemptStatus::Timeout),
+            ("OutputTooLarge", AttemptStatus::LimitExceeded),
+            ("LimitExceeded", AttemptStatus::LimitExceeded),
+            ("RunnerCrashed", AttemptStatus::RunnerLost),
+            ("TypeError", AttemptStatus::ToolError),
+        ];
+        for (name, status) in cases {
+            assert_eq!(
+                FailureKind::of_runner_error(name).status(),
+                status,
+                "{name}"
+            );
+        }
+    }
+}
