@@ -7,7 +7,9 @@
 //! a signed URL) → answer with the result as JSON, or, with `Accept:
 //! text/event-stream`, stream `log` and `chunk` events as they happen and end
 //! with a `result` or `error` event. A failing tool is a result (`error`),
-//! not an HTTP failure. A client that goes away cancels its call.
+//! not an HTTP failure. A client that goes away cancels its call. With an
+//! `Idempotency-Key`, the key is claimed before any of this and a repeat is
+//! answered from it (see `idempotency`).
 
 use std::convert::Infallible;
 
@@ -21,7 +23,7 @@ use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolserver_domain::tool::violations;
-use toolserver_domain::{AccountId, LimitKind, ValidationError};
+use toolserver_domain::{AccountId, LimitKind, ToolId, ValidationError};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
 use toolserver_store::ToolRecord;
@@ -33,6 +35,13 @@ use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
+use idempotency::{Begin, Claim};
+use outcome::Outcome;
+
+mod fingerprint;
+mod idempotency;
+mod outcome;
+mod replay;
 
 /// A direct call.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -89,19 +98,22 @@ pub struct LogLine {
     security(("bearer" = [])),
     params(
         ("toolId" = String, Path, description = "Tool id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Passed to the tool as ctx.idempotencyKey"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a repeat safe: the first request with the key runs the call and keeps its result (`TOOLSERVER_INVOKE_IDEMPOTENCY_TTL_SECS`, 24 h by default); the same request again within that time gets the kept result, without running anything. 1 to 255 printable ASCII characters, scoped to the account. Passed to the tool as ctx.idempotencyKey (without it, the call id is)"),
     ),
     request_body = InvokeBody,
     responses(
-        (status = 200, description = "The call's result (JSON), or with Accept: text/event-stream an SSE stream of `log`, `chunk`, then `result` or `error` events",
+        (status = 200, description = "The call's result (JSON), or with Accept: text/event-stream an SSE stream of `log`, `chunk`, then `result` or `error` events. A replay for an `Idempotency-Key` is the kept result (as SSE: its `log` events, then `result` or `error`)",
+            headers(("Idempotent-Replayed" = String, description = "`true` when the response replays the kept result of an earlier request with the same `Idempotency-Key`")),
             content(
                 (InvokeResult = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Malformed body or unknown field", body = ErrorBody),
+        (status = 400, description = "Malformed body or unknown field, or an `Idempotency-Key` that is not 1 to 255 printable ASCII characters", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
-        (status = 422, description = "Input does not match the tool's inputSchema", body = ErrorBody),
+        (status = 409, description = "The `Idempotency-Key` belongs to a call still running (`idempotency_key_in_use`, with `Retry-After`), or to a call cut off before its end, whose outcome is unknown and which is not run again while the key is kept (`idempotency_outcome_unknown`)", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "With `idempotency_key_in_use`: seconds until a repeat may find the call ended"))),
+        (status = 422, description = "Input does not match the tool's inputSchema, or the `Idempotency-Key` was used for another tool or body", body = ErrorBody),
         (status = 429, description = "A limit of the account is reached (`concurrentCalls`, `callsPerMinute`, `liveRunners`); see `Retry-After`", body = ErrorBody),
         (status = 503, description = "No runner could be reached, or the server's runners are all taken (`capacity_exhausted`, with `Retry-After`)", body = ErrorBody),
     ))]
@@ -113,11 +125,37 @@ pub async fn invoke_tool(
     headers: HeaderMap,
     ApiJson(body): ApiJson<InvokeBody>,
 ) -> ApiResult<Response> {
-    let permit = state.admission().call(&account).await?;
     let id = parse_tool_id(&tool_id)?;
+    let claim = match idempotency::begin(&state, &account, id, &headers, &body).await? {
+        Begin::Run(claim) => claim,
+        Begin::Answered(response) => return Ok(response),
+    };
+    let call = match start_call(&state, &account, id, &headers, body).await {
+        Ok((call, permit)) => Call::new(call, permit, claim),
+        Err(refusal) => return Err(claim.release(refusal).await),
+    };
+    if wants_event_stream(&headers) {
+        Ok(Sse::new(sse_events(call))
+            .keep_alive(KeepAlive::default())
+            .into_response())
+    } else {
+        Ok(Json(call.into_result().await).into_response())
+    }
+}
+
+/// Everything up to the call's start on its runner; an error here means
+/// nothing ran.
+async fn start_call(
+    state: &AppState,
+    account: &AccountId,
+    id: ToolId,
+    headers: &HeaderMap,
+    body: InvokeBody,
+) -> ApiResult<(RunnerCall, Permit)> {
+    let permit = state.admission().call(account).await?;
     let cached = state
         .tools()
-        .get(&account, id)
+        .get(account, id)
         .await
         .map_err(tool_not_found)?;
     let checked = match &cached.validator {
@@ -135,22 +173,12 @@ pub async fn invoke_tool(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map_or_else(|| call_id.clone(), str::to_owned);
-    let request = build_request(&state, tool, body, call_id.clone(), idempotency_key).await?;
+    let request = build_request(state, tool, body, call_id.clone(), idempotency_key).await?;
     let key = ReservationKey::new(account.clone(), tool.id);
-    let call = RunnerCall::start(state.executor().clone(), key, request)
+    RunnerCall::start(state.executor().clone(), key, request)
         .await
-        .map(|call| Call {
-            call,
-            _permit: permit,
-        })
-        .map_err(|err| runner_error(&state, &account, err))?;
-    if wants_event_stream(&headers) {
-        Ok(Sse::new(sse_events(call))
-            .keep_alive(KeepAlive::default())
-            .into_response())
-    } else {
-        Ok(Json(call.into_result().await).into_response())
-    }
+        .map(|call| (call, permit))
+        .map_err(|err| runner_error(state, account, err))
 }
 
 async fn build_request(
@@ -222,42 +250,38 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
 }
 
 /// A call in progress, holding its place among the account's concurrent
-/// calls; cancelled on the runner if dropped before its end.
+/// calls and its idempotency key's claim; cancelled on the runner if
+/// dropped before its end.
 struct Call {
     call: RunnerCall,
+    outcome: Outcome,
+    claim: Claim,
     _permit: Permit,
 }
 
 impl Call {
+    fn new(call: RunnerCall, permit: Permit, claim: Claim) -> Self {
+        Self {
+            outcome: Outcome::new(call.call_id()),
+            call,
+            claim,
+            _permit: permit,
+        }
+    }
+
+    /// The next frame; after the last, the result is stored under the key.
     async fn next(&mut self) -> Option<Frame> {
-        self.call.next().await
+        let frame = self.call.next().await;
+        match &frame {
+            Some(frame) => self.outcome.push(frame),
+            None => self.claim.store(self.outcome.settled()).await,
+        }
+        frame
     }
 
     async fn into_result(mut self) -> InvokeResult {
-        let mut result = InvokeResult {
-            call_id: self.call.call_id().to_owned(),
-            output: None,
-            error: None,
-            logs: Vec::new(),
-        };
-        let mut last_chunk = None;
-        while let Some(frame) = self.next().await {
-            match frame {
-                Frame::Log { level, message } => result.logs.push(LogLine { level, message }),
-                Frame::Chunk { value } => last_chunk = Some(value),
-                Frame::End => result.output = Some(last_chunk.take().unwrap_or(Value::Null)),
-                Frame::Final { value } => result.output = Some(value),
-                Frame::Error { name, message } => result.error = Some(ToolError { name, message }),
-                Frame::Launched => result.output = Some(serde_json::json!({"status": "launched"})),
-            }
-        }
-        if result.output.is_none() && result.error.is_none() {
-            result.error = Some(ToolError {
-                name: "RunnerError".into(),
-                message: "the runner ended the call without a result".into(),
-            });
-        }
-        result
+        while self.next().await.is_some() {}
+        self.outcome.into_result()
     }
 }
 
