@@ -60,6 +60,8 @@ pub struct ApiSettings {
     pub usage_flush_interval: Duration,
     /// Most tools kept read and compiled for direct calls (0: none).
     pub tool_cache_entries: usize,
+    /// How long a direct call's `Idempotency-Key` is kept, with its result.
+    pub invoke_idempotency_ttl: Duration,
 }
 
 impl ApiSettings {
@@ -83,6 +85,7 @@ impl ApiSettings {
         operator_key: None,
         usage_flush_interval: Duration::from_secs(10),
         tool_cache_entries: 10_000,
+        invoke_idempotency_ttl: Duration::from_secs(24 * 60 * 60),
     };
 
     /// The default largest request body under `limits`: room for the

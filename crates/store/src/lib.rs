@@ -13,6 +13,7 @@ mod commit;
 pub mod conversations;
 pub mod error;
 pub mod handoffs;
+pub mod invoke_keys;
 mod job_kind;
 pub mod jobs;
 pub mod mcp_tasks;

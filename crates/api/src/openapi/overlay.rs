@@ -15,6 +15,7 @@ pub fn apply(mut generated: Value) -> Result<Value, serde_yaml::Error> {
     let mut contract: Value = serde_yaml::from_str(CONTRACT)?;
     let path_parameters = take(&mut contract, "x-path-parameters");
     let query_parameters = take(&mut contract, "x-query-parameters");
+    let header_parameters = take(&mut contract, "x-header-parameters");
     if let (Some(schemas), Some(target)) = (
         contract
             .pointer_mut("/components/schemas")
@@ -28,7 +29,10 @@ pub fn apply(mut generated: Value) -> Result<Value, serde_yaml::Error> {
         }
     }
     for_each_operation(&mut generated, |operation| {
-        type_parameters(operation, &path_parameters, &query_parameters);
+        type_parameters(
+            operation,
+            [&path_parameters, &query_parameters, &header_parameters],
+        );
         document_refusals(operation);
         type_event_streams(operation);
     });
@@ -62,12 +66,10 @@ fn for_each_operation(document: &mut Value, mut visit: impl FnMut(&mut Map<Strin
     }
 }
 
-/// Gives each path and query parameter its schema from the contract.
-fn type_parameters(
-    operation: &mut Map<String, Value>,
-    path_parameters: &Map<String, Value>,
-    query_parameters: &Map<String, Value>,
-) {
+/// Gives each path, query and header parameter its schema from the
+/// contract; `tables` are those of each, in this order.
+fn type_parameters(operation: &mut Map<String, Value>, tables: [&Map<String, Value>; 3]) {
+    let [path_parameters, query_parameters, header_parameters] = tables;
     let Some(parameters) = operation
         .get_mut("parameters")
         .and_then(Value::as_array_mut)
@@ -79,6 +81,7 @@ fn type_parameters(
         let table = match parameter.get("in").and_then(Value::as_str) {
             Some("path") => path_parameters,
             Some("query") => query_parameters,
+            Some("header") => header_parameters,
             _ => continue,
         };
         if let Some(schema) = table.get(name) {

@@ -19,6 +19,7 @@ mod contract;
 mod contract_rules;
 mod detached;
 mod fake_tavily;
+mod idempotent_invoke;
 mod invoke;
 mod ledger;
 mod lifecycle;

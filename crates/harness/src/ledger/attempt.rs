@@ -46,7 +46,14 @@ impl Attempt {
         self.end(status, None, Some(error.to_owned()));
     }
 
-    /// Ends the attempt by `event` if it is a final one; returns whether it was.
+    /// Ends the attempt with `status`, and `output` or `error` if it has
+    /// them.
+    pub fn finish(mut self, status: AttemptStatus, output: Option<&Value>, error: Option<&str>) {
+        let output = output.map(|output| self.ledger.payload(output));
+        self.end(status, output, error.map(str::to_owned));
+    }
+
+    /// Ends the attempt by `event` if it is a final one; returns it if not.
     pub fn end_by(self, event: &ToolEvent) -> Option<Self> {
         match event {
             ToolEvent::Output(value) => self.succeeded(value),

@@ -15,7 +15,7 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use toolserver_store::async_results::LostRunners;
 use toolserver_store::{
-    async_results, async_turns, jobs, mcp_tasks, processes, turn_streams, StoreError,
+    async_results, async_turns, invoke_keys, jobs, mcp_tasks, processes, turn_streams, StoreError,
 };
 use uuid::Uuid;
 
@@ -47,6 +47,8 @@ pub struct ReapReport {
     pub purged_streams: u64,
     /// Settled MCP tasks removed after their TTL.
     pub purged_tasks: u64,
+    /// Idempotency keys of direct calls removed after their TTL.
+    pub purged_invoke_keys: u64,
     /// Conversations held by turns of dead processes, stored as
     /// interrupted and freed.
     pub recovered_conversations: u64,
@@ -63,6 +65,7 @@ impl ReapReport {
         metrics::reaped("stuck_turn", self.stuck_turns as u64);
         metrics::reaped("purged_stream", self.purged_streams);
         metrics::reaped("purged_task", self.purged_tasks);
+        metrics::reaped("purged_invoke_key", self.purged_invoke_keys);
         metrics::reaped("recovered_conversation", self.recovered_conversations);
     }
 }
@@ -163,6 +166,7 @@ impl Lifecycle {
                         stuck_turns = report.stuck_turns,
                         purged_streams = report.purged_streams,
                         purged_tasks = report.purged_tasks,
+                        purged_invoke_keys = report.purged_invoke_keys,
                         recovered_conversations = report.recovered_conversations,
                         "reaper acted"
                     );
@@ -178,8 +182,9 @@ impl Lifecycle {
     /// (or fails) calls whose runner went silent, seals groups left open,
     /// fails turns whose job used up its attempts or that have no way on,
     /// recovers conversations held by turns of dead processes, and removes
-    /// turn streams past their retention, MCP tasks past their TTL and the
-    /// rows of processes dead longer than the streams' retention.
+    /// turn streams past their retention, MCP tasks and idempotency keys of
+    /// direct calls past their TTL and the rows of processes dead longer
+    /// than the streams' retention.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         self.reap(true).await
     }
@@ -211,6 +216,7 @@ impl Lifecycle {
         let purged_streams =
             turn_streams::purge_finished(pool, self.0.harness.settings().streams.retention).await?;
         let purged_tasks = mcp_tasks::purge_expired(pool, REAP_BATCH).await?;
+        let purged_invoke_keys = invoke_keys::purge_expired(pool, REAP_BATCH).await?;
         let recovered_conversations = self.recover_dead_holders(REAP_BATCH).await?;
         processes::purge_dead(pool, self.0.harness.settings().streams.retention).await?;
         Ok(ReapReport {
@@ -222,6 +228,7 @@ impl Lifecycle {
             stuck_turns: stuck.len(),
             purged_streams,
             purged_tasks,
+            purged_invoke_keys,
             recovered_conversations,
         })
     }

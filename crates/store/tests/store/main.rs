@@ -11,6 +11,7 @@ mod async_turns;
 mod channel_events;
 mod conversations;
 mod handoffs;
+mod invoke_keys;
 mod jobs;
 mod mcp_tasks;
 mod support;

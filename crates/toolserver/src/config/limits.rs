@@ -4,6 +4,7 @@ use clap::Args;
 use toolserver_api::ApiSettings;
 use toolserver_domain::ToolLimits;
 
+use super::parse::within;
 use super::units::secs;
 
 /// Request and upload limits.
@@ -57,6 +58,16 @@ pub struct LimitsConfig {
         default_value_t = secs(ApiSettings::DEFAULT.request_timeout)
     )]
     pub request_timeout_secs: u64,
+    /// Seconds a direct call's `Idempotency-Key` is kept from the call's
+    /// start: a repeat within them is answered with the stored result (or
+    /// refused while the call runs); after them the key is free again.
+    #[arg(
+        long,
+        env = "TOOLSERVER_INVOKE_IDEMPOTENCY_TTL_SECS",
+        default_value_t = secs(ApiSettings::DEFAULT.invoke_idempotency_ttl),
+        value_parser = within::<u64>(1..)
+    )]
+    pub invoke_idempotency_ttl_secs: u64,
     /// Page size of list routes when none is asked for.
     #[arg(
         long,

@@ -40,6 +40,7 @@ pub(super) fn settings(
         operator_key: operator_key(&config.accounts)?,
         usage_flush_interval: Duration::from_millis(config.accounts.usage_flush_ms),
         tool_cache_entries: runners.tool_cache_entries,
+        invoke_idempotency_ttl: Duration::from_secs(limits.invoke_idempotency_ttl_secs),
     })
 }
 

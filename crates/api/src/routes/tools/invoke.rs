@@ -7,7 +7,9 @@
 //! a signed URL) → answer with the result as JSON, or, with `Accept:
 //! text/event-stream`, stream `log` and `chunk` events as they happen and end
 //! with a `result` or `error` event. A failing tool is a result (`error`),
-//! not an HTTP failure. A client that goes away cancels its call.
+//! not an HTTP failure. A client that goes away cancels its call. With an
+//! `Idempotency-Key`, the key is claimed before any of this and a repeat is
+//! answered from it (see `idempotency`).
 
 use std::convert::Infallible;
 
@@ -21,7 +23,7 @@ use futures::stream::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolserver_domain::tool::violations;
-use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ValidationError};
+use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ToolId, ValidationError};
 use toolserver_harness::ledger::{Attempt, CallPlace, CallScope, CalledTool};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
 use toolserver_harness::tools::{Failure, FailureKind};
@@ -35,6 +37,13 @@ use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
+use idempotency::{Begin, Claim};
+use outcome::Outcome;
+
+mod fingerprint;
+mod idempotency;
+mod outcome;
+mod replay;
 
 /// A direct call.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -52,7 +61,7 @@ pub struct InvokeBody {
 }
 
 /// A failed tool call, as the tool (or the runner) reported it.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ToolError {
     /// Error class, e.g. `TypeError`, `DeadlineExceeded`, `OutputTooLarge`.
     pub name: String,
@@ -61,7 +70,7 @@ pub struct ToolError {
 }
 
 /// The outcome of a call: `output` on success, `error` when the tool failed.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InvokeResult {
     /// Id of this call.
@@ -78,7 +87,7 @@ pub struct InvokeResult {
 }
 
 /// One line of a tool's console output.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LogLine {
     /// `log`, `info`, `warn`, `error` or `debug`.
     pub level: String,
@@ -91,19 +100,22 @@ pub struct LogLine {
     security(("bearer" = [])),
     params(
         ("toolId" = String, Path, description = "Tool id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Passed to the tool as ctx.idempotencyKey"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a repeat safe: the first request with the key runs the call and keeps its result (`TOOLSERVER_INVOKE_IDEMPOTENCY_TTL_SECS`, 24 h by default); the same request again within that time gets the kept result, without running anything. 1 to 255 printable ASCII characters, scoped to the account. Passed to the tool as ctx.idempotencyKey (without it, the call id is)"),
     ),
     request_body = InvokeBody,
     responses(
-        (status = 200, description = "The call's result (JSON), or with Accept: text/event-stream an SSE stream of `log`, `chunk`, then `result` or `error` events",
+        (status = 200, description = "The call's result (JSON), or with Accept: text/event-stream an SSE stream of `log`, `chunk`, then `result` or `error` events. A replay for an `Idempotency-Key` is the kept result (as SSE: its `log` events, then `result` or `error`)",
+            headers(("Idempotent-Replayed" = String, description = "`true` when the response replays the kept result of an earlier request with the same `Idempotency-Key`")),
             content(
                 (InvokeResult = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Malformed body or unknown field", body = ErrorBody),
+        (status = 400, description = "Malformed body or unknown field, or an `Idempotency-Key` that is not 1 to 255 printable ASCII characters", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
-        (status = 422, description = "Input does not match the tool's inputSchema", body = ErrorBody),
+        (status = 409, description = "The `Idempotency-Key` belongs to a call still running (`idempotency_key_in_use`, with `Retry-After`), or to a call cut off before its end, whose outcome is unknown and which is not run again while the key is kept (`idempotency_outcome_unknown`)", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "With `idempotency_key_in_use`: seconds until a repeat may find the call ended"))),
+        (status = 422, description = "Input does not match the tool's inputSchema, or the `Idempotency-Key` was used for another tool or body", body = ErrorBody),
         (status = 429, description = "A limit of the account is reached (`concurrentCalls`, `callsPerMinute`, `liveRunners`); see `Retry-After`", body = ErrorBody),
         (status = 503, description = "No runner could be reached, or the server's runners are all taken (`capacity_exhausted`, with `Retry-After`)", body = ErrorBody),
     ))]
@@ -115,11 +127,53 @@ pub async fn invoke_tool(
     headers: HeaderMap,
     ApiJson(body): ApiJson<InvokeBody>,
 ) -> ApiResult<Response> {
-    let permit = state.admission().call(&account).await?;
     let id = parse_tool_id(&tool_id)?;
+    let claim = match idempotency::begin(&state, &account, id, &headers, &body).await? {
+        Begin::Run(claim) => claim,
+        Begin::Replayed(response, result) => {
+            let key = headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            record_replay(&state, &account, id, key, &body, &result).await?;
+            return Ok(response);
+        }
+        Begin::Answered(response) => return Ok(response),
+    };
+    let call = match start_call(&state, &account, id, &headers, body).await {
+        Ok(started) => Call::new(started, claim),
+        Err(refusal) => return Err(claim.release(refusal).await),
+    };
+    if wants_event_stream(&headers) {
+        Ok(Sse::new(sse_events(call))
+            .keep_alive(KeepAlive::default())
+            .into_response())
+    } else {
+        Ok(Json(call.into_result().await).into_response())
+    }
+}
+
+/// A call its runner took, with its place among the account's calls and
+/// its attempt in the ledger.
+struct Started {
+    call: RunnerCall,
+    permit: Permit,
+    attempt: Attempt,
+}
+
+/// Everything up to the call's start on its runner (recorded in the ledger
+/// first); an error here means nothing ran.
+async fn start_call(
+    state: &AppState,
+    account: &AccountId,
+    id: ToolId,
+    headers: &HeaderMap,
+    body: InvokeBody,
+) -> ApiResult<Started> {
+    let permit = state.admission().call(account).await?;
     let cached = state
         .tools()
-        .get(&account, id)
+        .get(account, id)
         .await
         .map_err(tool_not_found)?;
     let checked = match &cached.validator {
@@ -139,7 +193,7 @@ pub async fn invoke_tool(
         .map_or_else(|| call_id.clone(), str::to_owned);
     let input = body.input.clone();
     let place = CallPlace::direct(call_id.clone(), idempotency_key.clone());
-    let request = build_request(&state, tool, body, call_id, idempotency_key).await?;
+    let request = build_request(state, tool, body, call_id, idempotency_key).await?;
     let scope = CallScope::direct(account.clone(), CallPath::Invoke);
     let attempt = state
         .lifecycle()
@@ -148,25 +202,65 @@ pub async fn invoke_tool(
         .await
         .map_err(ApiError::Unavailable)?;
     let key = ReservationKey::new(account.clone(), tool.id);
-    let call = match RunnerCall::start(state.executor().clone(), key, request).await {
-        Ok(call) => Call {
+    match RunnerCall::start(state.executor().clone(), key, request).await {
+        Ok(call) => Ok(Started {
             call,
-            _permit: permit,
-            attempt: Some(attempt),
-            last_chunk: None,
-        },
+            permit,
+            attempt,
+        }),
         Err(err) => {
-            let error = runner_error(&state, &account, err);
+            let error = runner_error(state, account, err);
             attempt.ended(refusal_status(&error), &error.to_string());
-            return Err(error);
+            Err(error)
         }
-    };
-    if wants_event_stream(&headers) {
-        Ok(Sse::new(sse_events(call))
-            .keep_alive(KeepAlive::default())
-            .into_response())
-    } else {
-        Ok(Json(call.into_result().await).into_response())
+    }
+}
+
+/// Records a repeat answered from the kept result of key `key`: an attempt
+/// of its own that ran nothing.
+async fn record_replay(
+    state: &AppState,
+    account: &AccountId,
+    id: ToolId,
+    key: &str,
+    body: &InvokeBody,
+    result: &InvokeResult,
+) -> ApiResult<()> {
+    let cached = state
+        .tools()
+        .get(account, id)
+        .await
+        .map_err(tool_not_found)?;
+    let place = CallPlace::direct(result.call_id.clone(), key.to_owned());
+    let scope = CallScope::direct(account.clone(), CallPath::Invoke);
+    let attempt = state
+        .lifecycle()
+        .ledger()
+        .begin(
+            &scope,
+            &place,
+            CalledTool::from(&cached.record),
+            &body.input,
+        )
+        .await
+        .map_err(ApiError::Unavailable)?;
+    let error = result
+        .error
+        .as_ref()
+        .map(|error| format!("{}: {}", error.name, error.message));
+    attempt.finish(
+        AttemptStatus::Replayed,
+        result.output.as_ref(),
+        error.as_deref(),
+    );
+    Ok(())
+}
+
+/// How the ledger records a call no runner took.
+fn refusal_status(error: &ApiError) -> AttemptStatus {
+    match error {
+        ApiError::Unavailable(_) => AttemptStatus::RunnerLost,
+        _ => AttemptStatus::Throttled,
     }
 }
 
@@ -238,79 +332,64 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|accept| accept.contains("text/event-stream"))
 }
 
-/// How the ledger records a call no runner took.
-fn refusal_status(error: &ApiError) -> AttemptStatus {
-    match error {
-        ApiError::Unavailable(_) => AttemptStatus::RunnerLost,
-        _ => AttemptStatus::Throttled,
-    }
-}
-
 /// A call in progress, holding its place among the account's concurrent
-/// calls and its attempt in the ledger; cancelled on the runner (and in the
-/// ledger) if dropped before its end.
+/// calls, its idempotency key's claim and its attempt in the ledger;
+/// cancelled on the runner (and in the ledger) if dropped before its end.
 struct Call {
     call: RunnerCall,
-    _permit: Permit,
+    outcome: Outcome,
+    claim: Claim,
     attempt: Option<Attempt>,
-    last_chunk: Option<Value>,
+    _permit: Permit,
 }
 
 impl Call {
-    /// The next frame; the final one ends the call's attempt.
+    fn new(started: Started, claim: Claim) -> Self {
+        Self {
+            outcome: Outcome::new(started.call.call_id()),
+            call: started.call,
+            claim,
+            attempt: Some(started.attempt),
+            _permit: started.permit,
+        }
+    }
+
+    /// The next frame; after the last, the result is stored under the key
+    /// and ends the call's attempt.
     async fn next(&mut self) -> Option<Frame> {
         let frame = self.call.next().await;
-        let Some(attempt) = self.attempt.take() else {
-            return frame;
-        };
         match &frame {
-            Some(Frame::Chunk { value }) => {
-                self.last_chunk = Some(value.clone());
-                self.attempt = Some(attempt);
+            Some(frame) => self.outcome.push(frame),
+            None => {
+                let result = self.outcome.settled();
+                if let Some(attempt) = self.attempt.take() {
+                    end_attempt(attempt, result);
+                }
+                self.claim.store(result).await;
             }
-            Some(Frame::Log { .. }) => self.attempt = Some(attempt),
-            Some(Frame::End) => {
-                attempt.succeeded(self.last_chunk.as_ref().unwrap_or(&Value::Null));
-            }
-            Some(Frame::Final { value }) => attempt.succeeded(value),
-            Some(Frame::Launched) => attempt.succeeded(&serde_json::json!({"status": "launched"})),
-            Some(Frame::Error { name, message }) => {
-                let kind = FailureKind::of_runner_error(name);
-                attempt.failed(&Failure::new(kind, format!("{name}: {message}")));
-            }
-            None => attempt.ended(
-                AttemptStatus::RunnerLost,
-                "the runner ended the call without a result",
-            ),
         }
         frame
     }
 
     async fn into_result(mut self) -> InvokeResult {
-        let mut result = InvokeResult {
-            call_id: self.call.call_id().to_owned(),
-            output: None,
-            error: None,
-            logs: Vec::new(),
-        };
-        let mut last_chunk = None;
-        while let Some(frame) = self.next().await {
-            match frame {
-                Frame::Log { level, message } => result.logs.push(LogLine { level, message }),
-                Frame::Chunk { value } => last_chunk = Some(value),
-                Frame::End => result.output = Some(last_chunk.take().unwrap_or(Value::Null)),
-                Frame::Final { value } => result.output = Some(value),
-                Frame::Error { name, message } => result.error = Some(ToolError { name, message }),
-                Frame::Launched => result.output = Some(serde_json::json!({"status": "launched"})),
-            }
+        while self.next().await.is_some() {}
+        self.outcome.into_result()
+    }
+}
+
+/// Ends `attempt` as `result` says.
+fn end_attempt(attempt: Attempt, result: &InvokeResult) {
+    match (&result.output, &result.error) {
+        (_, Some(error)) => {
+            let kind = FailureKind::of_runner_error(&error.name);
+            let message = format!("{}: {}", error.name, error.message);
+            attempt.failed(&Failure::new(kind, message));
         }
-        if result.output.is_none() && result.error.is_none() {
-            result.error = Some(ToolError {
-                name: "RunnerError".into(),
-                message: "the runner ended the call without a result".into(),
-            });
-        }
-        result
+        (Some(output), None) => attempt.succeeded(output),
+        (None, None) => attempt.ended(
+            AttemptStatus::RunnerLost,
+            "the runner ended the call without a result",
+        ),
     }
 }
 

@@ -272,3 +272,37 @@ async fn a_detached_turns_calls_are_recorded_with_their_outcome(pool: PgPool) {
         "{failed}"
     );
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_replayed_invoke_is_an_attempt_that_ran_nothing(pool: PgPool) {
+    let app = TestApp::builder(pool).serve().spawn().await;
+    let keyed = app
+        .upload(ACCOUNT_A, "keyed", KEYED, json!({"type": "object"}))
+        .await;
+    let send = || async {
+        let response = app
+            .post(&format!("/accounts/me/tools/{keyed}/invoke"), ACCOUNT_A)
+            .header("Idempotency-Key", "order-42")
+            .json(&json!({"input": {"q": "once"}}))
+            .send()
+            .await
+            .unwrap();
+        let replayed = response.headers().get("idempotent-replayed").is_some();
+        (replayed, response.json::<Value>().await.unwrap())
+    };
+    let (first_replayed, first) = send().await;
+    let (again_replayed, again) = send().await;
+    assert_eq!((first_replayed, again_replayed), (false, true));
+    assert_eq!(first, again);
+
+    let calls = ended_calls(&app, ACCOUNT_A, "", 2).await;
+    let statuses: Vec<&str> = calls
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["replayed", "ok"], "newest first");
+    assert!(calls.iter().all(|c| c["toolCallId"] == first["callId"]));
+    assert!(calls.iter().all(|c| c["idempotencyKey"] == "order-42"));
+    let kept: Value = serde_json::from_str(calls[0]["output"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(kept, first["output"]);
+}

@@ -199,4 +199,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0018: 18,
     in_flight_work_settles_after_an_upgrade_from_0019: 19,
     in_flight_work_settles_after_an_upgrade_from_0020: 20,
+    in_flight_work_settles_after_an_upgrade_from_0021: 21,
 }
