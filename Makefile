@@ -49,11 +49,12 @@ fuzz-api: test-deps
 	bash scripts/fuzz-api.sh $(CARGO_TARGET_DIR)/release/toolserver $(FUZZ_EXAMPLES) $(FUZZ_SECONDS)
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
-## job claims against history, turns, one account's flood against another's
+## job claims against history, ledger pages against 1,000,000 attempts, turns, one account's flood against another's
 ## calls and turns (noisy neighbour), and the Kubernetes exec transport vs local sockets.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-store --bench claim
+	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-store --bench ledger
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench turns
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench noisy
 	cargo bench -p toolserver-kubernetes --bench exec

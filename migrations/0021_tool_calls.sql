@@ -62,6 +62,10 @@ CREATE TABLE tool_calls (
 -- status, agent, conversation or end user.
 CREATE INDEX tool_calls_account_idx ON tool_calls (account_id, started_at DESC, id DESC);
 CREATE INDEX tool_calls_tool_idx ON tool_calls (account_id, tool_name, started_at DESC, id DESC);
+-- One tool's failures: without it, a status rare for the tool walks all of
+-- the tool's attempts.
+CREATE INDEX tool_calls_tool_status_idx
+    ON tool_calls (account_id, tool_name, status, started_at DESC, id DESC);
 CREATE INDEX tool_calls_status_idx ON tool_calls (account_id, status, started_at DESC, id DESC);
 CREATE INDEX tool_calls_agent_idx ON tool_calls (account_id, agent_id, started_at DESC, id DESC)
     WHERE agent_id IS NOT NULL;

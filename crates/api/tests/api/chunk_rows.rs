@@ -473,6 +473,7 @@ async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_on
     let mut shown = vec![shown_type(&client.recv().await.unwrap())];
     let finish = UiChunk::Finish {
         finish_reason: "stop".into(),
+        message_metadata: None,
     };
     recording.chunks.send(finish).await.unwrap();
     let pool = app.pool.clone();

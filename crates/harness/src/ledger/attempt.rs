@@ -72,12 +72,14 @@ impl Attempt {
         error: Option<String>,
     ) {
         self.ended = true;
-        self.ledger.writer.end(AttemptEnd {
-            id: self.id,
-            status,
-            output,
-            error,
-        });
+        if let Some(writer) = &self.ledger.writer {
+            writer.end(AttemptEnd {
+                id: self.id,
+                status,
+                output,
+                error,
+            });
+        }
     }
 }
 

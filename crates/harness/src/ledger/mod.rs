@@ -17,8 +17,8 @@ use futures::StreamExt;
 use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
-use toolserver_domain::{AccountId, CallPath, ToolId};
-use toolserver_store::tool_calls::{NewAttempt, Payload};
+use toolserver_domain::{AccountId, AttemptStatus, CallPath, ToolId};
+use toolserver_store::tool_calls::{AttemptEnd, NewAttempt, Payload};
 use toolserver_store::ToolRecord;
 use uuid::Uuid;
 
@@ -45,6 +45,9 @@ pub struct LedgerSettings {
     pub lost_after: Duration,
     /// Most attempts one statement writes.
     pub max_batch: usize,
+    /// Whether inline calls are recorded (detached calls always are, by
+    /// the database); off only to measure what recording costs.
+    pub recording: bool,
 }
 
 impl LedgerSettings {
@@ -56,6 +59,7 @@ impl LedgerSettings {
         keeper_interval: Duration::from_secs(5),
         lost_after: Duration::from_secs(30),
         max_batch: 512,
+        recording: true,
     };
 }
 
@@ -165,10 +169,26 @@ impl CallPlace {
     }
 }
 
+impl TurnLedger {
+    /// Records the turn's call of `tool` at `place` as refused before it ran.
+    pub fn refused(
+        &self,
+        place: &CallPlace,
+        tool: CalledTool<'_>,
+        input: &Value,
+        status: AttemptStatus,
+        error: &str,
+    ) {
+        self.ledger
+            .refused(&self.scope, place, tool, input, status, error);
+    }
+}
+
 /// The ledger of this process's inline calls.
 #[derive(Clone)]
 pub struct Ledger {
-    writer: LedgerWriter,
+    /// `None` when recording is off: attempts are not written.
+    writer: Option<LedgerWriter>,
     settings: LedgerSettings,
     process: Option<Uuid>,
 }
@@ -177,7 +197,9 @@ impl Ledger {
     /// Starts the writer and the keeper on `pool`; attempts name `process`
     /// as the process running them (within a Tokio runtime).
     pub fn start(pool: PgPool, process: Option<Uuid>, settings: LedgerSettings) -> Self {
-        let writer = LedgerWriter::spawn(pool.clone(), settings.max_batch);
+        let writer = settings
+            .recording
+            .then(|| LedgerWriter::spawn(pool.clone(), settings.max_batch));
         keeper::spawn(pool, settings.clone());
         Self {
             writer,
@@ -207,11 +229,36 @@ impl Ledger {
     ) -> Result<Attempt, String> {
         let row = self.new_attempt(scope, place, tool, input);
         let id = row.id;
-        self.writer
-            .start(row)
-            .await
-            .map_err(|err| format!("the call could not be recorded, so it did not run: {err}"))?;
+        if let Some(writer) = &self.writer {
+            writer.start(row).await.map_err(|err| {
+                format!("the call could not be recorded, so it did not run: {err}")
+            })?;
+        }
         Ok(Attempt::new(self.clone(), id))
+    }
+
+    /// Records a call refused before anything ran (its input, an approval),
+    /// with `status` and why.
+    pub fn refused(
+        &self,
+        scope: &CallScope,
+        place: &CallPlace,
+        tool: CalledTool<'_>,
+        input: &Value,
+        status: AttemptStatus,
+        error: &str,
+    ) {
+        let Some(writer) = &self.writer else {
+            return;
+        };
+        let row = self.new_attempt(scope, place, tool, input);
+        let end = AttemptEnd {
+            id: row.id,
+            status,
+            output: None,
+            error: Some(error.to_owned()),
+        };
+        writer.ended(row, end);
     }
 
     /// `events` of a call of `tool`, recorded: started before the call
@@ -225,11 +272,14 @@ impl Ledger {
         input: &Value,
         events: ToolEvents,
     ) -> ToolEvents {
+        let Some(writer) = self.writer.clone() else {
+            return events;
+        };
         let row = self.new_attempt(scope, place, CalledTool::from(tool), input);
         let ledger = self.clone();
         futures::stream::once(async move {
             let id = row.id;
-            if let Err(err) = ledger.writer.start(row).await {
+            if let Err(err) = writer.start(row).await {
                 let message = format!("the call could not be recorded, so it did not run: {err}");
                 let failed = ToolEvent::Failed(Failure::tool(message));
                 return futures::stream::once(async move { failed }).boxed();

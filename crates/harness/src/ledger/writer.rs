@@ -46,6 +46,16 @@ impl LedgerWriter {
             .map_err(|_| "the ledger stopped".to_owned())?
     }
 
+    /// Queues an attempt that started and ended at once (a refusal: nothing
+    /// ran), without waiting for it to be written.
+    pub(super) fn ended(&self, attempt: NewAttempt, end: AttemptEnd) {
+        let (answer, _) = oneshot::channel();
+        let queued = self.queue.send(Write::Start(Box::new(attempt), answer));
+        if queued.is_err() || self.queue.send(Write::End(end)).is_err() {
+            tracing::error!("the ledger is shut down: a refused call was not recorded");
+        }
+    }
+
     /// Queues `end` to be written.
     pub(super) fn end(&self, end: AttemptEnd) {
         if self.queue.send(Write::End(end)).is_err() {

@@ -11,10 +11,11 @@ use super::pass::ModelCall;
 use super::pending::PendingWork;
 use super::place::call_place;
 use super::TurnPlan;
-use crate::ledger::{idempotency_key, CallPlace, TurnLedger};
+use crate::ledger::{idempotency_key, CallPlace, CalledTool, TurnLedger};
 use crate::tools::{RegisteredTool, ToolEvent, ToolEvents, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
+use toolserver_domain::AttemptStatus;
 
 /// How the refusal of a call that needs approval ends, on a request path
 /// where no person can be asked (detached turns, channels).
@@ -99,6 +100,7 @@ pub(super) async fn handle_calls(
                 let error_text = format!("the arguments are not valid JSON: {err}");
                 input_error(
                     emitter,
+                    ledger,
                     &call,
                     Value::String(call.arguments.clone()),
                     error_text,
@@ -135,11 +137,11 @@ pub(super) async fn handle_calls(
         }
         let Some(tool) = registry.get(&call.name) else {
             let error_text = format!("there is no tool named {:?}", call.name);
-            input_error(emitter, &call, input, error_text).await?;
+            input_error(emitter, ledger, &call, input, error_text).await?;
             continue;
         };
         if let Err(error_text) = tool.check_input(&input) {
-            input_error(emitter, &call, input, error_text).await?;
+            input_error(emitter, ledger, &call, input, error_text).await?;
             continue;
         }
         emitter.emit(input_available(&call, &input)).await?;
@@ -148,6 +150,11 @@ pub(super) async fn handle_calls(
                 "{} needs a person's approval, {APPROVAL_UNAVAILABLE}",
                 tool.name
             );
+            if let Some(ledger) = ledger {
+                let place = place_of(emitter, Some(ledger), &call.id);
+                let status = AttemptStatus::Denied;
+                ledger.refused(&place, CalledTool::from(tool), &input, status, &error_text);
+            }
             emitter
                 .emit(UiChunk::ToolOutputError {
                     tool_call_id: call.id.clone(),
@@ -390,12 +397,15 @@ fn output_chunk(tool_call_id: &str, output: Value, preliminary: Option<bool>) ->
     }
 }
 
+/// Tells the model its call's input was refused, and records the refusal.
 async fn input_error(
     emitter: &mut Emitter,
+    ledger: Option<&TurnLedger>,
     call: &ModelCall,
     input: Value,
     error_text: String,
 ) -> Result<(), ClientGone> {
+    let refused = ledger.map(|ledger| (ledger, input.clone(), error_text.clone()));
     emitter
         .emit(UiChunk::ToolInputError {
             tool_call_id: call.id.clone(),
@@ -403,7 +413,17 @@ async fn input_error(
             input,
             error_text,
         })
-        .await
+        .await?;
+    if let Some((ledger, input, error_text)) = refused {
+        let place = place_of(emitter, Some(ledger), &call.id);
+        let tool = CalledTool {
+            name: &call.name,
+            tool_id: None,
+            version: None,
+        };
+        ledger.refused(&place, tool, &input, AttemptStatus::InputError, &error_text);
+    }
+    Ok(())
 }
 
 /// The call that tells the model about finished background work.

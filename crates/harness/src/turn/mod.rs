@@ -4,6 +4,7 @@
 //! the assistant message that is stored afterwards.
 
 mod calls;
+mod cost;
 mod detach;
 mod emitter;
 mod pass;
@@ -24,15 +25,16 @@ pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
 
 use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
+use self::cost::TurnCost;
 use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
 use self::pending::PendingWork;
-use crate::ledger::TurnLedger;
+use crate::ledger::{CalledTool, TurnLedger};
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
 use crate::{metrics, HarnessSettings};
-use toolserver_domain::AgentConfig;
+use toolserver_domain::{AgentConfig, AttemptStatus};
 
 /// What a turn runs with.
 pub struct TurnPlan {
@@ -127,6 +129,7 @@ pub async fn run_turn(
         registry,
         emitter: Emitter::new(plan.assistant.clone(), out),
         pending: PendingWork::default(),
+        cost: TurnCost::carried(plan.assistant.metadata.as_ref()),
         plan,
         model_passes: 0,
     };
@@ -198,6 +201,8 @@ struct Turn {
     plan: TurnPlan,
     /// Model passes made so far.
     model_passes: u32,
+    /// The model's token counts over the message's passes.
+    cost: TurnCost,
 }
 
 impl Turn {
@@ -215,6 +220,7 @@ impl Turn {
         self.emitter
             .emit(UiChunk::Finish {
                 finish_reason: finish.clone(),
+                message_metadata: Some(self.cost.metadata()),
             })
             .await?;
         Ok((finish, error))
@@ -235,6 +241,7 @@ impl Turn {
         self.emitter
             .emit(UiChunk::Finish {
                 finish_reason: "error".into(),
+                message_metadata: Some(self.cost.metadata()),
             })
             .await?;
         Ok(("error".into(), Some(error)))
@@ -296,6 +303,7 @@ impl Turn {
                     reason,
                     usage,
                 } => {
+                    self.cost.add(usage);
                     tracing::debug!(
                         input_tokens = usage.input_tokens,
                         output_tokens = usage.output_tokens,
@@ -343,13 +351,23 @@ impl Turn {
         for part in decided {
             let approved = part.is_approved();
             let tool_call_id = part.tool_call_id.clone();
+            let input = part.input.clone().unwrap_or_else(|| json!({}));
             if !approved {
+                if let Some(ledger) = &self.plan.ledger {
+                    let place = calls::place_of(&self.emitter, Some(ledger), &tool_call_id);
+                    let tool = CalledTool {
+                        name: &part.tool_name,
+                        tool_id: self.registry.get(&part.tool_name).and_then(|t| t.tool_id),
+                        version: None,
+                    };
+                    let status = AttemptStatus::Denied;
+                    ledger.refused(&place, tool, &input, status, "a person denied the call");
+                }
                 self.emitter
                     .emit(UiChunk::ToolOutputDenied { tool_call_id })
                     .await?;
                 continue;
             }
-            let input = part.input.clone().unwrap_or_else(|| json!({}));
             let Some(tool) = self.registry.get(&part.tool_name) else {
                 let error_text = format!("the tool {:?} is no longer enabled", part.tool_name);
                 self.emitter

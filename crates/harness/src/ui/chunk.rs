@@ -125,6 +125,9 @@ pub enum UiChunk {
     Finish {
         /// Why: `stop`, `length`, `content-filter`, `tool-calls`, `error`, `other`.
         finish_reason: String,
+        /// Merged into the message's `metadata` (the turn's cost).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_metadata: Option<Value>,
     },
     /// The turn failed or hit a limit.
     #[serde(rename_all = "camelCase")]
@@ -186,6 +189,7 @@ mod tests {
             (
                 UiChunk::Finish {
                     finish_reason: "tool-calls".into(),
+                    message_metadata: None,
                 },
                 json!({"type": "finish", "finishReason": "tool-calls"}),
             ),

@@ -435,6 +435,17 @@ impl UiMessage {
                     self.parts.push(UiPart::Other(part));
                 }
             }
+            UiChunk::Finish {
+                message_metadata: Some(Value::Object(added)),
+                ..
+            } => {
+                let mut metadata = match self.metadata.take() {
+                    Some(Value::Object(metadata)) => metadata,
+                    _ => serde_json::Map::new(),
+                };
+                metadata.extend(added.clone());
+                self.metadata = Some(Value::Object(metadata));
+            }
             UiChunk::FinishStep
             | UiChunk::Finish { .. }
             | UiChunk::Error { .. }

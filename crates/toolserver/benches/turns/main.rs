@@ -66,9 +66,9 @@ use crate::compare::{interleaved, report_interleaved, rounds};
 use crate::cpu::ArmMedians;
 use crate::measure::{concurrent, model_direct, open_loop, resume_latency, turn};
 use crate::plan::{
-    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, NATS_URL, OPEN_LOOP_RATES,
-    OPEN_LOOP_TURNS, OPEN_TURNS, PACED_CHUNK_DELAY, PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS,
-    SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
+    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, LEDGER_COST_GOAL, NATS_URL,
+    OPEN_LOOP_RATES, OPEN_LOOP_TURNS, OPEN_TURNS, PACED_CHUNK_DELAY, PACED_TURNS_PER_CLIENT,
+    RESUMES, ROUNDS, SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
 };
 use crate::server::Server;
 
@@ -97,6 +97,16 @@ async fn main() {
             unadmitted_data.path(),
             bundles.path(),
             &[("TOOLSERVER_ADMISSION", "false")],
+        )
+        .await,
+    );
+    let unledgered_data = tempfile::tempdir().unwrap();
+    let unledgered = std::sync::Arc::new(
+        Server::start(
+            &database.url,
+            unledgered_data.path(),
+            bundles.path(),
+            &[("TOOLSERVER_LEDGER", "false")],
         )
         .await,
     );
@@ -178,7 +188,7 @@ async fn main() {
         .unwrap()
         .to_owned();
 
-    for target in [&server, &jetstream, &unrecorded, &unadmitted] {
+    for target in [&server, &jetstream, &unrecorded, &unadmitted, &unledgered] {
         for _ in 0..20 {
             turn(target, &tool_agent).await;
         }
@@ -283,6 +293,28 @@ async fn main() {
         }
     );
     drop(unadmitted);
+
+    println!(
+        "== 1 client, turn by turn: tool-call ledger on vs off, {INTERLEAVED_TURNS} turns on each arm, alternating =="
+    );
+    let turns = interleaved([&server, &unledgered], &tool_agent).await;
+    let ledgered = report_interleaved(
+        &turns,
+        ["ledger on", "ledger off"],
+        ["ledgered", "unledgered"],
+    );
+    let cost = 1.0 - ledgered;
+    println!(
+        "goal: the ledger costs at most {:.0}% of the turns/s: {:.2}% {}",
+        LEDGER_COST_GOAL * 100.0,
+        cost * 100.0,
+        if cost <= LEDGER_COST_GOAL {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    );
+    drop(unledgered);
 
     println!(
         "== paced model: {} turns, {CLIENTS} concurrent clients, 40 text chunks {} ms apart ==",

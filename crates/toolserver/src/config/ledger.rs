@@ -11,6 +11,16 @@ use super::units::millis;
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Tool-call ledger")]
 pub struct LedgerConfig {
+    /// Record every attempt of an inline call (turns, direct invokes, MCP
+    /// calls); `false`: they are not recorded (detached calls still are, by
+    /// the database), which exists to measure what recording costs.
+    #[arg(
+        long,
+        env = "TOOLSERVER_LEDGER",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub ledger: bool,
     /// Bytes of each call's input and output JSON the ledger keeps; a longer
     /// payload keeps its head, with the SHA-256 and length of the whole.
     #[arg(
@@ -77,6 +87,7 @@ impl LedgerConfig {
             keeper_interval: Duration::from_millis(self.ledger_keeper_ms),
             lost_after: Duration::from_millis(self.ledger_lost_after_ms),
             max_batch: self.ledger_max_batch,
+            recording: self.ledger,
         }
     }
 }

@@ -306,3 +306,52 @@ async fn a_replayed_invoke_is_an_attempt_that_ran_nothing(pool: PgPool) {
     let kept: Value = serde_json::from_str(calls[0]["output"]["text"].as_str().unwrap()).unwrap();
     assert_eq!(kept, first["output"]);
 }
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn refused_calls_are_recorded_without_running(pool: PgPool) {
+    let app = TestApp::live(pool).spawn().await;
+    let schema =
+        json!({"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}});
+    let keyed = app.upload(ACCOUNT_A, "keyed", KEYED, schema).await;
+    let guarded = app
+        .upload(ACCOUNT_A, "guarded", KEYED, json!({"type": "object"}))
+        .await;
+    app.model.script(
+        "ledger-refused",
+        vec![
+            Reply::tool_call("r1", "nope", json!({}))
+                .and_tool_call("r2", "keyed", json!({"q": 5}))
+                .and_tool_call("r3", "guarded", json!({"q": "x"})),
+            Reply::text("All refused."),
+        ],
+    );
+    let tools = json!({ &keyed: {}, &guarded: {"needsApproval": true} });
+    let agent = app.agent(ACCOUNT_A, "ledger-refused", tools).await;
+    let id = start_async(&app, &agent, "conv-refused", "try").await;
+    wait_for_status(&app, &id, "completed").await;
+
+    let calls = ended_calls(&app, ACCOUNT_A, "conversationId=conv-refused", 3).await;
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let seen: Vec<(&str, &str, i64)> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| {
+            let call = by_tool_call_id(&calls, id);
+            (
+                call["toolName"].as_str().unwrap(),
+                call["status"].as_str().unwrap(),
+                call["seq"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("nope", "input_error", 0),
+            ("keyed", "input_error", 1),
+            ("guarded", "denied", 2)
+        ]
+    );
+    assert!(calls
+        .iter()
+        .all(|c| c.get("output").is_none() && c["error"].is_string()));
+}
