@@ -5,6 +5,7 @@ pub mod account;
 pub mod agent;
 pub mod conversation;
 pub mod digest;
+pub mod effects;
 pub mod egress;
 pub mod job_token;
 pub mod ledger;
@@ -24,6 +25,7 @@ pub use agent::{
 };
 pub use conversation::{ConversationId, ConversationIdError};
 pub use digest::Sha256Digest;
+pub use effects::{RetryPolicy, RetrySpec, ToolEffects};
 pub use egress::EgressAllowList;
 pub use job_token::JobToken;
 pub use ledger::{AttemptStatus, CallPath, ToolCallId};

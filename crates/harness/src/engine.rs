@@ -22,7 +22,7 @@ use crate::provider::openai::OpenAiProvider;
 use crate::provider::{ModelProvider, ProviderHttp};
 use crate::sealing::{SealError, SecretBox};
 use crate::stream::StreamSettings;
-use crate::tools::{RegistryError, ToolRegistry, ToolSources};
+use crate::tools::{ConfigSource, RegistryError, ToolRegistry, ToolSources};
 use crate::webhooks::WebhookSettings;
 
 /// Why a stored agent could not be made ready to run.
@@ -220,16 +220,20 @@ impl Harness {
     }
 
     /// Parses `config` (credentials in place) and builds its tool registry:
-    /// unknown or missing tools, name clashes and unusable options fail here.
+    /// unknown or missing tools, name clashes, unusable options and effects
+    /// that widen a tool's own fail here; `source` says whether the config
+    /// is being saved or was stored before (see [`ConfigSource`]).
     pub async fn check(
         &self,
         account: &AccountId,
         config: &Value,
+        source: ConfigSource,
     ) -> Result<CheckedAgent, RegistryError> {
         let config = AgentConfig::parse(config, &self.settings.agent_limits)?;
         let provider = config.model.provider.clone();
         let supports = move |tool: &str| provider_supports(&provider, tool);
-        let registry = ToolRegistry::build(&self.sources, account, &config, &supports).await?;
+        let registry =
+            ToolRegistry::build(&self.sources, account, &config, &supports, source).await?;
         Ok(CheckedAgent { config, registry })
     }
 
@@ -242,7 +246,7 @@ impl Harness {
         agent: AgentId,
     ) -> Result<CheckedAgent, AgentLoadError> {
         let config = self.stored_config(pool, account, agent).await?;
-        self.check(account, &config)
+        self.check(account, &config, ConfigSource::Stored)
             .await
             .map_err(AgentLoadError::Registry)
     }
@@ -281,7 +285,7 @@ impl Harness {
         account: &AccountId,
         config: &Value,
     ) -> Result<CheckedAgent, RegistryError> {
-        let checked = self.check(account, config).await?;
+        let checked = self.check(account, config, ConfigSource::Saving).await?;
         let providers = checked
             .config
             .providers

@@ -13,7 +13,7 @@ use toolserver_domain::AccountId;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
-use toolserver_harness::tools::{TavilySettings, ToolSources};
+use toolserver_harness::tools::{ConfigSource, TavilySettings, ToolSources};
 use toolserver_harness::turn::{run_turn, TurnOutcome, TurnPlan};
 use toolserver_harness::ui::{UiChunk, UiMessage};
 use toolserver_harness::{Harness, HarnessSettings};
@@ -114,7 +114,10 @@ async fn turn(
         "tools": tools,
     });
     let account = AccountId::parse("acct").unwrap();
-    let checked = harness.check(&account, &config).await.unwrap();
+    let checked = harness
+        .check(&account, &config, ConfigSource::Saving)
+        .await
+        .unwrap();
     let provider = harness.provider(&checked.config).unwrap();
     let history: Vec<UiMessage> = serde_json::from_value(
         json!([{"id": "u", "role": "user", "parts": [{"type": "text", "text": "go"}]}]),

@@ -63,7 +63,9 @@ pub struct NewAsyncResult {
     pub liveness_timeout: Duration,
     /// The call's input.
     pub input: Value,
-    /// Whether the call may be launched again when its runner dies.
+    /// Whether the call may be launched again when its runner dies: its
+    /// tool's effects (as the agent config narrows them) are `read` or
+    /// `idempotent`.
     pub safe_to_repeat: bool,
 }
 

@@ -4,8 +4,8 @@ use serde_json::Value;
 use sqlx::{FromRow, PgPool};
 use time::OffsetDateTime;
 use toolserver_domain::{
-    AccountId, EgressAllowList, InputSchema, Sha256Digest, ToolConfig, ToolDescription, ToolId,
-    ToolName,
+    AccountId, EgressAllowList, InputSchema, RetrySpec, Sha256Digest, ToolConfig, ToolDescription,
+    ToolEffects, ToolId, ToolName,
 };
 use uuid::Uuid;
 
@@ -30,6 +30,10 @@ pub struct ToolRecord {
     pub default_config: ToolConfig,
     /// The hosts its code may reach; `None`: any public host.
     pub egress_allow: Option<EgressAllowList>,
+    /// What a call does to the world (`side_effect` unless declared).
+    pub effects: ToolEffects,
+    /// The `retry` its manifest declares (see [`RetrySpec::policy`]).
+    pub retry: RetrySpec,
     /// Content address of the current bundle.
     pub bundle_sha256: Sha256Digest,
     /// Size of the current bundle in bytes.
@@ -55,6 +59,10 @@ pub struct NewTool {
     pub default_config: ToolConfig,
     /// Egress allow list; `None`: any public host.
     pub egress_allow: Option<EgressAllowList>,
+    /// What a call does to the world.
+    pub effects: ToolEffects,
+    /// The declared retry policy (checked against `effects`).
+    pub retry: RetrySpec,
     /// Content address of the stored bundle.
     pub bundle_sha256: Sha256Digest,
     /// Size of the stored bundle in bytes.
@@ -74,6 +82,10 @@ pub struct ToolPatch {
     pub default_config: Option<ToolConfig>,
     /// New egress allow list (`Some(None)` lifts it).
     pub egress_allow: Option<Option<EgressAllowList>>,
+    /// New effects.
+    pub effects: Option<ToolEffects>,
+    /// New declared retry policy (replaces the old one whole).
+    pub retry: Option<RetrySpec>,
     /// New bundle: its content address and size.
     pub bundle: Option<(Sha256Digest, i64)>,
 }
@@ -86,6 +98,10 @@ struct ToolRow {
     input_schema: Value,
     default_config: Value,
     egress_allow: Option<Vec<String>>,
+    effects: String,
+    retry_max_attempts: Option<i32>,
+    retry_initial_backoff_ms: Option<i32>,
+    retry_max_backoff_ms: Option<i32>,
     bundle_sha256: String,
     bundle_size: i64,
     version: i32,
@@ -94,7 +110,9 @@ struct ToolRow {
 }
 
 const COLUMNS: &str = "id, name, description, input_schema, default_config, egress_allow, \
-                       bundle_sha256, bundle_size, version, created_at, updated_at";
+                       effects, retry_max_attempts, retry_initial_backoff_ms, \
+                       retry_max_backoff_ms, bundle_sha256, bundle_size, version, created_at, \
+                       updated_at";
 
 impl TryFrom<ToolRow> for ToolRecord {
     type Error = StoreError;
@@ -116,6 +134,8 @@ impl TryFrom<ToolRow> for ToolRecord {
             .map(|patterns| EgressAllowList::parse(&patterns))
             .transpose()
             .map_err(|_| corrupt("egress_allow"))?;
+        let effects =
+            ToolEffects::parse("effects", &row.effects).map_err(|_| corrupt("effects"))?;
         Ok(Self {
             id: ToolId::from_uuid(row.id),
             name: row.name,
@@ -123,6 +143,12 @@ impl TryFrom<ToolRow> for ToolRecord {
             input_schema: InputSchema::from_stored(row.input_schema),
             default_config,
             egress_allow,
+            effects,
+            retry: RetrySpec::from_stored(
+                row.retry_max_attempts,
+                row.retry_initial_backoff_ms,
+                row.retry_max_backoff_ms,
+            ),
             bundle_sha256,
             bundle_size: row.bundle_size,
             version: row.version,
@@ -144,8 +170,9 @@ pub async fn insert(
     accounts::ensure(&mut *tx, account).await?;
     let row: ToolRow = sqlx::query_as(&format!(
         "INSERT INTO tools (id, account_id, name, description, input_schema, default_config, \
-                            bundle_sha256, bundle_size, egress_allow) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
+                            bundle_sha256, bundle_size, egress_allow, effects, \
+                            retry_max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {COLUMNS}"
     ))
     .bind(ToolId::generate().as_uuid())
     .bind(account.as_str())
@@ -156,6 +183,10 @@ pub async fn insert(
     .bind(tool.bundle_sha256.to_hex())
     .bind(tool.bundle_size)
     .bind(tool.egress_allow.as_ref().map(EgressAllowList::patterns))
+    .bind(tool.effects.as_str())
+    .bind(stored_count(tool.retry.max_attempts()))
+    .bind(stored_count(tool.retry.initial_backoff_ms()))
+    .bind(stored_count(tool.retry.max_backoff_ms()))
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -239,6 +270,10 @@ pub async fn update(
              bundle_sha256 = COALESCE($7, bundle_sha256), \
              bundle_size = COALESCE($8, bundle_size), \
              egress_allow = CASE WHEN $9 THEN $10 ELSE egress_allow END, \
+             effects = COALESCE($11, effects), \
+             retry_max_attempts = CASE WHEN $12 THEN $13 ELSE retry_max_attempts END, \
+             retry_initial_backoff_ms = CASE WHEN $12 THEN $14 ELSE retry_initial_backoff_ms END, \
+             retry_max_backoff_ms = CASE WHEN $12 THEN $15 ELSE retry_max_backoff_ms END, \
              version = version + 1, \
              updated_at = now() \
          WHERE account_id = $1 AND id = $2 RETURNING {COLUMNS}"
@@ -258,9 +293,32 @@ pub async fn update(
             .as_ref()
             .and_then(|allow| allow.as_ref().map(EgressAllowList::patterns)),
     )
+    .bind(patch.effects.map(ToolEffects::as_str))
+    .bind(patch.retry.is_some())
+    .bind(
+        patch
+            .retry
+            .and_then(|retry| stored_count(retry.max_attempts())),
+    )
+    .bind(
+        patch
+            .retry
+            .and_then(|retry| stored_count(retry.initial_backoff_ms())),
+    )
+    .bind(
+        patch
+            .retry
+            .and_then(|retry| stored_count(retry.max_backoff_ms())),
+    )
     .fetch_one(pool)
     .await?;
     row.try_into()
+}
+
+/// A declared retry field as its `INTEGER` column holds it (every bound
+/// of [`RetrySpec`] fits).
+fn stored_count(value: Option<u32>) -> Option<i32> {
+    value.and_then(|value| i32::try_from(value).ok())
 }
 
 /// Deletes one of `account`'s tools.

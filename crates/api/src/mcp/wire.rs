@@ -5,19 +5,20 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, ContentBlock, DetailedTask, JsonObject, MetaObject, Task, TaskPayload,
-    TaskStatus, Tool, TASKS_EXTENSION_ID,
+    TaskStatus, Tool, ToolAnnotations, TASKS_EXTENSION_ID,
 };
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use toolserver_domain::CallStatus;
+use toolserver_domain::{CallStatus, ToolEffects};
 use toolserver_harness::tools::RegisteredTool;
 use toolserver_store::mcp_tasks::TaskRecord;
 
 /// JSON-RPC's internal-error code, for a task that failed outside its tool.
 const INTERNAL_ERROR: i64 = -32603;
 
-/// `tool` as `tools/list` shows it; uploaded tools say they take tasks.
+/// `tool` as `tools/list` shows it: uploaded tools say they take tasks, and
+/// every tool's annotations state its effects.
 pub fn tool(tool: &RegisteredTool) -> Tool {
     let schema = match &tool.input_schema {
         Value::Object(schema) => schema.clone(),
@@ -36,7 +37,26 @@ pub fn tool(tool: &RegisteredTool) -> Tool {
         TASKS_EXTENSION_ID.to_owned(),
         json!({ "taskSupport": task_support }),
     )])));
-    listed
+    listed.with_annotations(annotations(tool.effects, tool.open_world))
+}
+
+/// MCP's hints for a tool with `effects`: `read` is read-only (so neither
+/// destructive nor changed by a repeat), `idempotent` is additive and
+/// unchanged by a repeat, `side_effect` is destructive. Every hint is
+/// stated, since MCP's defaults (destructive, open world) are not ours.
+fn annotations(effects: ToolEffects, open_world: bool) -> ToolAnnotations {
+    let (read_only, destructive, idempotent) = match effects {
+        ToolEffects::Read => (true, false, true),
+        ToolEffects::Idempotent => (false, false, true),
+        ToolEffects::SideEffect => (false, true, false),
+    };
+    ToolAnnotations::from_raw(
+        None,
+        Some(read_only),
+        Some(destructive),
+        Some(idempotent),
+        Some(open_world),
+    )
 }
 
 /// A tool's output as a successful call: the text (a string as it is,
@@ -178,5 +198,29 @@ mod tests {
         assert_eq!(poll_interval_ms(&aged(0), Duration::ZERO), 1);
         // A window longer than twice the longest interval is capped by it.
         assert_eq!(poll_interval_ms(&aged(0), Duration::from_secs(5)), 1000);
+    }
+
+    #[test]
+    fn each_effect_has_its_hints() {
+        let hints = |effects| {
+            let a = annotations(effects, false);
+            (a.read_only_hint, a.destructive_hint, a.idempotent_hint)
+        };
+        assert_eq!(
+            hints(ToolEffects::Read),
+            (Some(true), Some(false), Some(true))
+        );
+        assert_eq!(
+            hints(ToolEffects::Idempotent),
+            (Some(false), Some(false), Some(true))
+        );
+        assert_eq!(
+            hints(ToolEffects::SideEffect),
+            (Some(false), Some(true), Some(false))
+        );
+        assert_eq!(
+            annotations(ToolEffects::Read, true).open_world_hint,
+            Some(true)
+        );
     }
 }

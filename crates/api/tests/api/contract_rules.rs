@@ -290,7 +290,36 @@ fn config_corpus() -> Vec<(Value, bool)> {
             with("provider", json!({"openai": {"organization": "o"}})),
             false,
         ),
+        (uploaded(json!({"effects": "read"})), true),
+        (
+            uploaded(json!({"effects": "side_effect", "async": true})),
+            true,
+        ),
+        (uploaded(json!({"effects": "write"})), false),
+        (uploaded(json!({"effects": Value::Null})), false),
+        (uploaded(json!({"safeToRepeat": false})), true),
+        (uploaded(json!({"safeToRepeat": true})), false),
+        (
+            uploaded(json!({"effects": "read", "safeToRepeat": false})),
+            false,
+        ),
+        (
+            uploaded(json!({"async": true, "effects": "idempotent", "safeToRepeat": true})),
+            false,
+        ),
+        (
+            with("tools", json!({"tavilySearch": {"effects": "idempotent"}})),
+            true,
+        ),
     ]
+}
+
+/// A config whose one tool is an uploaded tool set up with `setting`.
+fn uploaded(setting: Value) -> Value {
+    json!({
+        "model": {"provider": "openai", "modelId": "m"},
+        "tools": { ToolId::generate().to_string(): setting },
+    })
 }
 
 #[test]

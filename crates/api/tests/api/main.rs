@@ -34,5 +34,6 @@ mod stored_shapes;
 mod support;
 mod tenancy;
 mod tool_cache;
+mod tool_effects;
 mod tools;
 mod validation;

@@ -35,7 +35,7 @@ fn python() -> PathBuf {
 }
 
 /// Runs the Python client's `command` as `account` (no token with `None`).
-async fn mcp_python(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
+pub(crate) async fn mcp_python(app: &TestApp, account: Option<&str>, command: &[&str]) -> Value {
     let interpreter = python();
     let mut process = tokio::process::Command::new(&interpreter);
     process

@@ -5,7 +5,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::validation::whole_u64;
-use crate::{ToolId, ValidationError};
+use crate::{ToolEffects, ToolId, ValidationError};
 
 /// Longest `heartbeatTimeoutSeconds` or `timeoutSeconds` of an async tool (a week).
 pub const MAX_DETACHED_SECS: u64 = 7 * 24 * 3600;
@@ -28,6 +28,7 @@ pub const TOOL_FLAGS: &[&str] = &[
     "timeoutMs",
     "heartbeatTimeoutSeconds",
     "timeoutSeconds",
+    "effects",
     "safeToRepeat",
 ];
 
@@ -67,6 +68,15 @@ impl BuiltinTool {
     /// Looks a built-in up by its name.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// What calling the tool does: the Tavily tools and Google Search only
+    /// read; `handoff` changes the conversation.
+    pub fn effects(self) -> ToolEffects {
+        match self {
+            Self::TavilySearch | Self::TavilyExtract | Self::GoogleSearch => ToolEffects::Read,
+            Self::Handoff => ToolEffects::SideEffect,
+        }
     }
 
     /// Whether the server executes the tool (false for provider-defined tools).
@@ -205,10 +215,14 @@ pub struct ToolSetting {
     /// Async tools: a detached call expires this many seconds after launch
     /// whatever its heartbeats (`timeoutSeconds`; default: the server's TTL).
     pub detached_timeout_secs: Option<u64>,
-    /// Async tools: the tool may run again for the same call, so a detached
-    /// call whose runner died is launched again instead of failing
-    /// (`safeToRepeat`).
-    pub safe_to_repeat: bool,
+    /// The effects this agent declares for the tool (`effects`), which may
+    /// only narrow the tool's own; the deprecated `safeToRepeat: false`
+    /// reads as `side_effect`. `None`: the tool's own effects.
+    pub effects: Option<ToolEffects>,
+    /// The deprecated `safeToRepeat: true` (async tools): a claim that the
+    /// tool may run a call again, which holds only where the tool's
+    /// effects allow it; the effects alone decide.
+    pub claims_safe_to_repeat: bool,
     /// Everything else: tool options (merged over an uploaded tool's `defaultConfig`).
     pub options: Map<String, Value>,
 }
@@ -223,7 +237,8 @@ impl Default for ToolSetting {
             timeout_ms: None,
             heartbeat_timeout_secs: None,
             detached_timeout_secs: None,
-            safe_to_repeat: false,
+            effects: None,
+            claims_safe_to_repeat: false,
             options: Map::new(),
         }
     }
@@ -275,14 +290,29 @@ impl ToolSetting {
                 )),
             },
         };
-        let safe_to_repeat = match flag("safeToRepeat")? {
-            Some(true) if !run_async => {
-                return Err(ValidationError::new(
-                    format!("{base}.safeToRepeat"),
-                    "applies only to async tools (set async: true)",
-                ))
+        let declared = object
+            .get("effects")
+            .map(|value| ToolEffects::parse_value(&format!("{base}.effects"), value))
+            .transpose()?;
+        let safe_to_repeat = flag("safeToRepeat")?;
+        let refuse_repeat = |message: &str| {
+            Err(ValidationError::new(
+                format!("{base}.safeToRepeat"),
+                message,
+            ))
+        };
+        let (effects, claims_safe_to_repeat) = match (declared, safe_to_repeat) {
+            (Some(_), Some(_)) => {
+                return refuse_repeat(
+                    "is deprecated and cannot be combined with effects: declare effects alone",
+                )
             }
-            other => other.unwrap_or(false),
+            (_, Some(true)) if !run_async => {
+                return refuse_repeat("applies only to async tools (set async: true)")
+            }
+            (None, Some(false)) => (Some(ToolEffects::SideEffect), false),
+            (None, Some(true)) => (None, true),
+            (declared, None) => (declared, false),
         };
         let heartbeat_timeout_secs = seconds("heartbeatTimeoutSeconds")?;
         let detached_timeout_secs = seconds("timeoutSeconds")?;
@@ -305,7 +335,8 @@ impl ToolSetting {
             timeout_ms,
             heartbeat_timeout_secs,
             detached_timeout_secs,
-            safe_to_repeat,
+            effects,
+            claims_safe_to_repeat,
             options,
         })
     }
@@ -380,7 +411,8 @@ mod tests {
         .unwrap();
         assert_eq!(setting.heartbeat_timeout_secs, Some(5));
         assert_eq!(setting.detached_timeout_secs, Some(60));
-        assert!(setting.safe_to_repeat);
+        assert!(setting.claims_safe_to_repeat);
+        assert_eq!(setting.effects, None);
         assert!(setting.options.is_empty());
         for (bad, field) in [
             (
@@ -399,6 +431,36 @@ mod tests {
         ] {
             let err = ToolSetting::parse(key, &bad, 1000).unwrap_err();
             assert_eq!(err.field, format!("config.tools.{key}.{field}"));
+        }
+    }
+
+    #[test]
+    fn effects_are_declared_and_the_old_safe_to_repeat_reads_as_them() {
+        let key = ToolKey::Uploaded(ToolId::generate());
+        let parse = |value: Value| ToolSetting::parse(key, &value, 1000);
+        assert_eq!(parse(json!({})).unwrap().effects, None);
+        assert_eq!(
+            parse(json!({"effects": "idempotent"})).unwrap().effects,
+            Some(ToolEffects::Idempotent)
+        );
+        let refused = parse(json!({"safeToRepeat": false})).unwrap();
+        assert_eq!(refused.effects, Some(ToolEffects::SideEffect));
+        assert!(!refused.claims_safe_to_repeat);
+        assert!(refused.options.is_empty());
+        for (bad, field) in [
+            (json!({"effects": "write"}), "effects"),
+            (json!({"effects": true}), "effects"),
+            (
+                json!({"async": true, "effects": "read", "safeToRepeat": true}),
+                "safeToRepeat",
+            ),
+            (
+                json!({"effects": "side_effect", "safeToRepeat": false}),
+                "safeToRepeat",
+            ),
+        ] {
+            let err = parse(bad.clone()).unwrap_err();
+            assert_eq!(err.field, format!("config.tools.{key}.{field}"), "{bad}");
         }
     }
 

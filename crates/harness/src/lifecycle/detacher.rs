@@ -91,7 +91,7 @@ impl Detacher for GroupDetacher {
                     heartbeat_timeout: call.tool.detached.heartbeat_timeout,
                     liveness_timeout: self.settings.liveness_timeout,
                     input: call.input.clone(),
-                    safe_to_repeat: call.tool.detached.safe_to_repeat,
+                    safe_to_repeat: call.tool.effects.allows_repeat(),
                 };
                 tokens.push(token);
                 row

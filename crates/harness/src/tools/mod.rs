@@ -2,6 +2,7 @@
 //! and a way to run that yields events (logs, preliminary snapshots, then an
 //! output or a failure).
 
+mod effects;
 mod failure;
 mod mcp;
 mod registry;
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use serde_json::Value;
+use toolserver_domain::{RetryPolicy, ToolEffects};
 
+pub use effects::ConfigSource;
 pub use failure::{Failure, FailureKind};
 pub use mcp::McpClients;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
@@ -77,15 +80,15 @@ pub trait ToolImpl: Send + Sync {
     }
 }
 
-/// Bounds of a tool's detached calls, from its agent config.
+/// Bounds of a tool's detached calls, from its agent config. Whether a
+/// call whose runner died is launched again follows the tool's effects
+/// ([`RegisteredTool::effects`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DetachedLimits {
     /// A call expires when no heartbeat arrives for this long.
     pub heartbeat_timeout: Option<Duration>,
     /// A call expires this long after launch (default: the server's TTL).
     pub timeout: Option<Duration>,
-    /// A call whose runner died is launched again instead of failing.
-    pub safe_to_repeat: bool,
 }
 
 /// The version of an uploaded tool a call runs.
@@ -130,6 +133,19 @@ pub struct RegisteredTool {
     pub timeout: Duration,
     /// Bounds of this tool's detached calls.
     pub detached: DetachedLimits,
+    /// What a call does to the world, as the tool declares it (an uploaded
+    /// tool's manifest, a built-in's fixed effects, a remote MCP tool's
+    /// annotations), narrowed by the agent config's `effects`. Only `read`
+    /// and `idempotent` calls may run again: a detached call whose runner
+    /// died is launched again iff [`ToolEffects::allows_repeat`].
+    pub effects: ToolEffects,
+    /// How a call that failed for a transient reason may be tried again:
+    /// the manifest's `retry` (defaults for everything else), with one
+    /// attempt whenever [`Self::effects`] is `side_effect`.
+    pub retry: RetryPolicy,
+    /// Whether the tool reaches beyond this server (the network, people):
+    /// MCP's `openWorldHint`.
+    pub open_world: bool,
     implementation: Arc<dyn ToolImpl>,
 }
 

@@ -2,8 +2,11 @@
 //! unknown keys were already refused by the config parser; built-ins come
 //! from a static match; `tool_*` keys load the account's uploaded tools and
 //! expose their manifest names; `needsApproval` and `async` are recorded per
-//! tool; `async_status` is added when any enabled tool is async. The same
-//! build runs when an agent is saved and before every turn.
+//! tool; each tool's effects are its own narrowed by the config's
+//! `effects` (never widened); `async_status` is added when any enabled tool
+//! is async. The same build runs when an agent is saved and before every
+//! turn; what a config being saved is refused for, a stored one may only
+//! be warned about ([`ConfigSource`], [`super::effects`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,11 +18,12 @@ use toolserver_bundles::BundleStore;
 use toolserver_domain::agent::mcp::McpServerSetting;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
 use toolserver_domain::{
-    AccountId, AgentConfig, BuiltinTool, ToolKey, ToolSetting, ValidationError,
+    AccountId, AgentConfig, BuiltinTool, ToolEffects, ToolKey, ToolSetting, ValidationError,
 };
 use toolserver_sandbox::Executor;
 use toolserver_store::{tools, StoreError, ToolRecord};
 
+use super::effects::{self, Conduct, ConfigSource, Declared};
 use super::mcp::{McpClients, RemoteTool};
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
@@ -86,10 +90,17 @@ impl ToolRegistry {
         account: &AccountId,
         config: &AgentConfig,
         provider_supports: &(dyn Fn(&str) -> bool + Sync),
+        source: ConfigSource,
     ) -> Result<Self, RegistryError> {
         let mut registry = Self::default();
         for (key, setting) in &config.tools {
             if let ToolKey::Builtin(builtin) = key {
+                if !setting.enabled {
+                    // A built-in's effects are fixed, so a setting that
+                    // would widen them is wrong even while it is off.
+                    let field = format!("config.tools.{key}");
+                    registry.settle_effects(&field, setting, builtin.effects(), source)?;
+                }
                 if !builtin.has_local_execute() && setting.run_async {
                     let warning = format!(
                         "config.tools.{key}.async is ignored: {key} is provider-defined and has no local execute"
@@ -102,11 +113,12 @@ impl ToolRegistry {
         for (key, setting) in config.enabled_tools() {
             let field = format!("config.tools.{key}");
             let mut version = None;
-            let (name, description, schema, implementation): (
+            let (name, description, schema, implementation, declared): (
                 String,
                 String,
                 Value,
                 Arc<dyn ToolImpl>,
+                Declared,
             ) = match key {
                 ToolKey::Builtin(BuiltinTool::GoogleSearch) => {
                     if !provider_supports(BuiltinTool::GoogleSearch.name()) {
@@ -119,6 +131,12 @@ impl ToolRegistry {
                             )
                             .into());
                     }
+                    registry.settle_effects(
+                        &field,
+                        setting,
+                        BuiltinTool::GoogleSearch.effects(),
+                        source,
+                    )?;
                     registry.provider_tools.push(key.to_string());
                     continue;
                 }
@@ -131,6 +149,7 @@ impl ToolRegistry {
                         handoff::DESCRIPTION.to_owned(),
                         handoff::input_schema(),
                         Arc::new(tool),
+                        Declared::builtin(BuiltinTool::Handoff),
                     )
                 }
                 ToolKey::Builtin(builtin) => {
@@ -144,6 +163,7 @@ impl ToolRegistry {
                         endpoint.description().to_owned(),
                         endpoint.input_schema(),
                         Arc::new(tool),
+                        Declared::builtin(builtin),
                     )
                 }
                 ToolKey::Uploaded(id) => {
@@ -167,11 +187,13 @@ impl ToolRegistry {
                         settings: sources.runner.clone(),
                         record: record.clone(),
                     };
+                    let declared = Declared::uploaded(&record);
                     (
                         record.name,
                         record.description,
                         record.input_schema.as_value().clone(),
                         Arc::new(tool),
+                        declared,
                     )
                 }
             };
@@ -179,6 +201,7 @@ impl ToolRegistry {
                 ToolKey::Uploaded(id) => Some(id),
                 ToolKey::Builtin(_) => None,
             };
+            let effects = registry.settle_effects(&field, setting, declared.effects, source)?;
             let described = Described {
                 name,
                 tool_id,
@@ -186,6 +209,7 @@ impl ToolRegistry {
                 description,
                 schema,
                 implementation,
+                conduct: declared.narrowed_to(effects),
             };
             registry.insert(sources, &field, setting, described)?;
         }
@@ -239,6 +263,7 @@ impl ToolRegistry {
                 needs_approval: server.needs_approval.applies_to(&remote.name),
                 ..ToolSetting::default()
             };
+            let declared = Declared::remote(remote);
             let described = Described {
                 name,
                 tool_id: None,
@@ -250,6 +275,7 @@ impl ToolRegistry {
                     server: server.clone(),
                     name: remote.name.to_string(),
                 }),
+                conduct: declared.as_declared(),
             };
             if let Err(err) = self.insert(sources, &field, &setting, described) {
                 self.warn(err.message);
@@ -261,6 +287,21 @@ impl ToolRegistry {
     fn warn(&mut self, warning: String) {
         tracing::warn!("{warning}");
         self.warnings.push(warning);
+    }
+
+    /// [`effects::settle`], its warnings recorded.
+    fn settle_effects(
+        &mut self,
+        field: &str,
+        setting: &ToolSetting,
+        declared: ToolEffects,
+        source: ConfigSource,
+    ) -> Result<ToolEffects, ValidationError> {
+        let (effects, warnings) = effects::settle(field, setting, declared, source)?;
+        for warning in warnings {
+            self.warn(warning);
+        }
+        Ok(effects)
     }
 
     /// The tools an account serves over MCP: its uploaded tools `records`
@@ -282,6 +323,7 @@ impl ToolRegistry {
                 };
                 let field = format!("tools.{}", builtin.name());
                 let tool = tavily_tool(sources, endpoint, &setting, &field)?;
+                let declared = Declared::builtin(builtin);
                 let described = Described {
                     name: builtin.name().to_owned(),
                     tool_id: None,
@@ -289,12 +331,14 @@ impl ToolRegistry {
                     description: endpoint.description().to_owned(),
                     schema: endpoint.input_schema(),
                     implementation: Arc::new(tool),
+                    conduct: declared.as_declared(),
                 };
                 registry.insert(sources, &field, &setting, described)?;
             }
         }
         for record in records {
             let field = format!("tools.{}", record.name);
+            let declared = Declared::uploaded(&record);
             let described = Described {
                 name: record.name.clone(),
                 tool_id: Some(record.id),
@@ -309,6 +353,7 @@ impl ToolRegistry {
                     settings: sources.runner.clone(),
                     record,
                 }),
+                conduct: declared.as_declared(),
             };
             registry.insert(sources, &field, &setting, described)?;
         }
@@ -330,6 +375,7 @@ impl ToolRegistry {
             description,
             schema,
             implementation,
+            conduct,
         } = described;
         if name == ASYNC_STATUS_TOOL || self.tools.contains_key(&name) {
             return Err(ValidationError::new(
@@ -362,8 +408,10 @@ impl ToolRegistry {
                 detached: DetachedLimits {
                     heartbeat_timeout: setting.heartbeat_timeout_secs.map(Duration::from_secs),
                     timeout: setting.detached_timeout_secs.map(Duration::from_secs),
-                    safe_to_repeat: setting.safe_to_repeat,
                 },
+                effects: conduct.effects,
+                retry: conduct.retry,
+                open_world: conduct.open_world,
                 implementation,
             },
         );
@@ -439,6 +487,7 @@ struct Described {
     description: String,
     schema: Value,
     implementation: Arc<dyn ToolImpl>,
+    conduct: Conduct,
 }
 
 /// The model-facing contract of `async_status`.

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use sqlx::{Encode, FromRow, PgPool, Postgres, Type};
 use toolserver_domain::tool::ToolLimits;
 use toolserver_domain::{
-    AccountId, AgentId, AgentName, CallStatus, InputSchema, ResultId, Sha256Digest, ToolConfig,
-    ToolDescription, ToolId, ToolName, TurnStatus,
+    AccountId, AgentId, AgentName, CallStatus, InputSchema, ResultId, RetrySpec, Sha256Digest,
+    ToolConfig, ToolDescription, ToolEffects, ToolId, ToolName, TurnStatus,
 };
 use toolserver_store::async_results::{self, NewAsyncResult, PassOwner};
 use toolserver_store::async_turns::{self, NewTurn};
@@ -48,6 +48,8 @@ pub async fn tenant(pool: &PgPool, name: &str) -> Tenant {
         input_schema: InputSchema::parse(json!({"type": "object"}), &limits).unwrap(),
         default_config: ToolConfig::default(),
         egress_allow: None,
+        effects: ToolEffects::default(),
+        retry: RetrySpec::default(),
         bundle_sha256: Sha256Digest::of(b"bundle"),
         bundle_size: 6,
     };

@@ -85,7 +85,8 @@ pub struct LifecycleConfig {
     )]
     pub job_retry_backoff_ms: u64,
     /// Milliseconds a runner may go without pinging a detached call before
-    /// the call fails (or is launched again when safe to repeat).
+    /// the call fails (or is launched again when its tool's effects are
+    /// read or idempotent).
     #[arg(
         long,
         env = "TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS",
@@ -112,8 +113,8 @@ pub struct LifecycleConfig {
         value_parser = within::<u64>(1..=MAX_COMPLETION_RETRY_MS)
     )]
     pub completion_retry_ms: u64,
-    /// Launches in all of one detached call that is safe to repeat, before
-    /// a dead runner fails it.
+    /// Launches in all of one detached call whose tool's effects are read
+    /// or idempotent, before a dead runner fails it.
     #[arg(
         long,
         env = "TOOLSERVER_MAX_CALL_LAUNCHES",

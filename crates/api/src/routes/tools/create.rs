@@ -8,9 +8,10 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
+use serde_json::Value;
 use toolserver_domain::{
-    EgressAllowList, InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName,
-    ValidationError,
+    EgressAllowList, InputSchema, RetrySpec, ToolConfig, ToolDescription, ToolEffects, ToolLimits,
+    ToolName, ValidationError,
 };
 use toolserver_store::{tools, NewTool};
 
@@ -30,6 +31,8 @@ impl WithBase64Bundle for CreateToolJson {
             input_schema: self.input_schema,
             default_config: self.default_config,
             egress: self.egress,
+            effects: self.effects,
+            retry: self.retry,
         };
         (manifest, Some(self.bundle))
     }
@@ -47,6 +50,10 @@ pub struct ValidManifest {
     pub default_config: ToolConfig,
     /// Egress allow list; `None`: any public host.
     pub egress_allow: Option<EgressAllowList>,
+    /// What a call does to the world.
+    pub effects: ToolEffects,
+    /// The declared retry policy, allowed for `effects`.
+    pub retry: RetrySpec,
 }
 
 /// Validates every manifest field, reporting the first that fails.
@@ -54,6 +61,9 @@ pub fn validate_manifest(
     m: ToolManifest,
     limits: &ToolLimits,
 ) -> Result<ValidManifest, ValidationError> {
+    let effects = parse_effects(m.effects.as_deref())?.unwrap_or_default();
+    let retry = parse_retry(m.retry.as_ref())?.unwrap_or_default();
+    retry.check_for(effects)?;
     Ok(ValidManifest {
         name: ToolName::parse(&m.name)?,
         description: ToolDescription::parse(&m.description, limits)?,
@@ -63,7 +73,20 @@ pub fn validate_manifest(
             None => ToolConfig::default(),
         },
         egress_allow: egress_allow(m.egress)?,
+        effects,
+        retry,
     })
+}
+
+/// The effects an `effects` field states, if it states them.
+pub fn parse_effects(raw: Option<&str>) -> Result<Option<ToolEffects>, ValidationError> {
+    raw.map(|raw| ToolEffects::parse("effects", raw))
+        .transpose()
+}
+
+/// The retry policy a `retry` field declares, if it declares one.
+pub fn parse_retry(value: Option<&Value>) -> Result<Option<RetrySpec>, ValidationError> {
+    value.map(RetrySpec::parse).transpose()
 }
 
 /// The allow list an `egress` field states, if it states one.
@@ -117,6 +140,8 @@ pub async fn create_tool(
             input_schema: manifest.input_schema,
             default_config: manifest.default_config,
             egress_allow: manifest.egress_allow,
+            effects: manifest.effects,
+            retry: manifest.retry,
             bundle_sha256: stored.sha256,
             bundle_size: stored.size as i64,
         },

@@ -7,9 +7,9 @@ use axum::Json;
 use toolserver_domain::{
     InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName, ValidationError,
 };
-use toolserver_store::{tools, ToolPatch};
+use toolserver_store::{tools, ToolPatch, ToolRecord};
 
-use super::create::egress_allow;
+use super::create::{egress_allow, parse_effects, parse_retry};
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
 use super::{parse_tool_id, tool_not_found};
@@ -27,6 +27,8 @@ impl WithBase64Bundle for UpdateToolJson {
             input_schema: self.input_schema,
             default_config: self.default_config,
             egress: self.egress,
+            effects: self.effects,
+            retry: self.retry,
         };
         (manifest, self.bundle)
     }
@@ -52,8 +54,26 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
             .egress
             .map(|egress| egress_allow(Some(egress)))
             .transpose()?,
+        effects: parse_effects(m.effects.as_deref())?,
+        retry: parse_retry(m.retry.as_ref())?,
         bundle: None,
     })
+}
+
+/// Completes a patch that changes the effects or the retry policy with the
+/// other as `current` has it, and refuses a pair a tool may not declare
+/// (a `side_effect` tool that would try a call more than once). Both are
+/// written together, so a stored tool always holds a pair checked as one.
+fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), ValidationError> {
+    if patch.effects.is_none() && patch.retry.is_none() {
+        return Ok(());
+    }
+    let effects = patch.effects.unwrap_or(current.effects);
+    let retry = patch.retry.unwrap_or(current.retry);
+    retry.check_for(effects)?;
+    patch.effects = Some(effects);
+    patch.retry = Some(retry);
+    Ok(())
 }
 
 /// Changes one of the caller's tools.
@@ -92,6 +112,8 @@ pub async fn update_tool(
         && patch.input_schema.is_none()
         && patch.default_config.is_none()
         && patch.egress_allow.is_none()
+        && patch.effects.is_none()
+        && patch.retry.is_none()
         && upload.bundle.is_none();
     // Check the tool is the caller's before storing any bytes for it.
     let current = tools::get(state.pool(), &account, id)
@@ -101,6 +123,7 @@ pub async fn update_tool(
         // A patch that changes nothing is answered with the tool as it is.
         return Ok(Json(current.into()));
     }
+    settle_effects(&mut patch, &current)?;
     if let Some(bundle) = upload.bundle {
         let stored = state.bundles().put(bundle).await?;
         patch.bundle = Some((stored.sha256, stored.size as i64));

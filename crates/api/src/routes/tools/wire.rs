@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_domain::{RetryPolicy, ToolEffects};
 use toolserver_store::ToolRecord;
 use utoipa::ToSchema;
 
@@ -24,6 +25,11 @@ pub struct ToolView {
     pub default_config: Value,
     /// Where the tool's code may connect.
     pub egress: ToolEgress,
+    /// What a call does to the world (`side_effect` unless declared).
+    pub effects: EffectsView,
+    /// The retry policy in force: the declared `retry`, defaults for the
+    /// rest (one attempt for a `side_effect` tool).
+    pub retry: RetryView,
     /// SHA-256 of the current bundle (hex).
     pub bundle_sha256: String,
     /// Size of the current bundle in bytes.
@@ -42,6 +48,7 @@ pub struct ToolView {
 
 impl From<ToolRecord> for ToolView {
     fn from(tool: ToolRecord) -> Self {
+        let retry = tool.retry.policy(tool.effects);
         Self {
             tool_id: tool.id.to_string(),
             name: tool.name,
@@ -51,11 +58,60 @@ impl From<ToolRecord> for ToolView {
             egress: ToolEgress {
                 allow: tool.egress_allow.map(|allow| allow.patterns().to_vec()),
             },
+            effects: tool.effects.into(),
+            retry: retry.into(),
             bundle_sha256: tool.bundle_sha256.to_hex(),
             bundle_size: tool.bundle_size,
             version: tool.version,
             created_at: tool.created_at,
             updated_at: tool.updated_at,
+        }
+    }
+}
+
+/// What calling a tool does to the world, least cautious first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = ToolEffects)]
+pub enum EffectsView {
+    /// Reads only: calling it any number of times changes nothing.
+    Read,
+    /// Calling it again with the same input changes nothing more.
+    Idempotent,
+    /// Each call may change something anew.
+    SideEffect,
+}
+
+impl From<ToolEffects> for EffectsView {
+    fn from(effects: ToolEffects) -> Self {
+        match effects {
+            ToolEffects::Read => Self::Read,
+            ToolEffects::Idempotent => Self::Idempotent,
+            ToolEffects::SideEffect => Self::SideEffect,
+        }
+    }
+}
+
+/// A retry policy: most tries of a call (the first included) and the
+/// waits between them, which grow from `initialBackoffMs` to `maxBackoffMs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryView {
+    /// Most tries of one call, 1 to 10.
+    pub max_attempts: u32,
+    /// The wait before the second try, in milliseconds.
+    pub initial_backoff_ms: u64,
+    /// The longest wait between two tries, in milliseconds.
+    pub max_backoff_ms: u64,
+}
+
+impl From<RetryPolicy> for RetryView {
+    fn from(policy: RetryPolicy) -> Self {
+        let ms = |wait: std::time::Duration| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            max_attempts: policy.max_attempts,
+            initial_backoff_ms: ms(policy.initial_backoff),
+            max_backoff_ms: ms(policy.max_backoff),
         }
     }
 }
@@ -88,6 +144,15 @@ pub struct ToolManifest {
     /// Where the tool's code may connect: `{"allow": [...]}` narrows it to
     /// those hosts; absent or `{}`: any public host.
     pub egress: Option<ToolEgress>,
+    /// What a call does to the world: `read`, `idempotent` or
+    /// `side_effect` (the default).
+    #[schema(value_type = Option<EffectsView>)]
+    pub effects: Option<String>,
+    /// How a call that failed for a transient reason may be tried again;
+    /// each field left out takes its default (3 attempts for `read` and
+    /// `idempotent` tools, 1 for `side_effect` ones).
+    #[schema(value_type = Option<RetryView>)]
+    pub retry: Option<Value>,
 }
 
 /// Upload as JSON: the manifest plus the bundle in base64.
@@ -107,6 +172,15 @@ pub struct CreateToolJson {
     /// Where the tool's code may connect: `{"allow": [...]}` narrows it to
     /// those hosts; absent or `{}`: any public host.
     pub egress: Option<ToolEgress>,
+    /// What a call does to the world: `read`, `idempotent` or
+    /// `side_effect` (the default).
+    #[schema(value_type = Option<EffectsView>)]
+    pub effects: Option<String>,
+    /// How a call that failed for a transient reason may be tried again;
+    /// each field left out takes its default (3 attempts for `read` and
+    /// `idempotent` tools, 1 for `side_effect` ones).
+    #[schema(value_type = Option<RetryView>)]
+    pub retry: Option<Value>,
     /// The bundled ESM module, base64 (standard alphabet, padded).
     pub bundle: String,
 }
@@ -138,6 +212,12 @@ pub struct UpdateToolJson {
     pub default_config: Option<Value>,
     /// New egress rule (replaces the old one; `{}` lifts the allow list).
     pub egress: Option<ToolEgress>,
+    /// New effects.
+    #[schema(value_type = Option<EffectsView>)]
+    pub effects: Option<String>,
+    /// New retry policy (replaces the declared one whole).
+    #[schema(value_type = Option<RetryView>)]
+    pub retry: Option<Value>,
     /// New bundle, base64.
     pub bundle: Option<String>,
 }
@@ -194,4 +274,10 @@ pub struct UpdateManifest {
     pub default_config: Option<Value>,
     /// New egress rule (replaces the old one; `{}` lifts the allow list).
     pub egress: Option<ToolEgress>,
+    /// New effects.
+    #[schema(value_type = Option<EffectsView>)]
+    pub effects: Option<String>,
+    /// New retry policy (replaces the declared one whole).
+    #[schema(value_type = Option<RetryView>)]
+    pub retry: Option<Value>,
 }

@@ -128,6 +128,31 @@ impl TestApp {
         .await
     }
 
+    /// Uploads a tool as [`Self::upload`] does, its manifest also carrying
+    /// `fields` (such as `effects` and `retry`); its id.
+    pub async fn upload_declaring(
+        &self,
+        account: &str,
+        (name, source): (&str, &str),
+        schema: Value,
+        fields: Value,
+    ) -> String {
+        let mut body = tools::upload_body(name, source, schema);
+        if let (Some(body), Some(fields)) = (body.as_object_mut(), fields.as_object()) {
+            body.extend(fields.clone());
+        }
+        let (status, created) = self
+            .request(
+                reqwest::Method::POST,
+                "/accounts/me/tools",
+                account,
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 201, "uploading {name}: {created}");
+        created["toolId"].as_str().unwrap().to_owned()
+    }
+
     /// Invokes `account`'s `tool` with `body`; the status and the answer.
     pub async fn invoke(&self, account: &str, tool: &str, body: Value) -> (u16, Value) {
         let response = self.invoke_response(account, tool, body).await;

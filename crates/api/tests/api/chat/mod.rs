@@ -19,6 +19,7 @@ mod handoff;
 mod limits;
 mod providers;
 mod tool_config;
+mod tool_effects;
 mod turns;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return { echo: input, greeting: ctx.config.greeting, region: ctx.config.region }; } };";

@@ -23,13 +23,26 @@ const DELAYED: &str = "export default { async execute(ctx, input) { await new Pr
 /// Returns the tool id and the agent id.
 async fn async_agent(
     app: &TestApp,
-    (name, source): (&str, &str),
+    tool: (&str, &str),
+    model: &str,
+    settings: Value,
+    replies: Vec<Reply>,
+) -> (String, String) {
+    async_agent_declaring(app, tool, json!({}), model, settings, replies).await
+}
+
+/// [`async_agent`] with `fields` (such as `effects`) added to the tool's
+/// manifest.
+async fn async_agent_declaring(
+    app: &TestApp,
+    tool: (&str, &str),
+    fields: Value,
     model: &str,
     settings: Value,
     replies: Vec<Reply>,
 ) -> (String, String) {
     let tool = app
-        .upload(ACCOUNT_A, name, source, json!({"type": "object"}))
+        .upload_declaring(ACCOUNT_A, tool, json!({"type": "object"}), fields)
         .await;
     app.model.script(model, replies);
     let mut config = json!({"async": true});

@@ -1,6 +1,7 @@
 //! Detached calls whose worker or runner dies or goes silent: a killed
-//! worker fails its call at once, and a call safe to repeat is launched
-//! again, only while safe and under its launch bound.
+//! worker fails its call at once, and a call whose tool's effects allow
+//! repeats (`read` or `idempotent`, as narrowed by the agent config) is
+//! launched again, only while safe and under its launch bound.
 
 use std::time::Duration;
 
@@ -14,8 +15,9 @@ use uuid::Uuid;
 use crate::app::{fast_lifecycle, TestApp};
 use crate::completion::turn_fixture;
 use crate::detached::{start_async, wait_for_status, wait_for_status_within};
+use crate::support::ACCOUNT_A;
 
-use super::{account, async_agent, text_of, DELAYED};
+use super::{account, async_agent, async_agent_declaring, text_of, DELAYED};
 
 /// Fast test settings whose runners are only judged silent after a
 /// minute: a call settled sooner was settled by its worker's exit.
@@ -93,16 +95,17 @@ async fn a_call_whose_worker_is_killed_fails_at_once_naming_the_exit_and_its_gro
 }
 
 #[sqlx::test(migrations = "../../migrations")]
-async fn a_call_safe_to_repeat_is_launched_again_at_once_when_its_worker_is_killed(pool: PgPool) {
+async fn an_idempotent_call_is_launched_again_at_once_when_its_worker_is_killed(pool: PgPool) {
     let app = TestApp::live(pool.clone())
         .harness(minute_of_liveness())
         .spawn()
         .await;
-    let (tool, agent) = async_agent(
+    let (tool, agent) = async_agent_declaring(
         &app,
         ("repeatable", REPEATABLE),
+        json!({"effects": "idempotent"}),
         "repeat-exit",
-        json!({"safeToRepeat": true}),
+        json!({}),
         vec![
             Reply::tool_call("c1", "repeatable", json!({"ms": 3000})),
             Reply::text("Started."),
@@ -130,7 +133,7 @@ async fn a_call_safe_to_repeat_is_launched_again_at_once_when_its_worker_is_kill
 }
 
 #[sqlx::test(migrations = "../../migrations")]
-async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPool) {
+async fn a_read_only_call_is_launched_again_when_its_runner_dies(pool: PgPool) {
     let settings = fast_lifecycle();
     let settings = toolserver_harness::HarnessSettings {
         lifecycle: toolserver_harness::lifecycle::LifecycleSettings {
@@ -141,11 +144,12 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
         ..settings
     };
     let app = TestApp::live(pool.clone()).harness(settings).spawn().await;
-    let (tool, agent) = async_agent(
+    let (tool, agent) = async_agent_declaring(
         &app,
         ("repeatable", REPEATABLE),
+        json!({"effects": "read"}),
         "repeatable",
-        json!({"safeToRepeat": true}),
+        json!({}),
         vec![
             Reply::tool_call("c1", "repeatable", json!({"ms": 3000})),
             Reply::text("Started."),
@@ -179,6 +183,113 @@ async fn a_call_safe_to_repeat_is_launched_again_when_its_runner_dies(pool: PgPo
     );
     assert!(text_of(&done["messages"]).contains("Done after all."));
     assert_eq!(app.model.request_count("repeatable"), 3);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_stored_config_claiming_safe_to_repeat_loads_but_a_side_effect_call_is_not_launched_again(
+    pool: PgPool,
+) {
+    let app = TestApp::live(pool.clone())
+        .harness(minute_of_liveness())
+        .spawn()
+        .await;
+    let (tool, agent) = async_agent(
+        &app,
+        ("repeatable", REPEATABLE),
+        "stored-claim",
+        json!({}),
+        vec![
+            Reply::tool_call("c1", "repeatable", json!({"ms": 60000})),
+            Reply::text("Started."),
+            Reply::error(500, "step 2 is the injected result"),
+            Reply::text("Heard about it."),
+        ],
+    )
+    .await;
+    // Saved before effects existed: `safeToRepeat: true` on a tool that
+    // declares none (so `side_effect`), which a save now refuses.
+    sqlx::query(
+        "UPDATE agents SET config = jsonb_set(config, ARRAY['tools', $1, 'safeToRepeat'], 'true')",
+    )
+    .bind(&tool)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let id = start_async(&app, &agent, "conv-stored-claim", "go").await;
+    wait_for_status(&app, &id, "waiting").await;
+    let repeatable: bool = sqlx::query_scalar("SELECT safe_to_repeat FROM async_tool_results")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        !repeatable,
+        "the claim is ignored: the tool's effects decide"
+    );
+    kill_worker(&app, &tool).await;
+    let done = wait_for_status_within(&app, &id, "completed", Duration::from_secs(30)).await;
+    let (status, launches): (String, i32) =
+        sqlx::query_as("SELECT status::text, launches FROM async_tool_results")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (status.as_str(), launches),
+        ("failed", 1),
+        "not launched again"
+    );
+    assert!(text_of(&done["messages"]).contains("Heard about it."));
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_call_whose_effects_the_agent_narrowed_to_side_effect_is_not_marked_repeatable(
+    pool: PgPool,
+) {
+    let app = TestApp::live(pool.clone()).spawn().await;
+    let mut ids = Vec::new();
+    for name in ["kept", "narrowed"] {
+        let fields = json!({"effects": "idempotent"});
+        let schema = json!({"type": "object"});
+        ids.push(
+            app.upload_declaring(ACCOUNT_A, (name, DELAYED), schema, fields)
+                .await,
+        );
+    }
+    let (kept, narrowed) = (&ids[0], &ids[1]);
+    app.model.script(
+        "narrowing",
+        vec![
+            Reply::tool_call("c1", "kept", json!({"name": "k"})).and_tool_call(
+                "c2",
+                "narrowed",
+                json!({"name": "n"}),
+            ),
+            Reply::text("Both started."),
+            Reply::error(500, "step 2 is the injected async_status call"),
+            Reply::text("Both finished."),
+        ],
+    );
+    let agent = app
+        .agent(
+            ACCOUNT_A,
+            "narrowing",
+            json!({
+                kept: {"async": true},
+                narrowed: {"async": true, "effects": "side_effect"},
+            }),
+        )
+        .await;
+    let id = start_async(&app, &agent, "conv-narrowing", "go").await;
+    wait_for_status(&app, &id, "completed").await;
+    let marked: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT tool_name, safe_to_repeat FROM async_tool_results ORDER BY tool_name",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        marked,
+        vec![("kept".to_owned(), true), ("narrowed".to_owned(), false)]
+    );
 }
 
 #[sqlx::test(migrations = "../../migrations")]

@@ -12,6 +12,7 @@ use toolserver_testsupport::clients::client_dir;
 use crate::app::TestApp;
 use crate::support::*;
 
+mod annotations;
 mod remote;
 mod revisions;
 mod sdk;

@@ -131,6 +131,15 @@ async fn upgrade_with_work_in_flight(pool: PgPool, version: i64) {
             ("failed".to_owned(), Some(SILENT_RUNNER_ERROR.to_owned()))
         );
     }
+    let effects: String = sqlx::query_scalar("SELECT effects FROM tools WHERE id = $1")
+        .bind(flight.tool)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        effects, "side_effect",
+        "a tool from before declared nothing"
+    );
     let (jobs, pending): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM continuation_outbox), \
                 (SELECT count(*) FROM async_tool_results WHERE status = 'pending')",
@@ -200,4 +209,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0019: 19,
     in_flight_work_settles_after_an_upgrade_from_0020: 20,
     in_flight_work_settles_after_an_upgrade_from_0021: 21,
+    in_flight_work_settles_after_an_upgrade_from_0022: 22,
 }
