@@ -96,6 +96,9 @@ async fn main() {
             http: reqwest::Client::new(),
             policy: OutboundPolicy::default(),
             default_tool_timeout: Duration::from_secs(25),
+            breakers: std::sync::Arc::new(toolserver_harness::tools::Breakers::new(
+                toolserver_harness::tools::BreakerSettings::DEFAULT,
+            )),
             mcp: std::sync::Arc::new(
                 toolserver_harness::tools::McpClients::with_defaults(
                     toolserver_harness::outbound::OutboundPolicy {

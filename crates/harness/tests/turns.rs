@@ -81,6 +81,9 @@ async fn harness(pool: PgPool, tavily: url::Url) -> (Harness, tempfile::TempDir)
         http: outbound::client(&policy, Duration::from_secs(2)).unwrap(),
         policy,
         default_tool_timeout: Duration::from_secs(10),
+        breakers: std::sync::Arc::new(toolserver_harness::tools::Breakers::new(
+            toolserver_harness::tools::BreakerSettings::DEFAULT,
+        )),
         mcp: std::sync::Arc::new(
             toolserver_harness::tools::McpClients::with_defaults(
                 toolserver_harness::outbound::OutboundPolicy {

@@ -17,7 +17,9 @@ use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
-use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
+use toolserver_harness::tools::{
+    BreakerSettings, Breakers, McpClients, TavilySettings, ToolSources,
+};
 use toolserver_harness::{Harness, HarnessSettings};
 use toolserver_sandbox::{
     BudgetSettings, EgressSettings, Executor, IsolationMode, LocalExecutor, LocalSettings,
@@ -115,6 +117,7 @@ pub struct TestAppBuilder {
     chunks: Option<Chunks>,
     nats: Option<(async_nats::Client, String)>,
     tavily: Option<url::Url>,
+    breakers: BreakerSettings,
 }
 
 impl TestApp {
@@ -137,6 +140,7 @@ impl TestApp {
             chunks: None,
             nats: None,
             tavily: None,
+            breakers: BreakerSettings::DEFAULT,
         }
     }
 
@@ -223,6 +227,12 @@ impl TestAppBuilder {
         self
     }
 
+    /// Circuit breakers on `settings`.
+    pub fn breakers(mut self, settings: BreakerSettings) -> Self {
+        self.breakers = settings;
+        self
+    }
+
     /// Sends Tavily searches to `url`.
     pub fn tavily(mut self, url: url::Url) -> Self {
         self.tavily = Some(url);
@@ -283,7 +293,7 @@ impl TestAppBuilder {
             self.pool.clone(),
             bundles.clone(),
             executor.clone(),
-            self.tavily,
+            (self.tavily, self.breakers),
             settings,
             self.policy,
         );
@@ -371,12 +381,12 @@ fn local_executor(dir: &std::path::Path, public_url: Option<url::Url>) -> LocalE
 }
 
 /// The agent harness over the app's parts under `policy`, with Tavily at
-/// `tavily` if given.
+/// `tavily` if given and breakers on `breakers`.
 fn harness(
     pool: PgPool,
     bundles: Arc<dyn BundleStore>,
     executor: Arc<dyn Executor>,
-    tavily: Option<url::Url>,
+    (tavily, breakers): (Option<url::Url>, BreakerSettings),
     settings: HarnessSettings,
     policy: OutboundPolicy,
 ) -> Harness {
@@ -397,6 +407,7 @@ fn harness(
         mcp: Arc::new(McpClients::with_defaults(policy.clone()).unwrap()),
         policy,
         default_tool_timeout: Duration::from_secs(25),
+        breakers: Arc::new(Breakers::new(breakers)),
     };
     Harness::new(sources, SecretBox::new(&[42; 32]), settings)
 }

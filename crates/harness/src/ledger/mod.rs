@@ -114,6 +114,8 @@ pub struct CallPlace {
     pub idempotency_key: String,
     /// When the call was made.
     pub queued_at: OffsetDateTime,
+    /// Which attempt of the call this is, from 1.
+    pub attempt: i32,
 }
 
 /// The tool a call runs, as the ledger names it.
@@ -165,6 +167,7 @@ impl CallPlace {
             seq: None,
             idempotency_key,
             queued_at: OffsetDateTime::now_utc(),
+            attempt: 1,
         }
     }
 }
@@ -321,7 +324,7 @@ impl Ledger {
             tool_id: tool.tool_id.map(|id| id.as_uuid()),
             tool_version: tool.version.as_ref().map(|v| v.number),
             bundle_sha256: tool.version.map(|v| v.bundle_sha256),
-            attempt: 1,
+            attempt: place.attempt,
             payload_limit: i32::try_from(self.settings.payload_bytes).unwrap_or(i32::MAX),
             input: self.payload(input),
             idempotency_key: Some(place.idempotency_key.clone()),

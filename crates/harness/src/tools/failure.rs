@@ -21,8 +21,13 @@ pub enum FailureKind {
     Tool,
     /// The call outlived its deadline.
     Timeout,
-    /// The runner died, refused the call or could not be reached.
+    /// The runner died or refused the call while it ran: it may have run.
     RunnerLost,
+    /// No runner could be reached (or the bundle read): the call never
+    /// started.
+    Unreachable,
+    /// The tool's circuit breaker is open: the call was refused at once.
+    CircuitOpen,
     /// The call exceeded a sandbox limit (memory, output size).
     LimitExceeded,
 }
@@ -40,12 +45,23 @@ impl FailureKind {
         }
     }
 
+    /// Whether a call that failed so may succeed when tried again.
+    pub fn transient(self) -> bool {
+        matches!(self, Self::Timeout | Self::RunnerLost | Self::Unreachable)
+    }
+
+    /// Whether a call that failed so may have done its work anyway.
+    pub fn may_have_run(self) -> bool {
+        matches!(self, Self::Timeout | Self::RunnerLost)
+    }
+
     /// The ledger status of an attempt that failed so.
     pub fn status(self) -> AttemptStatus {
         match self {
             Self::Tool => AttemptStatus::ToolError,
             Self::Timeout => AttemptStatus::Timeout,
-            Self::RunnerLost => AttemptStatus::RunnerLost,
+            Self::RunnerLost | Self::Unreachable => AttemptStatus::RunnerLost,
+            Self::CircuitOpen => AttemptStatus::Throttled,
             Self::LimitExceeded => AttemptStatus::LimitExceeded,
         }
     }

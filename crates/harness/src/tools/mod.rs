@@ -2,6 +2,7 @@
 //! and a way to run that yields events (logs, preliminary snapshots, then an
 //! output or a failure).
 
+mod breaker;
 mod effects;
 mod failure;
 mod mcp;
@@ -16,6 +17,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use toolserver_domain::{RetryPolicy, ToolEffects};
 
+pub use breaker::{Breaker, BreakerSettings, Breakers};
 pub use effects::ConfigSource;
 pub use failure::{Failure, FailureKind};
 pub use mcp::McpClients;
@@ -146,6 +148,8 @@ pub struct RegisteredTool {
     /// Whether the tool reaches beyond this server (the network, people):
     /// MCP's `openWorldHint`.
     pub open_world: bool,
+    /// The account's breaker of this tool, once the registry has one.
+    pub breaker: Option<Breaker>,
     implementation: Arc<dyn ToolImpl>,
 }
 
@@ -187,7 +191,7 @@ impl RegisteredTool {
     }
 
     /// Starts a call under `idempotency_key`, failing it when it outlives
-    /// its deadline.
+    /// its deadline; refused at once while the tool's breaker is open.
     pub fn call(&self, tool_call_id: String, idempotency_key: String, input: Value) -> ToolEvents {
         let invocation = Invocation {
             tool_call_id,
@@ -195,10 +199,16 @@ impl RegisteredTool {
             input,
             timeout: self.timeout,
         };
-        self.metered(
-            with_deadline(self.implementation.call(invocation), self.timeout),
-            "inline",
-        )
+        let start = || {
+            self.metered(
+                with_deadline(self.implementation.call(invocation), self.timeout),
+                "inline",
+            )
+        };
+        match &self.breaker {
+            Some(breaker) => breaker.guard(start),
+            None => start(),
+        }
     }
 
     /// `events`, counted and timed by their outcome (see [`crate::metrics`]).

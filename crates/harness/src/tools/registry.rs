@@ -27,7 +27,7 @@ use super::effects::{self, Conduct, ConfigSource, Declared};
 use super::mcp::{McpClients, RemoteTool};
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::uploaded::UploadedTool;
-use super::{DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
+use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::provider::ToolSpec;
@@ -54,6 +54,8 @@ pub struct ToolSources {
     pub default_tool_timeout: Duration,
     /// Agents' MCP servers.
     pub mcp: Arc<McpClients>,
+    /// This process's circuit breakers, per account and tool.
+    pub breakers: Arc<Breakers>,
 }
 
 impl ToolSources {
@@ -218,6 +220,7 @@ impl ToolRegistry {
                 .add_remote(sources, account, server_name, server)
                 .await?;
         }
+        registry.guard_with(&sources.breakers, account);
         Ok(registry)
     }
 
@@ -282,6 +285,13 @@ impl ToolRegistry {
             }
         }
         Ok(())
+    }
+
+    /// Gives every tool `account`'s breaker of it among `breakers`.
+    fn guard_with(&mut self, breakers: &Arc<Breakers>, account: &AccountId) {
+        for (name, tool) in &mut self.tools {
+            tool.breaker = Some(Breaker::of(breakers, account, name));
+        }
     }
 
     fn warn(&mut self, warning: String) {
@@ -357,6 +367,7 @@ impl ToolRegistry {
             };
             registry.insert(sources, &field, &setting, described)?;
         }
+        registry.guard_with(&sources.breakers, account);
         Ok(registry)
     }
 
@@ -412,6 +423,7 @@ impl ToolRegistry {
                 effects: conduct.effects,
                 retry: conduct.retry,
                 open_world: conduct.open_world,
+                breaker: None,
                 implementation,
             },
         );

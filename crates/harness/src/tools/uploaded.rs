@@ -63,9 +63,8 @@ impl UploadedTool {
             match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {
                 Ok(request) => request,
                 Err(err) => {
-                    return failed(Failure::tool(format!(
-                        "the tool's bundle is unavailable: {err}"
-                    )))
+                    let message = format!("the tool's bundle is unavailable: {err}");
+                    return failed(Failure::new(FailureKind::Unreachable, message));
                 }
             };
         let key = ReservationKey::new(self.account.clone(), self.record.id);
@@ -73,7 +72,7 @@ impl UploadedTool {
             Ok(call) => call,
             Err(err) => {
                 let message = format!("the tool's runner is unavailable: {err}");
-                return failed(Failure::new(FailureKind::RunnerLost, message));
+                return failed(Failure::new(FailureKind::Unreachable, message));
             }
         };
         futures::stream::unfold((call, None::<Value>), |(mut call, mut last)| async move {

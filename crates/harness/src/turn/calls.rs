@@ -10,12 +10,13 @@ use super::emitter::{ClientGone, Emitter};
 use super::pass::ModelCall;
 use super::pending::PendingWork;
 use super::place::call_place;
+use super::retry::with_retries;
 use super::TurnPlan;
 use crate::ledger::{idempotency_key, CallPlace, CalledTool, TurnLedger};
 use crate::tools::{RegisteredTool, ToolEvent, ToolEvents, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
-use toolserver_domain::AttemptStatus;
+use toolserver_domain::{AttemptStatus, ToolEffects};
 
 /// How the refusal of a call that needs approval ends, on a request path
 /// where no person can be asked (detached turns, channels).
@@ -51,6 +52,7 @@ pub(super) fn place_of(
         seq,
         idempotency_key,
         queued_at: time::OffsetDateTime::now_utc(),
+        attempt: 1,
     }
 }
 
@@ -180,7 +182,7 @@ pub(super) async fn handle_calls(
             });
         } else if tool.run_async {
             let place = place_of(emitter, ledger, &call.id);
-            let events = start_call(ledger, tool, &place, input);
+            let events = with_retries(ledger, tool, &place, input);
             let output = pending.launch(tool, events);
             emitter.emit(output_chunk(&call.id, output, None)).await?;
         } else {
@@ -200,8 +202,10 @@ pub(super) async fn handle_calls(
     Ok(awaiting_approval)
 }
 
-/// Runs calls concurrently, up to `max_parallel` at a time, emitting each
-/// preliminary snapshot, then the final output or the error.
+/// Runs calls, emitting each preliminary snapshot, then the final output or
+/// the error: calls of tools with side effects one at a time in the
+/// model's order, the others concurrently, up to `max_parallel` at a time
+/// in all; each tried again as its tool allows ([`with_retries`]).
 pub(super) async fn run_ready(
     emitter: &mut Emitter,
     ready: Vec<ReadyCall>,
@@ -211,15 +215,27 @@ pub(super) async fn run_ready(
     if ready.is_empty() {
         return Ok(());
     }
-    let streams: Vec<_> = ready
-        .into_iter()
-        .map(|call| {
-            let id = call.tool_call_id.clone();
-            start_call(ledger, &call.tool, &call.place, call.input)
-                .map(move |event| (id.clone(), event))
-        })
-        .collect();
-    let mut merged = futures::stream::iter(streams).flatten_unordered(max_parallel.max(1));
+    let (mut serial, mut parallel) = (Vec::new(), Vec::new());
+    for call in ready {
+        let id = call.tool_call_id.clone();
+        let events = with_retries(ledger, &call.tool, &call.place, call.input)
+            .map(move |event| (id.clone(), event));
+        match call.tool.effects {
+            ToolEffects::SideEffect => serial.push(events),
+            ToolEffects::Read | ToolEffects::Idempotent => parallel.push(events),
+        }
+    }
+    // Side-effect calls one at a time, in the model's order, beside the
+    // others in parallel; together within the cap.
+    let slots = match serial.is_empty() {
+        true => max_parallel,
+        false => max_parallel.saturating_sub(1),
+    };
+    let serial = futures::stream::iter(serial).flatten().boxed();
+    let parallel = futures::stream::iter(parallel)
+        .flatten_unordered(slots.max(1))
+        .boxed();
+    let mut merged = futures::stream::select(serial, parallel);
     loop {
         let next = tokio::select! {
             next = merged.next() => next,

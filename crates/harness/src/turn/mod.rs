@@ -10,6 +10,7 @@ mod emitter;
 mod pass;
 mod pending;
 mod place;
+mod retry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,7 @@ pub use calls::{launch, pending_output, Launch, APPROVAL_UNAVAILABLE};
 pub use detach::{DetachedCall, Detacher, DurableStatus};
 pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
+pub use retry::MAY_HAVE_RUN;
 
 use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
 use self::cost::TurnCost;
@@ -380,7 +382,7 @@ impl Turn {
             };
             let place = calls::place_of(&self.emitter, self.plan.ledger.as_ref(), &tool_call_id);
             if tool.run_async {
-                let events = calls::start_call(self.plan.ledger.as_ref(), tool, &place, input);
+                let events = retry::with_retries(self.plan.ledger.as_ref(), tool, &place, input);
                 let output = self.pending.launch(tool, events);
                 self.emitter
                     .emit(UiChunk::ToolOutputAvailable {

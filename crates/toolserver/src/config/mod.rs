@@ -14,6 +14,7 @@
 mod accounts;
 mod agents;
 mod auth;
+mod breaker;
 mod bundles;
 pub mod checks;
 pub mod command_line;
@@ -41,6 +42,7 @@ use clap::{Command, CommandFactory, FromArgMatches};
 pub use accounts::AccountsConfig;
 pub use agents::AgentsConfig;
 pub use auth::{AuthConfig, JwtAlgorithm};
+pub use breaker::BreakerConfig;
 pub use bundles::{BundleBackend, BundleConfig};
 pub use cors::CorsConfig;
 pub use database::DatabaseConfig;

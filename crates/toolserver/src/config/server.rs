@@ -7,9 +7,9 @@ use clap::Args;
 use url::Url;
 
 use super::{
-    AccountsConfig, AgentsConfig, AuthConfig, BundleConfig, CorsConfig, DatabaseConfig,
-    LedgerConfig, LifecycleConfig, LimitsConfig, LogConfig, McpConfig, RunnerConfig, StreamsConfig,
-    WebhooksConfig,
+    AccountsConfig, AgentsConfig, AuthConfig, BreakerConfig, BundleConfig, CorsConfig,
+    DatabaseConfig, LedgerConfig, LifecycleConfig, LimitsConfig, LogConfig, McpConfig,
+    RunnerConfig, StreamsConfig, WebhooksConfig,
 };
 use crate::metrics_endpoint::MetricsListen;
 
@@ -75,6 +75,9 @@ pub struct ServeConfig {
     /// The tool-call ledger.
     #[command(flatten)]
     pub ledger: LedgerConfig,
+    /// Circuit breakers.
+    #[command(flatten)]
+    pub breaker: BreakerConfig,
     /// Logs and traces.
     #[command(flatten)]
     pub log: LogConfig,

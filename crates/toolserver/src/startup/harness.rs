@@ -14,7 +14,7 @@ use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::stream::ChunkStore;
-use toolserver_harness::tools::{McpClients, TavilySettings, ToolSources};
+use toolserver_harness::tools::{Breakers, McpClients, TavilySettings, ToolSources};
 use toolserver_harness::webhooks::WebhookSettings;
 use toolserver_harness::{Harness, HarnessSettings, ProviderDefault, ProviderDefaults};
 use toolserver_sandbox::Executor;
@@ -67,6 +67,7 @@ pub(super) fn build(
         mcp: Arc::new(mcp),
         policy,
         default_tool_timeout: api.default_tool_timeout,
+        breakers: Arc::new(Breakers::new(config.breaker.settings())),
     };
     let settings = HarnessSettings {
         agent_limits: AgentLimits {

@@ -18,6 +18,7 @@ mod endings;
 mod handoff;
 mod limits;
 mod providers;
+mod retries;
 mod tool_config;
 mod tool_effects;
 mod turns;
