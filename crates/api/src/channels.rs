@@ -83,6 +83,7 @@ async fn attempt(state: &AppState, event: &ChannelEvent) -> Start {
         conversation: ConversationId::from_stored(event.conversation_id.clone()),
         messages: vec![message],
         trigger: TurnTrigger::Submit,
+        subject: None,
     };
     let submitted = state
         .lifecycle()

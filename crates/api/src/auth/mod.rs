@@ -83,6 +83,12 @@ impl Authenticator {
 
     /// Verifies `token` and returns the account it speaks for.
     pub async fn authenticate(&self, token: &str) -> Result<AccountId, ApiError> {
+        Ok(self.verify(token).await?.account)
+    }
+
+    /// Verifies `token`: the account it speaks for, and the end user it
+    /// names (see [`EndUser`]).
+    pub async fn verify(&self, token: &str) -> Result<Verified, ApiError> {
         let reject = |why: &str| ApiError::Unauthorized(format!("invalid bearer token: {why}"));
         let header = decode_header(token).map_err(|_| reject("malformed token"))?;
         if !self.validation.algorithms.contains(&header.alg) {
@@ -115,7 +121,18 @@ impl Authenticator {
                 )))
             }
         };
-        AccountId::parse(&account).map_err(|err| reject(&err.message))
+        let account = AccountId::parse(&account).map_err(|err| reject(&err.message))?;
+        let subject = match claims.get(SUBJECT_CLAIM) {
+            Some(Value::String(subject))
+                if self.account_claim != SUBJECT_CLAIM
+                    && subject.len() <= MAX_SUBJECT_BYTES
+                    && !subject.contains('\0') =>
+            {
+                Some(subject.clone())
+            }
+            _ => None,
+        };
+        Ok(Verified { account, subject })
     }
 }
 
@@ -141,9 +158,42 @@ pub trait AuthState: Send + Sync {
     fn operator_key(&self) -> Option<&OperatorKey>;
 }
 
+/// The claim naming the end user a token acts for.
+const SUBJECT_CLAIM: &str = "sub";
+
+/// Longest end user id kept; a longer `sub` names none.
+const MAX_SUBJECT_BYTES: usize = 255;
+
+/// What a verified token says.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The account it speaks for.
+    pub account: AccountId,
+    /// The end user: its `sub` claim, when the account is named by another
+    /// claim (at most 255 bytes, no NUL).
+    pub subject: Option<String>,
+}
+
 /// The account of an authenticated request.
 #[derive(Debug, Clone)]
 pub struct Account(pub AccountId);
+
+/// The end user an authenticated request acts for (its token's `sub`),
+/// recorded on the tool calls it makes; read after [`Account`].
+#[derive(Debug, Clone, Default)]
+pub struct EndUser(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for EndUser {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<EndUser>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
 
 impl<S: AuthState> FromRequestParts<S> for Account {
     type Rejection = ApiError;
@@ -162,8 +212,9 @@ impl<S: AuthState> FromRequestParts<S> for Account {
             .ok_or_else(|| {
                 ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into())
             })?;
-        let account = state.authenticator().authenticate(token).await?;
+        let Verified { account, subject } = state.authenticator().verify(token).await?;
         tracing::Span::current().record("account.id", account.as_str());
+        parts.extensions.insert(EndUser(subject));
         Ok(Self(account))
     }
 }

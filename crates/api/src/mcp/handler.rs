@@ -27,6 +27,7 @@ use super::auth::McpCaller;
 use super::progress::Progress;
 use super::wire;
 use crate::admission::AdmissionError;
+use crate::auth::EndUser;
 use crate::state::AppState;
 
 /// The revisions served: the current one and the one before it.
@@ -76,7 +77,10 @@ impl AccountServer {
         let mut progress = Progress::of(context);
         let call_id = uuid::Uuid::now_v7().to_string();
         let place = CallPlace::direct(call_id.clone(), call_id.clone());
-        let scope = CallScope::direct(account.clone(), CallPath::Mcp);
+        let scope = CallScope {
+            subject: end_user(context),
+            ..CallScope::direct(account.clone(), CallPath::Mcp)
+        };
         let events = tool.call(call_id, place.idempotency_key.clone(), input.clone());
         let ledger = self.state.lifecycle().ledger();
         let mut events = ledger.recorded(&scope, &place, tool, &input, events);
@@ -293,6 +297,15 @@ fn refused(err: AdmissionError) -> McpError {
 /// The JSON-RPC error code of a call refused by admission (the range
 /// -32000..-32099 is the server's own).
 pub const LIMIT_EXCEEDED: i32 = -32029;
+
+/// The end user the request's token names, if any.
+fn end_user(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<EndUser>())
+        .and_then(|user| user.0.clone())
+}
 
 /// The account the request authenticated as.
 fn caller(context: &RequestContext<RoleServer>) -> Result<AccountId, McpError> {

@@ -38,6 +38,8 @@ pub struct Submission {
     pub messages: Vec<UiMessage>,
     /// Why the client asks.
     pub trigger: TurnTrigger,
+    /// The end user the turn acts for (its token's subject), if known.
+    pub subject: Option<String>,
 }
 
 impl Lifecycle {
@@ -53,9 +55,9 @@ impl Lifecycle {
         submission: Submission,
         hold: Box<dyn Send>,
     ) -> Result<mpsc::Receiver<String>, SubmitError> {
-        let account = submission.account.clone();
+        let (account, subject) = (submission.account.clone(), submission.subject.clone());
         let turn = prepare::prepare(self, submission).await?;
-        streamed::launch(self, &account, turn, hold).await
+        streamed::launch(self, (&account, subject), turn, hold).await
     }
 
     /// Checks `submission`, refusing whatever can be refused, and runs the

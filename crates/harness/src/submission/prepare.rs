@@ -38,6 +38,7 @@ pub(super) async fn prepare(
         conversation,
         messages,
         trigger,
+        subject: _,
     } = submission;
     let harness = lifecycle.harness();
     let checked = harness

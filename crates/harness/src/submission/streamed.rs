@@ -27,7 +27,7 @@ const FORWARD_BUFFER: usize = 64;
 /// channel.
 pub(super) async fn launch(
     lifecycle: &Lifecycle,
-    account: &AccountId,
+    (account, subject): (&AccountId, Option<String>),
     turn: PreparedTurn,
     hold: Box<dyn Send>,
 ) -> Result<mpsc::Receiver<String>, SubmitError> {
@@ -53,6 +53,7 @@ pub(super) async fn launch(
             agent: Some(turn.lease.agent().as_uuid()),
             conversation: Some(turn.lease.conversation_id().to_string()),
             turn: Some(plan.assistant.id.clone()),
+            subject,
             ..CallScope::direct(account.clone(), CallPath::Turn)
         },
     });

@@ -12,10 +12,11 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use tokio::sync::mpsc;
 use toolserver_domain::AccountId;
+use toolserver_harness::submission::Submission;
 
 use super::chat_request::ChatRequest;
 use super::ui_stream::ui_message_stream;
-use crate::auth::Account;
+use crate::auth::{Account, EndUser};
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -39,11 +40,12 @@ use crate::state::AppState;
 #[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
 pub async fn chat(
     Account(account): Account,
+    EndUser(user): EndUser,
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<Response> {
-    let chunks = stream_turn(&state, &account, &agent_id, body).await?;
+    let chunks = stream_turn(&state, (&account, user), &agent_id, body).await?;
     Ok(ui_message_stream(
         chunks,
         state.harness().settings().keep_alive,
@@ -56,12 +58,15 @@ pub async fn chat(
 /// [`toolserver_harness::Lifecycle::submit_streamed`]).
 pub(crate) async fn stream_turn(
     state: &AppState,
-    account: &AccountId,
+    (account, user): (&AccountId, Option<String>),
     agent_id: &str,
     body: ChatRequest,
 ) -> ApiResult<mpsc::Receiver<String>> {
     let permit = state.admission().turn(account).await?;
-    let submission = body.into_submission(account.clone(), agent_id)?;
+    let submission = Submission {
+        subject: user,
+        ..body.into_submission(account.clone(), agent_id)?
+    };
     tracing::Span::current().record("conversation.id", submission.conversation.as_str());
     Ok(state
         .lifecycle()

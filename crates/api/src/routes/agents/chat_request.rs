@@ -72,6 +72,7 @@ impl ChatRequest {
             conversation,
             messages,
             trigger,
+            subject: None,
         })
     }
 }

@@ -33,7 +33,7 @@ use utoipa::ToSchema;
 
 use super::{parse_tool_id, tool_not_found};
 use crate::admission::{Permit, Refusal};
-use crate::auth::Account;
+use crate::auth::{Account, EndUser};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -122,12 +122,17 @@ pub struct LogLine {
 #[tracing::instrument(skip_all, fields(tool.id = %tool_id, call.id = tracing::field::Empty))]
 pub async fn invoke_tool(
     Account(account): Account,
+    EndUser(user): EndUser,
     State(state): State<AppState>,
     Path(tool_id): Path<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<InvokeBody>,
 ) -> ApiResult<Response> {
     let id = parse_tool_id(&tool_id)?;
+    let scope = CallScope {
+        subject: user,
+        ..CallScope::direct(account.clone(), CallPath::Invoke)
+    };
     let claim = match idempotency::begin(&state, &account, id, &headers, &body).await? {
         Begin::Run(claim) => claim,
         Begin::Replayed(response, result) => {
@@ -135,12 +140,12 @@ pub async fn invoke_tool(
                 .get("idempotency-key")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
-            record_replay(&state, &account, id, key, &body, &result).await?;
+            record_replay(&state, &scope, id, key, &body, &result).await?;
             return Ok(response);
         }
         Begin::Answered(response) => return Ok(response),
     };
-    let call = match start_call(&state, &account, id, &headers, body).await {
+    let call = match start_call(&state, &scope, id, &headers, body).await {
         Ok(started) => Call::new(started, claim),
         Err(refusal) => return Err(claim.release(refusal).await),
     };
@@ -165,11 +170,12 @@ struct Started {
 /// first); an error here means nothing ran.
 async fn start_call(
     state: &AppState,
-    account: &AccountId,
+    scope: &CallScope,
     id: ToolId,
     headers: &HeaderMap,
     body: InvokeBody,
 ) -> ApiResult<Started> {
+    let account = &scope.account;
     let permit = state.admission().call(account).await?;
     let cached = state
         .tools()
@@ -194,11 +200,10 @@ async fn start_call(
     let input = body.input.clone();
     let place = CallPlace::direct(call_id.clone(), idempotency_key.clone());
     let request = build_request(state, tool, body, call_id, idempotency_key).await?;
-    let scope = CallScope::direct(account.clone(), CallPath::Invoke);
     let attempt = state
         .lifecycle()
         .ledger()
-        .begin(&scope, &place, CalledTool::from(tool), &input)
+        .begin(scope, &place, CalledTool::from(tool), &input)
         .await
         .map_err(ApiError::Unavailable)?;
     let key = ReservationKey::new(account.clone(), tool.id);
@@ -220,7 +225,7 @@ async fn start_call(
 /// of its own that ran nothing.
 async fn record_replay(
     state: &AppState,
-    account: &AccountId,
+    scope: &CallScope,
     id: ToolId,
     key: &str,
     body: &InvokeBody,
@@ -228,20 +233,14 @@ async fn record_replay(
 ) -> ApiResult<()> {
     let cached = state
         .tools()
-        .get(account, id)
+        .get(&scope.account, id)
         .await
         .map_err(tool_not_found)?;
     let place = CallPlace::direct(result.call_id.clone(), key.to_owned());
-    let scope = CallScope::direct(account.clone(), CallPath::Invoke);
     let attempt = state
         .lifecycle()
         .ledger()
-        .begin(
-            &scope,
-            &place,
-            CalledTool::from(&cached.record),
-            &body.input,
-        )
+        .begin(scope, &place, CalledTool::from(&cached.record), &body.input)
         .await
         .map_err(ApiError::Unavailable)?;
     let error = result

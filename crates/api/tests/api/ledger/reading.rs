@@ -133,3 +133,64 @@ async fn another_accounts_attempts_are_invisible(pool: PgPool) {
     assert_eq!(status, 200);
     assert_eq!(listed["toolCalls"], json!([]));
 }
+
+/// An HS256 token for `account` acting for end user `user`.
+fn token_for(account: &str, user: &str) -> String {
+    sign(
+        jsonwebtoken::Algorithm::HS256,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        json!({"account_id": account, "sub": user, "exp": now() + 3600}),
+        None,
+    )
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn calls_are_recorded_for_the_end_user_their_token_names(pool: PgPool) {
+    let app = crate::app::spawn_live_app(pool).await;
+    let echo = app
+        .upload(ACCOUNT_A, "echo", ECHO, json!({"type": "object"}))
+        .await;
+    let client = reqwest::Client::new();
+    let invoked = client
+        .post(format!("{}/accounts/me/tools/{echo}/invoke", app.base()))
+        .bearer_auth(token_for(ACCOUNT_A, "ada"))
+        .json(&json!({"input": {"by": "ada"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(invoked.status(), 200);
+    app.model.script(
+        "for-user",
+        vec![
+            toolserver_testsupport::Reply::tool_call("u1", "echo", json!({"by": "grace"})),
+            toolserver_testsupport::Reply::text("Done."),
+        ],
+    );
+    let agent = app.agent(ACCOUNT_A, "for-user", json!({ &echo: {} })).await;
+    let turn = client
+        .post(format!("{}/agents/{agent}/chat", app.base()))
+        .bearer_auth(token_for(ACCOUNT_A, "grace"))
+        .json(&user_turn("conv-user", "go"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(turn.status(), 200);
+    turn.text().await.unwrap();
+    app.invoke(ACCOUNT_A, &echo, json!({"input": {"by": "nobody"}}))
+        .await;
+
+    let all = ended_calls(&app, ACCOUNT_A, "", 3).await;
+    assert_eq!(all.len(), 3, "{all:?}");
+    for (user, by) in [("ada", "ada"), ("grace", "grace")] {
+        let (_, page) = get(&app, ACCOUNT_A, &format!("/tool-calls?user={user}")).await;
+        let calls = page["toolCalls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{user}: {page}");
+        assert_eq!(calls[0]["user"], user);
+        assert!(calls[0]["input"]["text"].as_str().unwrap().contains(by));
+    }
+    let unnamed = all.iter().find(|c| c.get("user").is_none()).unwrap();
+    assert!(unnamed["input"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("nobody"));
+}

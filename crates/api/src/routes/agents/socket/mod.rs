@@ -58,7 +58,11 @@ pub struct SocketParams {
     ))]
 #[tracing::instrument(skip_all, fields(agent.id = %agent_id))]
 pub async fn chat_socket(
-    SocketAccount { account, protocol }: SocketAccount,
+    SocketAccount {
+        account,
+        user,
+        protocol,
+    }: SocketAccount,
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -77,6 +81,7 @@ pub async fn chat_socket(
     let peer = session::Peer {
         state,
         account,
+        user,
         agent_id,
     };
     Ok(upgrade.on_upgrade(move |socket| session::serve(socket, peer)))
@@ -86,6 +91,8 @@ pub async fn chat_socket(
 pub struct SocketAccount {
     /// The authenticated account.
     pub account: AccountId,
+    /// The end user the token names (see [`crate::auth::EndUser`]).
+    pub user: Option<String>,
     /// The subprotocol answered, if the client offered any.
     pub protocol: Option<String>,
 }
@@ -118,9 +125,13 @@ impl FromRequestParts<AppState> for SocketAccount {
         } else {
             query_token(&parts.uri)?
         };
-        let account = state.auth().authenticate(&token).await?;
-        tracing::Span::current().record("account.id", account.as_str());
-        Ok(Self { account, protocol })
+        let verified = state.auth().verify(&token).await?;
+        tracing::Span::current().record("account.id", verified.account.as_str());
+        Ok(Self {
+            account: verified.account,
+            user: verified.subject,
+            protocol,
+        })
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Peer {
     pub state: AppState,
     /// The authenticated account.
     pub account: AccountId,
+    /// The end user the token names.
+    pub user: Option<String>,
     /// The agent the socket was opened for.
     pub agent_id: String,
 }
@@ -160,6 +162,7 @@ impl Answer {
         let Peer {
             state,
             account,
+            user,
             agent_id,
         } = &self.peer;
         let outcome = match frame {
@@ -171,7 +174,7 @@ impl Answer {
                 ..
             } => {
                 let request = chat_request(id, trigger, message_id, messages);
-                match stream_turn(state, account, agent_id, request).await {
+                match stream_turn(state, (account, user.clone()), agent_id, request).await {
                     Ok(chunks) => {
                         self.forward(chunks, 0).await;
                         Ok(())
@@ -201,6 +204,7 @@ impl Answer {
             state,
             account,
             agent_id,
+            ..
         } = &self.peer;
         let Some(conversation) =
             conversation_of_agent(state, account, agent_id, "id", conversation_id).await?
