@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, Sha256Digest};
 use uuid::Uuid;
 
+use crate::text::storable;
 use crate::StoreError;
 
 /// A payload as the ledger keeps it: the head of its JSON text, and the
@@ -202,7 +203,13 @@ pub async fn start(pool: &PgPool, attempts: &[NewAttempt]) -> Result<(), StoreEr
     if attempts.is_empty() {
         return Ok(());
     }
-    let column = |f: fn(&NewAttempt) -> Option<String>| attempts.iter().map(f).collect::<Vec<_>>();
+    // Text from models and tools may hold NUL, which `text` cannot.
+    let column = |f: fn(&NewAttempt) -> Option<String>| {
+        attempts
+            .iter()
+            .map(|a| f(a).map(|text| storable(&text).into_owned()))
+            .collect::<Vec<_>>()
+    };
     let ids: Vec<Uuid> = attempts.iter().map(|a| a.id).collect();
     let accounts: Vec<String> = attempts.iter().map(|a| a.account.to_string()).collect();
     let paths: Vec<&str> = attempts.iter().map(|a| a.path.as_str()).collect();
@@ -281,7 +288,10 @@ pub async fn end(pool: &PgPool, ends: &[AttemptEnd]) -> Result<(), StoreError> {
         .iter()
         .map(|e| e.output.as_ref().map(|o| o.bytes))
         .collect();
-    let errors: Vec<Option<&str>> = ends.iter().map(|e| e.error.as_deref()).collect();
+    let errors: Vec<Option<String>> = ends
+        .iter()
+        .map(|e| e.error.as_deref().map(|error| storable(error).into_owned()))
+        .collect();
     sqlx::query(
         "UPDATE tool_calls t SET status = e.status, ended_at = now(), output = e.output, \
              output_sha256 = e.output_sha256, output_bytes = e.output_bytes, error = e.error \

@@ -81,12 +81,34 @@ async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Write>, max_bat
             }
         }
         write_starts(&pool, starts).await;
-        if let Err(err) = tool_calls::end(&pool, &ends).await {
-            tracing::warn!(error = %err, ends = ends.len(), "could not record attempts' ends; trying again");
+        if !write_ends(&pool, &mut ends).await {
             tokio::time::sleep(RETRY).await;
-            continue;
         }
-        ends.clear();
+    }
+}
+
+/// Writes `ends`, emptying it; returns whether it could. While the
+/// database cannot be reached they are all kept to try again. Any other
+/// failure is one end's: each is then written alone, and one that fails
+/// alone is given up (logged), so it cannot hold up the others.
+async fn write_ends(pool: &PgPool, ends: &mut Vec<AttemptEnd>) -> bool {
+    match tool_calls::end(pool, ends).await {
+        Ok(()) => {
+            ends.clear();
+            true
+        }
+        Err(err @ StoreError::Unavailable(_)) => {
+            tracing::warn!(error = %err, ends = ends.len(), "could not record attempts' ends; trying again");
+            false
+        }
+        Err(_) => {
+            for end in ends.drain(..) {
+                if let Err(err) = tool_calls::end(pool, std::slice::from_ref(&end)).await {
+                    tracing::error!(error = %err, attempt.id = %end.id, "an attempt's end could not be recorded");
+                }
+            }
+            true
+        }
     }
 }
 
@@ -99,18 +121,31 @@ fn take(request: Write, starts: &mut Vec<(NewAttempt, Answer)>, ends: &mut Vec<A
 
 type Answer = oneshot::Sender<Result<(), String>>;
 
+/// Writes `starts` and answers each. While the database cannot be reached
+/// every start is refused (its call does not run); any other failure is one
+/// start's, so each is then written alone and answered so.
 async fn write_starts(pool: &PgPool, starts: Vec<(NewAttempt, Answer)>) {
     if starts.is_empty() {
         return;
     }
     let (rows, answers): (Vec<NewAttempt>, Vec<Answer>) = starts.into_iter().unzip();
-    let written = tool_calls::start(pool, &rows)
-        .await
-        .map_err(|err: StoreError| {
+    match tool_calls::start(pool, &rows).await {
+        Ok(()) => {
+            for answer in answers {
+                let _ = answer.send(Ok(()));
+            }
+        }
+        Err(err @ StoreError::Unavailable(_)) => {
             tracing::warn!(error = %err, starts = rows.len(), "could not record attempts' starts");
-            err.to_string()
-        });
-    for answer in answers {
-        let _ = answer.send(written.clone());
+            for answer in answers {
+                let _ = answer.send(Err(err.to_string()));
+            }
+        }
+        Err(_) => {
+            for (row, answer) in rows.into_iter().zip(answers) {
+                let written = tool_calls::start(pool, std::slice::from_ref(&row)).await;
+                let _ = answer.send(written.map_err(|err| err.to_string()));
+            }
+        }
     }
 }

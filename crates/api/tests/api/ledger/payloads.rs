@@ -97,3 +97,31 @@ async fn the_payload_retention_drops_the_text_and_keeps_the_row(pool: PgPool) {
     }
     assert!(!call.to_string().contains("s3cr3t"));
 }
+
+const NUL_ERROR: &str =
+    "export default { async execute() { throw new Error('bad\\u0000byte'); } };";
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_error_holding_nul_is_recorded_and_holds_up_nothing(pool: PgPool) {
+    let app = TestApp::builder(pool).serve().spawn().await;
+    let nul = app
+        .upload(ACCOUNT_A, "nul", NUL_ERROR, json!({"type": "object"}))
+        .await;
+    let echo = app
+        .upload(ACCOUNT_A, "echo", ECHO, json!({"type": "object"}))
+        .await;
+    let (_, failed) = app.invoke(ACCOUNT_A, &nul, json!({"input": {}})).await;
+    assert!(
+        failed["error"]["message"].as_str().unwrap().contains('\0'),
+        "{failed}"
+    );
+    let (status, _) = app.invoke(ACCOUNT_A, &echo, json!({"input": {}})).await;
+    assert_eq!(status, 200);
+
+    let calls = ended_calls(&app, ACCOUNT_A, "", 2).await;
+    let failed = calls.iter().find(|c| c["toolName"] == "nul").unwrap();
+    assert_eq!(failed["status"], "tool_error");
+    assert_eq!(failed["error"], "Error: bad\\u0000byte");
+    let ok = calls.iter().find(|c| c["toolName"] == "echo").unwrap();
+    assert_eq!(ok["status"], "ok");
+}
