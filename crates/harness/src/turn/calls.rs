@@ -13,7 +13,7 @@ use super::place::call_place;
 use super::retry::with_retries;
 use super::TurnPlan;
 use crate::ledger::{idempotency_key, CallPlace, CalledTool, TurnLedger};
-use crate::tools::{RegisteredTool, ToolEvent, ToolEvents, ToolRegistry};
+use crate::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
 use toolserver_domain::{AttemptStatus, ToolEffects};
@@ -53,24 +53,6 @@ pub(super) fn place_of(
         idempotency_key,
         queued_at: time::OffsetDateTime::now_utc(),
         attempt: 1,
-    }
-}
-
-/// The events of `call`, recorded in the turn's ledger if it has one.
-pub(super) fn start_call(
-    ledger: Option<&TurnLedger>,
-    tool: &RegisteredTool,
-    place: &CallPlace,
-    input: Value,
-) -> ToolEvents {
-    let tool_call_id = place.tool_call_id.clone().unwrap_or_default();
-    match ledger {
-        Some(turn) => {
-            let events = tool.call(tool_call_id, place.idempotency_key.clone(), input.clone());
-            turn.ledger
-                .recorded(&turn.scope, place, tool, &input, events)
-        }
-        None => tool.call(tool_call_id, place.idempotency_key.clone(), input),
     }
 }
 

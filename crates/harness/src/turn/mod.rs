@@ -11,6 +11,7 @@ mod pass;
 mod pending;
 mod place;
 mod retry;
+mod start;
 
 use std::sync::Arc;
 use std::time::Duration;

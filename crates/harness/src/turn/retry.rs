@@ -14,7 +14,7 @@ use rand::Rng;
 use serde_json::Value;
 use toolserver_domain::ToolEffects;
 
-use super::calls::start_call;
+use super::start::start_call;
 use crate::ledger::{CallPlace, TurnLedger};
 use crate::tools::{Failure, RegisteredTool, ToolEvent, ToolEvents};
 
