@@ -39,7 +39,11 @@
 //!   - resume latency: a request for a running turn's stream to its first
 //!     replayed chunk (p50/p99), from Postgres and from JetStream;
 //!   - the server's resident memory with 1,000 turns open at once (the model
-//!     holds each pass open), read from /proc.
+//!     holds each pass open), read from /proc;
+//!   - the cost of the tool-call ledger, turn by turn in the same way: the
+//!     server recording in Postgres against one with the ledger off
+//!     (`TOOLSERVER_LEDGER=false`); the goal is a cost of at most 3% of the
+//!     turns/s. `TURNS_BENCH=ledger` runs only this comparison.
 //!
 //! `TOOLSERVER_BIN=/path` runs another build of the server (e.g. an older
 //! one, for a before/after comparison).
@@ -193,6 +197,14 @@ async fn main() {
             turn(target, &tool_agent).await;
         }
     }
+    if std::env::var("TURNS_BENCH").as_deref() == Ok("ledger") {
+        compare_ledger([&server, &unledgered], &tool_agent).await;
+        drop((server, jetstream, unrecorded, unadmitted, unledgered));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        database.drop_now().await;
+        delete_stream(&jetstream_name).await;
+        return;
+    }
     let direct_client = reqwest::Client::new();
     for (clients, per_client) in [(1, SEQUENTIAL_TURNS), (CLIENTS, TURNS_PER_CLIENT)] {
         println!(
@@ -294,26 +306,7 @@ async fn main() {
     );
     drop(unadmitted);
 
-    println!(
-        "== 1 client, turn by turn: tool-call ledger on vs off, {INTERLEAVED_TURNS} turns on each arm, alternating =="
-    );
-    let turns = interleaved([&server, &unledgered], &tool_agent).await;
-    let ledgered = report_interleaved(
-        &turns,
-        ["ledger on", "ledger off"],
-        ["ledgered", "unledgered"],
-    );
-    let cost = 1.0 - ledgered;
-    println!(
-        "goal: the ledger costs at most {:.0}% of the turns/s: {:.2}% {}",
-        LEDGER_COST_GOAL * 100.0,
-        cost * 100.0,
-        if cost <= LEDGER_COST_GOAL {
-            "PASS"
-        } else {
-            "FAIL"
-        }
-    );
+    compare_ledger([&server, &unledgered], &tool_agent).await;
     drop(unledgered);
 
     println!(
@@ -392,9 +385,40 @@ async fn main() {
     drop(jetstream);
     tokio::time::sleep(Duration::from_millis(200)).await;
     database.drop_now().await;
+    delete_stream(&jetstream_name).await;
+}
+
+/// Deletes the JetStream stream `name` the run's servers recorded in.
+async fn delete_stream(name: &str) {
     let nats = async_nats::connect(NATS_URL).await.unwrap();
     async_nats::jetstream::new(nats)
-        .delete_stream(&jetstream_name)
+        .delete_stream(name)
         .await
         .unwrap();
+}
+
+/// One client's turns alternating between a server recording its calls in
+/// the ledger and one with `TOOLSERVER_LEDGER=false`; what the ledger costs
+/// against its goal.
+async fn compare_ledger(arms: [&Server; 2], agent: &str) {
+    println!(
+        "== 1 client, turn by turn: tool-call ledger on vs off, {INTERLEAVED_TURNS} turns on each arm, alternating =="
+    );
+    let turns = interleaved(arms, agent).await;
+    let ledgered = report_interleaved(
+        &turns,
+        ["ledger on", "ledger off"],
+        ["ledgered", "unledgered"],
+    );
+    let cost = 1.0 - ledgered;
+    println!(
+        "goal: the ledger costs at most {:.0}% of the turns/s: {:.2}% {}",
+        LEDGER_COST_GOAL * 100.0,
+        cost * 100.0,
+        if cost <= LEDGER_COST_GOAL {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    );
 }
