@@ -186,7 +186,8 @@ async fn bad_effects_and_retry_are_refused_naming_the_field_as_the_contract_says
     let typed = upload(&app, "typed", json!({"effects": 1})).await;
     assert_eq!(typed.status, StatusCode::BAD_REQUEST);
 
-    // A patch is judged with what it leaves in place, and refused whole.
+    // A patch is judged with what it leaves in place, and refused whole:
+    // a conflict with what the tool keeps is a 409, a bad patch a 422.
     let reader = upload(
         &app,
         "reader",
@@ -195,10 +196,24 @@ async fn bad_effects_and_retry_are_refused_naming_the_field_as_the_contract_says
     .await
     .json();
     let path = format!("/accounts/me/tools/{}", reader["toolId"].as_str().unwrap());
+    for body in [
+        json!({"effects": "side_effect"}),
+        json!({"effects": "side_effect", "description": "Writes now."}),
+    ] {
+        let reply = app
+            .call(Method::PATCH, &path, ACCOUNT_A, Some(body.clone()))
+            .await;
+        assert_eq!(reply.status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(
+            reply.json()["error"]["code"],
+            "tool_effects_conflict",
+            "{body}"
+        );
+        assert!(reply.message().contains("retry.maxAttempts"), "{body}");
+    }
     for (body, field) in [
-        (json!({"effects": "side_effect"}), "retry.maxAttempts"),
         (
-            json!({"effects": "side_effect", "description": "Writes now."}),
+            json!({"effects": "side_effect", "retry": {"maxAttempts": 2}}),
             "retry.maxAttempts",
         ),
         (json!({"effects": "sometimes"}), "effects"),
