@@ -202,7 +202,7 @@ impl Ledger {
     pub fn start(pool: PgPool, process: Option<Uuid>, settings: LedgerSettings) -> Self {
         let writer = settings
             .recording
-            .then(|| LedgerWriter::spawn(pool.clone(), settings.max_batch));
+            .then(|| LedgerWriter::spawn(&pool, settings.max_batch));
         keeper::spawn(pool, settings.clone());
         Self {
             writer,

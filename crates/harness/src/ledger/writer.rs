@@ -5,10 +5,35 @@
 
 use std::time::Duration;
 
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use toolserver_store::tool_calls::{self, AttemptEnd, NewAttempt};
 use toolserver_store::StoreError;
+
+/// How the writer's connections name themselves to Postgres.
+const LEDGER_APPLICATION_NAME: &str = "toolserver-ledger-writer";
+
+/// Connections of the writer's own, to `pool`'s database: not pinged
+/// before each statement, planned once per statement
+/// (`plan_cache_mode = force_generic_plan`: a group's arrays vary in
+/// length), and committing asynchronously (`synchronous_commit = off`): a
+/// write returns once it is in the WAL's buffers, which Postgres flushes
+/// within a fraction of a second. A server process that dies loses nothing
+/// written; a crash of Postgres itself can lose the last moment's rows.
+fn writes_pool(pool: &PgPool) -> PgPool {
+    let options = PgConnectOptions::clone(&pool.connect_options())
+        .application_name(LEDGER_APPLICATION_NAME)
+        .options([
+            ("plan_cache_mode", "force_generic_plan"),
+            ("synchronous_commit", "off"),
+        ]);
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(pool.options().get_acquire_timeout())
+        .test_before_acquire(false)
+        .connect_lazy_with(options)
+}
 
 /// How long the writer waits before writing ends again after a failure.
 const RETRY: Duration = Duration::from_millis(500);
@@ -29,9 +54,9 @@ pub(super) struct LedgerWriter {
 impl LedgerWriter {
     /// Starts the writer on `pool`, writing up to `max_batch` requests of
     /// each kind per statement.
-    pub(super) fn spawn(pool: PgPool, max_batch: usize) -> Self {
+    pub(super) fn spawn(pool: &PgPool, max_batch: usize) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, requests, max_batch.max(1)));
+        tokio::spawn(run(writes_pool(pool), requests, max_batch.max(1)));
         Self { queue }
     }
 

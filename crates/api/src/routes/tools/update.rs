@@ -62,10 +62,10 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
 
 /// Completes a patch that changes the effects or the retry policy with the
 /// other as `current` has it, and refuses a pair a tool may not declare
-/// (a `side_effect` tool that would try a call more than once): a 422 when
-/// the patch itself names both, a 409 (`tool_effects_conflict`) when it
-/// conflicts with what the tool keeps. Both are written together, so a
-/// stored tool always holds a pair checked as one.
+/// (a `side_effect` tool that would try a call more than once) as 409
+/// `tool_effects_conflict`: each field is valid alone, the pair the tool
+/// would hold is not. Both are written together, so a stored tool always
+/// holds a pair checked as one.
 fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), ApiError> {
     if patch.effects.is_none() && patch.retry.is_none() {
         return Ok(());
@@ -73,19 +73,14 @@ fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), Api
     let effects = patch.effects.unwrap_or(current.effects);
     let retry = patch.retry.unwrap_or(current.retry);
     if let Err(refused) = retry.check_for(effects) {
-        if patch.effects.is_some() && patch.retry.is_some() {
-            return Err(refused.into());
-        }
-        let kept = match patch.effects {
-            Some(_) => "retry",
-            None => "effects",
+        let advice = match (patch.effects.is_some(), patch.retry.is_some()) {
+            (true, true) => "change one of them",
+            (true, false) => "the tool keeps its retry: send both together",
+            _ => "the tool keeps its effects: send both together",
         };
         return Err(ApiError::Conflict {
             code: "tool_effects_conflict",
-            message: format!(
-                "{}: {}; the tool keeps its {kept}, so send effects and retry together",
-                refused.field, refused.message
-            ),
+            message: format!("{}: {}; {advice}", refused.field, refused.message),
         });
     }
     patch.effects = Some(effects);
@@ -106,7 +101,7 @@ fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), Api
         (status = 400, description = "Malformed body, unknown field, or no change", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
-        (status = 409, description = "New name already used in this account (`tool_name_taken`), or new `effects` or `retry` that conflict with the other as the tool keeps it (`tool_effects_conflict`: a `side_effect` tool may not try a call more than once)", body = ErrorBody),
+        (status = 409, description = "New name already used in this account (`tool_name_taken`), or new `effects` or `retry` that conflict with the other as the tool keeps it (`tool_effects_conflict`: a `side_effect` tool may not try a call more than once), in the patch or with what the tool keeps", body = ErrorBody),
         (status = 413, description = "Bundle or body over its limit", body = ErrorBody),
         (status = 415, description = "Unsupported content type", body = ErrorBody),
         (status = 422, description = "A field breaks a rule", body = ErrorBody),
