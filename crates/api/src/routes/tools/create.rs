@@ -18,7 +18,7 @@ use toolserver_store::{tools, NewTool};
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{CreateToolForm, CreateToolJson, ToolEgress, ToolManifest, ToolView};
 use crate::auth::Account;
-use crate::error::{ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::state::AppState;
 
 impl WithBase64Bundle for CreateToolJson {
@@ -56,14 +56,15 @@ pub struct ValidManifest {
     pub retry: RetrySpec,
 }
 
-/// Validates every manifest field, reporting the first that fails.
-pub fn validate_manifest(
-    m: ToolManifest,
-    limits: &ToolLimits,
-) -> Result<ValidManifest, ValidationError> {
+/// Validates every manifest field, reporting the first that fails (422);
+/// effects and a retry policy that a tool may not hold together are 409
+/// `tool_effects_conflict`.
+pub fn validate_manifest(m: ToolManifest, limits: &ToolLimits) -> Result<ValidManifest, ApiError> {
     let effects = parse_effects(m.effects.as_deref())?.unwrap_or_default();
     let retry = parse_retry(m.retry.as_ref())?.unwrap_or_default();
-    retry.check_for(effects)?;
+    if let Err(refused) = retry.check_for(effects) {
+        return Err(effects_conflict(&refused, "change one of them"));
+    }
     Ok(ValidManifest {
         name: ToolName::parse(&m.name)?,
         description: ToolDescription::parse(&m.description, limits)?,
@@ -111,7 +112,7 @@ pub fn egress_allow(
             headers(("location" = String, description = "URL of the new tool"))),
         (status = 400, description = "Malformed body, unknown or missing field", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 409, description = "Name already used in this account", body = ErrorBody),
+        (status = 409, description = "Name already used in this account (`tool_name_taken`), or `effects` and `retry` a tool may not hold together (`tool_effects_conflict`: a `side_effect` tool may not try a call more than once)", body = ErrorBody),
         (status = 413, description = "Bundle or body over its limit", body = ErrorBody),
         (status = 415, description = "Unsupported content type", body = ErrorBody),
         (status = 422, description = "A field breaks a rule", body = ErrorBody),
@@ -154,4 +155,13 @@ pub async fn create_tool(
         [(header::LOCATION, location)],
         Json(ToolView::from(record)),
     ))
+}
+
+/// The 409 of effects and a retry policy `refused` as a pair; `advice`
+/// says what to send instead.
+pub fn effects_conflict(refused: &ValidationError, advice: &str) -> ApiError {
+    ApiError::Conflict {
+        code: "tool_effects_conflict",
+        message: format!("{}: {}; {advice}", refused.field, refused.message),
+    }
 }

@@ -9,7 +9,7 @@ use toolserver_domain::{
 };
 use toolserver_store::{tools, ToolPatch, ToolRecord};
 
-use super::create::{egress_allow, parse_effects, parse_retry};
+use super::create::{effects_conflict, egress_allow, parse_effects, parse_retry};
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
 use super::{parse_tool_id, tool_not_found};
@@ -78,10 +78,7 @@ fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), Api
             (true, false) => "the tool keeps its retry: send both together",
             _ => "the tool keeps its effects: send both together",
         };
-        return Err(ApiError::Conflict {
-            code: "tool_effects_conflict",
-            message: format!("{}: {}; {advice}", refused.field, refused.message),
-        });
+        return Err(effects_conflict(&refused, advice));
     }
     patch.effects = Some(effects);
     patch.retry = Some(retry);
