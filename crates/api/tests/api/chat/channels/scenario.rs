@@ -190,7 +190,21 @@ async fn scenario(pool: PgPool, kind: Kind) {
         3,
         "one turn: its pass, its answer, one continuation"
     );
-    let read = conversation(&app, &kind.conversation(&agent, 1)).await;
+    // The platform has both posts; the server records a post as delivered
+    // once the platform's answer is back, a moment later.
+    let mut read = conversation(&app, &kind.conversation(&agent, 1)).await;
+    for _ in 0..200 {
+        let pending = read["channelReplies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|reply| reply["status"] == "pending");
+        if !pending {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        read = conversation(&app, &kind.conversation(&agent, 1)).await;
+    }
     let replies: Vec<(&str, i64)> = read["channelReplies"]
         .as_array()
         .unwrap()
