@@ -19,6 +19,7 @@ pub use view::{PayloadView, ToolCallPage, ToolCallView};
 use crate::auth::Account;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiQuery;
+use crate::routes::tools::list::page_limit;
 use crate::state::AppState;
 
 /// The ledger routes.
@@ -68,14 +69,7 @@ pub async fn list_tool_calls(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ToolCallQuery>,
 ) -> ApiResult<Json<ToolCallPage>> {
-    let settings = state.settings();
-    let limit = query.limit.unwrap_or(settings.default_page_size);
-    if limit == 0 || limit > settings.max_page_size {
-        return Err(ApiError::bad_field(
-            "limit",
-            format!("limit must be between 1 and {}", settings.max_page_size),
-        ));
-    }
+    let limit = page_limit(query.limit, state.settings())?;
     let filter = filter_of(&query)?;
     let cursor = query.cursor.as_deref().map(parse_cursor).transpose()?;
     let mut rows = tool_calls::list(

@@ -26,15 +26,20 @@ pub struct ListParams {
 impl ListParams {
     /// The page size asked for, or the default; 400 outside 1..=maximum.
     pub fn checked_limit(&self, settings: &ApiSettings) -> Result<u32, ApiError> {
-        let limit = self.limit.unwrap_or(settings.default_page_size);
-        if limit == 0 || limit > settings.max_page_size {
-            return Err(ApiError::bad_field(
-                "limit",
-                format!("limit must be between 1 and {}", settings.max_page_size),
-            ));
-        }
-        Ok(limit)
+        page_limit(self.limit, settings)
     }
+}
+
+/// The page size `limit` asks for, or the default; 400 outside 1..=maximum.
+pub(crate) fn page_limit(limit: Option<u32>, settings: &ApiSettings) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(settings.default_page_size);
+    if limit == 0 || limit > settings.max_page_size {
+        return Err(ApiError::bad_field(
+            "limit",
+            format!("limit must be between 1 and {}", settings.max_page_size),
+        ));
+    }
+    Ok(limit)
 }
 
 /// Lists the caller's tools in creation order.

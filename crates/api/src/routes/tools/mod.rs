@@ -6,7 +6,7 @@ mod create;
 mod delete;
 mod download;
 mod invoke;
-mod list;
+pub(crate) mod list;
 mod read;
 mod update;
 mod upload;
