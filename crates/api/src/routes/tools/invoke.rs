@@ -135,12 +135,8 @@ pub async fn invoke_tool(
     };
     let claim = match idempotency::begin(&state, &account, id, &headers, &body).await? {
         Begin::Run(claim) => claim,
-        Begin::Replayed(response, result) => {
-            let key = headers
-                .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            record_replay(&state, &scope, id, key, &body, &result).await?;
+        Begin::Replayed(response, result, key) => {
+            record_replay(&state, &scope, id, &key, &body, &result).await?;
             return Ok(response);
         }
         Begin::Answered(response) => return Ok(response),

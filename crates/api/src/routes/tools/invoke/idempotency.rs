@@ -37,8 +37,9 @@ const RETRY_RUNNING_SECS: u32 = 1;
 pub(super) enum Begin {
     /// Run the call, recording its end in the claim.
     Run(Claim),
-    /// Answered with the kept result of an earlier request (that result).
-    Replayed(Response, InvokeResult),
+    /// Answered with the kept result of an earlier request under the key
+    /// (the response, that result, and the key).
+    Replayed(Response, InvokeResult, String),
     /// Answered from the key: a 409.
     Answered(Response),
 }
@@ -87,7 +88,7 @@ pub(super) async fn begin(
         KeyState::Done(result) => {
             let result = replay::parse(result)?;
             let response = replay::respond(result.clone(), super::wants_event_stream(headers));
-            return Ok(Begin::Replayed(response, result));
+            return Ok(Begin::Replayed(response, result, new.key));
         }
         KeyState::Running => running(),
         KeyState::Unknown => ApiError::Conflict {
