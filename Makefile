@@ -50,7 +50,8 @@ fuzz-api: test-deps
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
 ## job claims against history, ledger pages against 1,000,000 attempts, turns, one account's flood against another's
-## calls and turns (noisy neighbour), and the Kubernetes exec transport vs local sockets.
+## calls and turns (noisy neighbour), the Kubernetes exec transport vs local sockets,
+## and judging one call by 100 policies.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-store --bench claim
@@ -58,6 +59,7 @@ bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench turns
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench noisy
 	cargo bench -p toolserver-kubernetes --bench exec
+	cargo bench -p toolserver-harness --bench policy
 
 ## Crash trials of detached turns on the release binary: two servers on one
 ## scratch database, a random one SIGKILLed and restarted per trial. Prints

@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbound;
+pub mod policy;
 pub mod provider;
 mod retry_after;
 pub mod runner_call;

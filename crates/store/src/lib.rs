@@ -17,6 +17,7 @@ pub mod invoke_keys;
 mod job_kind;
 pub mod jobs;
 pub mod mcp_tasks;
+pub mod policies;
 pub mod pool;
 pub mod processes;
 pub mod stats;

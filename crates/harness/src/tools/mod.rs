@@ -26,6 +26,23 @@ pub use tavily::TavilySettings;
 
 use crate::metrics::CallMeter;
 
+/// The built-ins this server runs itself, each with its input schema:
+/// policies name them like uploaded tools.
+pub fn builtin_inputs() -> Vec<(&'static str, Value)> {
+    use toolserver_domain::BuiltinTool;
+    vec![
+        (
+            BuiltinTool::TavilySearch.name(),
+            tavily::Endpoint::Search.input_schema(),
+        ),
+        (
+            BuiltinTool::TavilyExtract.name(),
+            tavily::Endpoint::Extract.input_schema(),
+        ),
+        (BuiltinTool::Handoff.name(), crate::handoff::input_schema()),
+    ]
+}
+
 /// Something a running tool reports.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolEvent {

@@ -210,4 +210,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0020: 20,
     in_flight_work_settles_after_an_upgrade_from_0021: 21,
     in_flight_work_settles_after_an_upgrade_from_0022: 22,
+    in_flight_work_settles_after_an_upgrade_from_0023: 23,
 }

@@ -1,0 +1,91 @@
+//! An account's policies as the server uses them: the schema policy text is
+//! checked against when it is saved (the account's uploaded tools and the
+//! built-ins this server runs), and the stack of layers a call is judged
+//! by (the account's, then the agent's).
+
+use std::sync::Arc;
+
+use cedar_policy::Schema;
+use sqlx::PgPool;
+use toolserver_domain::AccountId;
+use toolserver_store::{tools, StoreError};
+
+use super::layer::{Layer, LayerError};
+use super::layers::{LayerName, PolicyStack};
+use super::schema::{account_schema, SchemaTool};
+use super::store::{deny_all, PolicyCache};
+use crate::tools::builtin_inputs;
+
+/// Tools read per page while building a schema.
+const PAGE: u32 = 200;
+
+/// Why policy text could not be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The text is refused; the message is Cedar's.
+    #[error(transparent)]
+    Refused(#[from] LayerError),
+    /// The account's tools could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The Cedar schema of `account`'s tools: every uploaded tool and the
+/// built-ins this server runs.
+pub async fn schema_of(pool: &PgPool, account: &AccountId) -> Result<Schema, CheckError> {
+    let mut tools: Vec<SchemaTool> = builtin_inputs()
+        .into_iter()
+        .map(|(name, input_schema)| SchemaTool {
+            name: name.to_owned(),
+            input_schema,
+        })
+        .collect();
+    let mut after = None;
+    loop {
+        let (records, more) = tools::list(pool, account, after, PAGE).await?;
+        after = records.last().map(|record| record.id);
+        tools.extend(records.into_iter().map(|record| SchemaTool {
+            name: record.name,
+            input_schema: record.input_schema.as_value().clone(),
+        }));
+        if !more {
+            break;
+        }
+    }
+    account_schema(&tools).map_err(|err| CheckError::Refused(LayerError::Invalid(err)))
+}
+
+/// Parses `text` and validates it against `account`'s schema.
+pub async fn check_layer(
+    pool: &PgPool,
+    account: &AccountId,
+    text: &str,
+) -> Result<Layer, CheckError> {
+    let layer = Layer::parse(text)?;
+    if !layer.is_empty() {
+        layer.validate(&schema_of(pool, account).await?)?;
+    }
+    Ok(layer)
+}
+
+/// The layers a call of `account` is judged by: the account's as stored
+/// now, then `agent`'s (its config's `policies`), each parsed once.
+pub async fn stack_of(
+    cache: &PolicyCache,
+    pool: &PgPool,
+    account: &AccountId,
+    agent: Option<&str>,
+) -> Result<PolicyStack, StoreError> {
+    let stack =
+        PolicyStack::default().with(LayerName::Account, cache.account(pool, account).await?);
+    Ok(match agent {
+        None => stack,
+        Some(text) => {
+            let layer = cache.agent(text).unwrap_or_else(|err| {
+                tracing::error!(%account, error = %err, "an agent's stored policies no longer parse; its calls are denied");
+                Arc::new(deny_all())
+            });
+            stack.with(LayerName::Agent, layer)
+        }
+    })
+}

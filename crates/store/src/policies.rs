@@ -1,0 +1,94 @@
+//! The `account_policies` table: one account's policy text and how many
+//! times it was saved (`migrations/0024_policies.sql`).
+
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use toolserver_domain::AccountId;
+
+use crate::{accounts, StoreError};
+
+/// An account's stored policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRecord {
+    /// The Cedar text as saved.
+    pub text: String,
+    /// Saves so far (from 1).
+    pub version: i64,
+    /// When it was last saved.
+    pub updated_at: OffsetDateTime,
+}
+
+/// The policies of `account`, if it ever saved any.
+pub async fn get(pool: &PgPool, account: &AccountId) -> Result<Option<PolicyRecord>, StoreError> {
+    let row: Option<(String, i64, OffsetDateTime)> = sqlx::query_as(
+        "SELECT policies, version, updated_at FROM account_policies WHERE account_id = $1",
+    )
+    .bind(account.as_str())
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(text, version, updated_at)| PolicyRecord {
+        text,
+        version,
+        updated_at,
+    }))
+}
+
+/// Stores `text` as the whole of `account`'s policies (recording the
+/// account if it is new); the record as saved.
+pub async fn put(
+    pool: &PgPool,
+    account: &AccountId,
+    text: &str,
+) -> Result<PolicyRecord, StoreError> {
+    let mut tx = pool.begin().await?;
+    accounts::ensure(&mut *tx, account).await?;
+    let (version, updated_at): (i64, OffsetDateTime) = sqlx::query_as(
+        "INSERT INTO account_policies (account_id, policies) VALUES ($1, $2) \
+         ON CONFLICT (account_id) DO UPDATE SET policies = EXCLUDED.policies, \
+             version = account_policies.version + 1, updated_at = now() \
+         RETURNING version, updated_at",
+    )
+    .bind(account.as_str())
+    .bind(text)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(PolicyRecord {
+        text: text.to_owned(),
+        version,
+        updated_at,
+    })
+}
+
+/// What [`current`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Current {
+    /// The account has no policies stored.
+    None,
+    /// The stored version is `known`: the text did not change.
+    Unchanged,
+    /// The stored version and text.
+    Changed(i64, String),
+}
+
+/// The policies of `account` unless their version is `known`: one small
+/// read when nothing changed.
+pub async fn current(
+    pool: &PgPool,
+    account: &AccountId,
+    known: Option<i64>,
+) -> Result<Current, StoreError> {
+    let row: Option<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT version, CASE WHEN version IS NOT DISTINCT FROM $2 THEN NULL ELSE policies END \
+         FROM account_policies WHERE account_id = $1",
+    )
+    .bind(account.as_str())
+    .bind(known)
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        None => Current::None,
+        Some((_, None)) => Current::Unchanged,
+        Some((version, Some(text))) => Current::Changed(version, text),
+    })
+}
