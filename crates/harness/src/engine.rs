@@ -16,6 +16,7 @@ use crate::handoff::HandoffOptions;
 use crate::ledger::LedgerSettings;
 use crate::lifecycle::LifecycleSettings;
 use crate::outbound;
+use crate::policy::{self, PolicyCache, PolicyStack};
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::google::GoogleProvider;
 use crate::provider::openai::OpenAiProvider;
@@ -184,6 +185,7 @@ pub struct Harness {
     sources: ToolSources,
     sealer: SecretBox,
     settings: HarnessSettings,
+    policies: PolicyCache,
 }
 
 /// A config that passed every check, and the tools it enables.
@@ -201,7 +203,19 @@ impl Harness {
             sources,
             sealer,
             settings,
+            policies: PolicyCache::default(),
         }
+    }
+
+    /// The policies a call of `account` is judged by: the account's, then
+    /// `config`'s agent's, if any.
+    pub async fn policy_stack(
+        &self,
+        account: &AccountId,
+        config: Option<&AgentConfig>,
+    ) -> Result<PolicyStack, StoreError> {
+        let agent = config.and_then(|config| config.policies.as_deref());
+        policy::stack_of(&self.policies, &self.sources.pool, account, agent).await
     }
 
     /// Where tools come from and how they run.
@@ -286,6 +300,16 @@ impl Harness {
         config: &Value,
     ) -> Result<CheckedAgent, RegistryError> {
         let checked = self.check(account, config, ConfigSource::Saving).await?;
+        if let Some(text) = &checked.config.policies {
+            policy::check_layer(&self.sources.pool, account, text)
+                .await
+                .map_err(|err| match err {
+                    policy::CheckError::Refused(refused) => RegistryError::Invalid(
+                        ValidationError::new("config.policies", refused.to_string()),
+                    ),
+                    policy::CheckError::Store(store) => RegistryError::Store(store),
+                })?;
+        }
         let providers = checked
             .config
             .providers

@@ -25,7 +25,11 @@ pub const CONFIG_FIELDS: &[&str] = &[
     "onDisconnect",
     "mcpServers",
     "channels",
+    "policies",
 ];
+
+/// Longest `policies` text of an agent config, in characters.
+pub const MAX_AGENT_POLICY_CHARS: usize = 65_536;
 
 /// The fields of `config.model`.
 pub const MODEL_FIELDS: &[&str] = &["provider", "modelId", "options"];
@@ -107,6 +111,9 @@ pub struct AgentConfig {
     pub mcp_servers: BTreeMap<String, McpServerSetting>,
     /// Chat channels the agent is reached through, by name.
     pub channels: BTreeMap<String, ChannelSetting>,
+    /// The agent's layer of policies (Cedar text), which can only narrow
+    /// the account's; checked as Cedar by the harness.
+    pub policies: Option<String>,
 }
 
 /// What a streaming turn does when the client of its request goes away
@@ -199,6 +206,20 @@ impl AgentConfig {
         }
         let mcp_servers = parse_servers(object.get("mcpServers"))?;
         let channels = parse_channels(object.get("channels"))?;
+        let policies = match object.get("policies") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) if text.chars().count() <= MAX_AGENT_POLICY_CHARS => {
+                Some(text.clone())
+            }
+            Some(_) => {
+                return Err(ValidationError::new(
+                    "config.policies",
+                    format!(
+                        "must be Cedar policy text (a string) of at most {MAX_AGENT_POLICY_CHARS} characters"
+                    ),
+                ))
+            }
+        };
         Ok(Self {
             model,
             providers,
@@ -208,6 +229,7 @@ impl AgentConfig {
             on_disconnect,
             mcp_servers,
             channels,
+            policies,
         })
     }
 

@@ -26,6 +26,7 @@ use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleEr
 use crate::channels;
 use crate::handoff::{self, TurnScope};
 use crate::ledger::{CallScope, TurnLedger};
+use crate::policy::CallGate;
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
@@ -154,11 +155,20 @@ impl Lifecycle {
         let Some(agent_id) = turn.agent_id.map(AgentId::from_uuid) else {
             return Err(LifecycleError::AgentDeleted);
         };
-        let checked = self.checked_agent(&account, agent_id).await?;
+        let mut checked = self.checked_agent(&account, agent_id).await?;
         if job.kind == JobKind::Relaunch {
             return self.relaunch(job, &account, &checked).await;
         }
         let conversation = ConversationId::from_stored(turn.conversation_id.clone());
+        let stack = self
+            .harness()
+            .policy_stack(&account, Some(&checked.config))
+            .await?;
+        // A detached turn keeps no end user: its calls are judged as the
+        // account's own (`User::""`).
+        let gate = CallGate::new(stack, None, CallPath::Turn)
+            .in_turn(agent_id.to_string(), Some(conversation.to_string()));
+        checked.registry = checked.registry.with_gate(gate);
         let lease =
             match ConversationLease::take_as(self, &account, &conversation, agent_id, job.id).await
             {

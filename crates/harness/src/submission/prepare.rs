@@ -1,13 +1,16 @@
 //! What every submitted turn does before it runs: check the agent again,
-//! choose its model, take the conversation, fit the request to it, check
+//! gather the policies its calls are judged by, choose its model, take the conversation, fit the request to it, check
 //! its size and store it.
 
 use std::sync::Arc;
+
+use toolserver_domain::CallPath;
 
 use super::{Submission, SubmitError};
 use crate::conversation::{prepare_turn, PrepareError};
 use crate::handoff;
 use crate::lifecycle::{ConversationLease, Lifecycle};
+use crate::policy::CallGate;
 use crate::provider::ModelProvider;
 use crate::ui::UiMessage;
 use crate::{CheckedAgent, Harness};
@@ -38,12 +41,18 @@ pub(super) async fn prepare(
         conversation,
         messages,
         trigger,
-        subject: _,
+        subject,
     } = submission;
     let harness = lifecycle.harness();
-    let checked = harness
+    let mut checked = harness
         .load_agent(lifecycle.pool(), &account, agent)
         .await?;
+    let stack = harness
+        .policy_stack(&account, Some(&checked.config))
+        .await?;
+    let gate = CallGate::new(stack, subject, CallPath::Turn)
+        .in_turn(agent.to_string(), Some(conversation.to_string()));
+    checked.registry = checked.registry.with_gate(gate);
     let provider = harness.provider(&checked.config)?;
     let lease = ConversationLease::take(lifecycle, &account, &conversation, agent).await?;
     let provider = match lease.handoff() {

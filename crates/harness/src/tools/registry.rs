@@ -30,6 +30,7 @@ use super::uploaded::UploadedTool;
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
+use crate::policy::{CallGate, Verdict};
 use crate::provider::ToolSpec;
 use crate::runner_call::RunnerCallSettings;
 
@@ -74,7 +75,8 @@ pub enum RegistryError {
     Store(StoreError),
 }
 
-/// The tools of one turn, by model-facing name.
+/// The tools of one turn, by model-facing name, with the policies that
+/// judge their calls (none: every call runs as configured).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, RegisteredTool>,
@@ -82,6 +84,7 @@ pub struct ToolRegistry {
     provider_tools: Vec<String>,
     has_async: bool,
     warnings: Vec<String>,
+    gate: Option<CallGate>,
 }
 
 impl ToolRegistry {
@@ -445,6 +448,28 @@ impl ToolRegistry {
         self.tools.values()
     }
 
+    /// This registry with `gate` judging its calls.
+    pub fn with_gate(mut self, gate: CallGate) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// What the policies in force decide on calling `tool` with `input`;
+    /// `None` when none are in force (the call runs as configured).
+    pub fn verdict(&self, tool: &RegisteredTool, input: &Value) -> Option<Verdict> {
+        let gate = self.gate.as_ref().filter(|gate| !gate.is_open())?;
+        Some(gate.decide(&tool.name, tool.effects, input))
+    }
+
+    /// The tools offered to a model or a client: those the policies in
+    /// force could let run for some input.
+    pub fn offered(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.values().filter(|tool| match &self.gate {
+            Some(gate) => gate.offers(&tool.name, tool.effects),
+            None => true,
+        })
+    }
+
     /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.get(name)
@@ -465,11 +490,11 @@ impl ToolRegistry {
         &self.provider_tools
     }
 
-    /// The function specifications offered to the model.
+    /// The function specifications offered to the model (tools the
+    /// policies deny whatever the input are left out).
     pub fn specs(&self) -> Vec<ToolSpec> {
         let mut specs: Vec<ToolSpec> = self
-            .tools
-            .values()
+            .offered()
             .map(|tool| ToolSpec {
                 name: tool.name.clone(),
                 description: tool.description.clone(),

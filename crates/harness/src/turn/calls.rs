@@ -1,5 +1,7 @@
-//! The tool calls of one model pass: parse and check each call's input, ask
-//! for approval where needed, launch async calls in the background, and run
+//! The tool calls of one model pass: parse and check each call's input, put
+//! it to the policies in force (a denied call fails, naming the policy; one
+//! they ask about waits for approval like `needsApproval`), ask for
+//! approval where needed, launch async calls in the background, and run
 //! the rest concurrently (up to a limit), streaming their outputs.
 
 use futures::StreamExt;
@@ -13,6 +15,7 @@ use super::place::call_place;
 use super::retry::with_retries;
 use super::TurnPlan;
 use crate::ledger::{idempotency_key, CallPlace, CalledTool, TurnLedger};
+use crate::policy::Decision;
 use crate::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use crate::ui::UiChunk;
 use toolserver_domain::agent::ASYNC_STATUS_TOOL;
@@ -129,23 +132,25 @@ pub(super) async fn handle_calls(
             continue;
         }
         emitter.emit(input_available(&call, &input)).await?;
-        if tool.needs_approval && !can_ask_approval {
+        let verdict = registry.verdict(tool, &input);
+        let decision = verdict.as_ref().map_or(Decision::Allow, |v| v.decision);
+        let needs_approval = tool.needs_approval || decision == Decision::Ask;
+        if let (Decision::Deny, Some(verdict)) = (decision, &verdict) {
+            let error_text = verdict.explain(&tool.name);
+            refuse(emitter, ledger, &call.id, tool, &input, error_text).await?;
+        } else if needs_approval && !can_ask_approval {
+            let why = match &verdict {
+                Some(verdict) if decision == Decision::Ask => {
+                    format!(" ({})", verdict.reasons.join("; "))
+                }
+                _ => String::new(),
+            };
             let error_text = format!(
-                "{} needs a person's approval, {APPROVAL_UNAVAILABLE}",
+                "{} needs a person's approval{why}, {APPROVAL_UNAVAILABLE}",
                 tool.name
             );
-            if let Some(ledger) = ledger {
-                let place = place_of(emitter, Some(ledger), &call.id);
-                let status = AttemptStatus::Denied;
-                ledger.refused(&place, CalledTool::from(tool), &input, status, &error_text);
-            }
-            emitter
-                .emit(UiChunk::ToolOutputError {
-                    tool_call_id: call.id.clone(),
-                    error_text,
-                })
-                .await?;
-        } else if tool.needs_approval {
+            refuse(emitter, ledger, &call.id, tool, &input, error_text).await?;
+        } else if needs_approval {
             let approval_id = format!("apr_{}", uuid::Uuid::new_v4().simple());
             emitter
                 .emit(UiChunk::ToolApprovalRequest {
@@ -182,6 +187,29 @@ pub(super) async fn handle_calls(
     }
     run_ready(emitter, ready, max_parallel, ledger).await?;
     Ok(awaiting_approval)
+}
+
+/// Refuses the call `tool_call_id` of `tool` with `error_text`, which the
+/// model reads as the call's failure; the ledger records it as denied.
+pub(super) async fn refuse(
+    emitter: &mut Emitter,
+    ledger: Option<&TurnLedger>,
+    tool_call_id: &str,
+    tool: &RegisteredTool,
+    input: &Value,
+    error_text: String,
+) -> Result<(), ClientGone> {
+    if let Some(ledger) = ledger {
+        let place = place_of(emitter, Some(ledger), tool_call_id);
+        let status = AttemptStatus::Denied;
+        ledger.refused(&place, CalledTool::from(tool), input, status, &error_text);
+    }
+    emitter
+        .emit(UiChunk::ToolOutputError {
+            tool_call_id: tool_call_id.to_owned(),
+            error_text,
+        })
+        .await
 }
 
 /// Runs calls, emitting each preliminary snapshot, then the final output or

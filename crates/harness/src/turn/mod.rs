@@ -33,6 +33,7 @@ use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
 use self::pending::PendingWork;
 use crate::ledger::{CalledTool, TurnLedger};
+use crate::policy::Decision;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
 use crate::tools::ToolRegistry;
 use crate::ui::{to_model_history, ToolState, UiChunk, UiMessage, UiPart};
@@ -381,6 +382,23 @@ impl Turn {
                     .await?;
                 continue;
             };
+            // An approval answers an ask, never a deny: policies changed
+            // since the request are applied again.
+            let verdict = self.registry.verdict(tool, &input);
+            if let Some(verdict) = verdict.filter(|v| v.decision == Decision::Deny) {
+                let ledger = self.plan.ledger.as_ref();
+                let error_text = verdict.explain(&tool.name);
+                calls::refuse(
+                    &mut self.emitter,
+                    ledger,
+                    &tool_call_id,
+                    tool,
+                    &input,
+                    error_text,
+                )
+                .await?;
+                continue;
+            }
             let place = calls::place_of(&self.emitter, self.plan.ledger.as_ref(), &tool_call_id);
             if tool.run_async {
                 let events = retry::with_retries(self.plan.ledger.as_ref(), tool, &place, input);
