@@ -13,6 +13,12 @@ def _names_uploaded_tool(body):
     return isinstance(tools, dict) and any(TOOL_ID.match(key) for key in tools)
 
 
+def _has_policies(body):
+    config = body.get("config") if isinstance(body, dict) else None
+    policies = config.get("policies") if isinstance(config, dict) else None
+    return isinstance(policies, str) and policies.strip() != ""
+
+
 def _empty_bundle_part(body):
     return isinstance(body, dict) and body.get("bundle") in (b"", "")
 
@@ -21,13 +27,15 @@ def _empty_bundle_part(body):
 def filter_body(context, body):
     """Leaves out bodies refused for reasons the fuzzer cannot honour from
     the schema: an agent config naming a random `toolId` names no tool of
-    the account (a rule of state); an empty multipart `bundle` part is
-    refused (the schema says "not empty", but the fuzzer validates binary
-    parts as empty strings, so `minLength` on them misleads it)."""
+    the account, and its random `policies` text is no Cedar that validates
+    against the account's tools (rules of state); an empty multipart
+    `bundle` part is refused (the schema says "not empty", but the fuzzer
+    validates binary parts as empty strings, so `minLength` on them
+    misleads it)."""
     if context.operation is None:
         return True
     if context.operation.path.startswith("/agents"):
-        return not _names_uploaded_tool(body)
+        return not _names_uploaded_tool(body) and not _has_policies(body)
     if context.operation.path.startswith("/accounts/me/tools"):
         return not _empty_bundle_part(body)
     return True

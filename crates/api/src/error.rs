@@ -44,6 +44,16 @@ pub enum ApiError {
     /// 403: authenticated, but not for this resource (e.g. another call's job token).
     #[error("{0}")]
     Forbidden(String),
+    /// 403: the account's policies deny the call (`policy_denied`), or
+    /// ask a person first, which this request path cannot
+    /// (`approval_required`); the message names the policies.
+    #[error("{message}")]
+    PolicyRefused {
+        /// `policy_denied` or `approval_required`.
+        code: &'static str,
+        /// The decision and the policies that made it.
+        message: String,
+    },
     /// 404: no such resource for this account.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -143,6 +153,7 @@ impl ApiError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::PolicyRefused { code, .. } => return (StatusCode::FORBIDDEN, code),
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict { code, .. } => return (StatusCode::CONFLICT, code),
             Self::Gone(_) => StatusCode::GONE,

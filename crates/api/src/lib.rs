@@ -38,6 +38,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::accounts::routes())
         .merge(routes::channels::routes())
         .merge(routes::tool_calls::routes())
+        .merge(routes::policies::routes())
 }
 
 /// The complete application: every route with the standard layers applied.
@@ -67,7 +68,25 @@ pub fn contract() -> anyhow::Result<serde_json::Value> {
     Ok(openapi::apply_contract(generated)?)
 }
 
-/// [`contract`] as YAML, as `openapi.yaml` holds it.
+/// [`contract`] as YAML, as `openapi.yaml` holds it: every object's keys
+/// sorted, whichever order `serde_json`'s maps keep (a dependency turns on
+/// its `preserve_order`).
 pub fn contract_yaml() -> anyhow::Result<String> {
-    Ok(serde_yaml::to_string(&contract()?)?)
+    Ok(serde_yaml::to_string(&sorted_keys(contract()?))?)
+}
+
+/// `value` with every object's keys in sorted order.
+fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries
+                .into_iter()
+                .map(|(key, value)| (key, sorted_keys(value)))
+                .collect()
+        }
+        serde_json::Value::Array(items) => items.into_iter().map(sorted_keys).collect(),
+        scalar => scalar,
+    }
 }

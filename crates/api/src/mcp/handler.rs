@@ -1,5 +1,8 @@
-//! The MCP server of one request's account: `tools/list`, `tools/call`
-//! (inline, with each `yield` as a progress notification; when the client
+//! The MCP server of one request's account: `tools/list` (without the
+//! tools the account's policies deny whatever the input), `tools/call`
+//! (put to the policies first: a denied call, or one they ask a person
+//! about, is a tool error naming them; then inline, with each `yield` as
+//! a progress notification; when the client
 //! takes tasks and the tool can run detached, a call that does not end
 //! within the inline window becomes a task), `tasks/get` and
 //! `tasks/cancel`. A tool that fails is a tool error (`isError`); an
@@ -16,9 +19,10 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolserver_domain::{AccountId, CallPath, ResultId, ToolId};
-use toolserver_harness::ledger::{CallPlace, CallScope};
+use toolserver_domain::{AccountId, AttemptStatus, CallPath, ResultId, ToolId};
+use toolserver_harness::ledger::{CallPlace, CallScope, CalledTool};
 use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
+use toolserver_harness::policy::{CallGate, Decision};
 use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use toolserver_store::{mcp_tasks, tools, StoreError};
 use uuid::Uuid;
@@ -63,6 +67,56 @@ impl AccountServer {
         let registry = ToolRegistry::serving(sources, account, records, builtins)
             .map_err(|err| McpError::internal_error(err.to_string(), None))?;
         Ok(registry.get(name).cloned())
+    }
+
+    /// The policies judging the calls of this request's end user.
+    async fn gate(
+        &self,
+        account: &AccountId,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallGate, McpError> {
+        let stack = self
+            .state
+            .harness()
+            .policy_stack(account, None)
+            .await
+            .map_err(store_error)?;
+        Ok(CallGate::new(stack, end_user(context), CallPath::Mcp))
+    }
+
+    /// Puts a call of `tool` to the policies: why it may not run (they deny
+    /// it, or ask a person, which an MCP call cannot wait for), recorded in
+    /// the ledger as `denied`; `None` when it may.
+    async fn judge(
+        &self,
+        account: &AccountId,
+        tool: &RegisteredTool,
+        input: &Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<String>, McpError> {
+        let verdict = self
+            .gate(account, context)
+            .await?
+            .decide(&tool.name, tool.effects, input);
+        let refusal = match verdict.decision {
+            Decision::Allow => return Ok(None),
+            Decision::Ask => format!(
+                "{}; an MCP call cannot wait for approval",
+                verdict.explain(&tool.name)
+            ),
+            Decision::Deny => verdict.explain(&tool.name),
+        };
+        let call_id = uuid::Uuid::now_v7().to_string();
+        let place = CallPlace::direct(call_id.clone(), call_id);
+        let scope = CallScope {
+            subject: end_user(context),
+            ..CallScope::direct(account.clone(), CallPath::Mcp)
+        };
+        let tool_ref = CalledTool::from(tool);
+        let status = AttemptStatus::Denied;
+        let ledger = self.state.lifecycle().ledger();
+        ledger.refused(&scope, &place, tool_ref, input, status, &refusal);
+        Ok(Some(refusal))
     }
 
     /// Runs `tool` in this request, sending each snapshot it yields as a
@@ -202,10 +256,12 @@ impl ServerHandler for AccountServer {
             false => None,
         };
         let sources = self.state.harness().sources();
+        let gate = self.gate(&account, &context).await?;
         let registry = ToolRegistry::serving(sources, &account, records, cursor.is_none())
-            .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+            .map_err(|err| McpError::internal_error(err.to_string(), None))?
+            .with_gate(gate);
         let mut result =
-            ListToolsResult::with_all_items(registry.tools().map(wire::tool).collect());
+            ListToolsResult::with_all_items(registry.offered().map(wire::tool).collect());
         result.next_cursor = next;
         Ok(result)
     }
@@ -225,6 +281,9 @@ impl ServerHandler for AccountServer {
         let input = Value::Object(request.arguments.unwrap_or_default());
         if let Err(problem) = tool.check_input(&input) {
             return Ok(wire::failure(problem).into());
+        }
+        if let Some(refusal) = self.judge(&account, &tool, &input, &context).await? {
+            return Ok(wire::failure(refusal).into());
         }
         let takes_tasks = context
             .client_capabilities()

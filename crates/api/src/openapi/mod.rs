@@ -29,6 +29,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "async", description = "Completion of detached async tool calls"),
         (name = "ledger", description = "Every attempt of every tool call: who made it, with what, how it ended"),
+        (name = "policies", description = "The account's policies: which tool calls may run (allow, ask, deny), as Cedar"),
         (name = "accounts", description = "The calling account's limits and usage"),
         (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),

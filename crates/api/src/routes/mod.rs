@@ -7,6 +7,7 @@ pub mod channels;
 pub mod conversations;
 pub mod health;
 pub mod operator;
+pub mod policies;
 pub mod sandbox_jobs;
 pub mod tool_calls;
 pub mod tools;

@@ -26,6 +26,7 @@ mod lifecycle;
 mod mcp;
 mod mcp_python;
 mod openapi;
+mod policies;
 mod real_client;
 mod resume;
 mod shutdown;

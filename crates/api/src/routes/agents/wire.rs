@@ -15,7 +15,7 @@ pub struct AgentBody {
     /// `{ model: { provider, modelId, options? }, provider?: { <openai | anthropic |
     /// google>: { apiKey?, baseUrl? } }, systemPrompt?, maxSteps?, onDisconnect?: "continue" |
     /// "cancel", tools?: { <builtin name | toolId>: { enabled?, async?, needsApproval?,
-    /// timeoutMs?, ...options } } }`.
+    /// timeoutMs?, ...options } }, policies?: <Cedar text> }`.
     #[schema(value_type = Object)]
     pub config: Value,
 }

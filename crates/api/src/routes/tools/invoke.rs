@@ -2,7 +2,8 @@
 //!
 //! Sequence: load the tool (404 if not the caller's; read and compiled once,
 //! then from the tool cache while it is current) → validate the input
-//! against its `inputSchema` (422) → merge `config` over `defaultConfig` →
+//! against its `inputSchema` (422) → put the call to the account's
+//! policies (403 when they deny it or ask a person) → merge `config` over `defaultConfig` →
 //! hand the bundle to the runner (inline up to the configured size, otherwise
 //! a signed URL) → answer with the result as JSON, or, with `Accept:
 //! text/event-stream`, stream `log` and `chunk` events as they happen and end
@@ -25,6 +26,7 @@ use serde_json::{Map, Value};
 use toolserver_domain::tool::violations;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ToolId, ValidationError};
 use toolserver_harness::ledger::{Attempt, CallPlace, CallScope, CalledTool};
+use toolserver_harness::policy::{CallGate, Decision};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
 use toolserver_harness::tools::{Failure, FailureKind};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
@@ -112,6 +114,7 @@ pub struct LogLine {
             )),
         (status = 400, description = "Malformed body or unknown field, or an `Idempotency-Key` that is not 1 to 255 printable ASCII characters", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The account's policies deny the call (`policy_denied`) or ask a person first, which a direct call cannot (`approval_required`); the message names the policies", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
         (status = 409, description = "The `Idempotency-Key` belongs to a call still running (`idempotency_key_in_use`, with `Retry-After`), or to a call cut off before its end, whose outcome is unknown and which is not run again while the key is kept (`idempotency_outcome_unknown`)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "With `idempotency_key_in_use`: seconds until a repeat may find the call ended"))),
@@ -195,6 +198,7 @@ async fn start_call(
         .map_or_else(|| call_id.clone(), str::to_owned);
     let input = body.input.clone();
     let place = CallPlace::direct(call_id.clone(), idempotency_key.clone());
+    judge(state, scope, &place, tool, &input).await?;
     let request = build_request(state, tool, body, call_id, idempotency_key).await?;
     let attempt = state
         .lifecycle()
@@ -215,6 +219,43 @@ async fn start_call(
             Err(error)
         }
     }
+}
+
+/// Puts the call to the account's policies: one they deny, or ask a
+/// person about (which a direct call cannot), is a 403 naming them,
+/// recorded in the ledger as `denied`.
+async fn judge(
+    state: &AppState,
+    scope: &CallScope,
+    place: &CallPlace,
+    tool: &ToolRecord,
+    input: &Value,
+) -> ApiResult<()> {
+    let stack = state.harness().policy_stack(&scope.account, None).await?;
+    let gate = CallGate::new(stack, scope.subject.clone(), CallPath::Invoke);
+    let verdict = gate.decide(&tool.name, tool.effects, input);
+    let code = match verdict.decision {
+        Decision::Allow => return Ok(()),
+        Decision::Ask => "approval_required",
+        Decision::Deny => "policy_denied",
+    };
+    let message = match verdict.decision {
+        Decision::Ask => format!(
+            "{}; a direct call cannot wait for approval",
+            verdict.explain(&tool.name)
+        ),
+        _ => verdict.explain(&tool.name),
+    };
+    let ledger = state.lifecycle().ledger();
+    ledger.refused(
+        scope,
+        place,
+        CalledTool::from(tool),
+        input,
+        AttemptStatus::Denied,
+        &message,
+    );
+    Err(ApiError::PolicyRefused { code, message })
 }
 
 /// Records a repeat answered from the kept result of key `key`: an attempt

@@ -1,0 +1,21 @@
+//! `/policies`: the account's policies (Cedar text deciding which tool
+//! calls may run), read, replaced whole, and asked about one call
+//! (`POST /policies/explain`). See `docs/policies.md`.
+
+mod explain;
+mod save;
+mod wire;
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use wire::{ExplainBody, ExplainView, PoliciesBody, PoliciesView};
+
+use crate::state::AppState;
+
+/// The policy routes.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(save::get_policies, save::put_policies))
+        .routes(routes!(explain::explain_policies))
+}

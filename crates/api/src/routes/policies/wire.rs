@@ -1,0 +1,84 @@
+//! Request and response bodies of the policy routes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use toolserver_harness::policy::Verdict;
+use toolserver_store::policies::PolicyRecord;
+use utoipa::ToSchema;
+
+/// The account's policies, replaced whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PoliciesBody {
+    /// Cedar policy text; empty: no policies in force.
+    pub policies: String,
+}
+
+/// The account's policies as stored.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoliciesView {
+    /// Cedar policy text (empty when none were ever saved).
+    pub policies: String,
+    /// Saves so far (0: never saved).
+    pub version: i64,
+    /// When they were last saved.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub updated_at: Option<OffsetDateTime>,
+}
+
+impl From<Option<PolicyRecord>> for PoliciesView {
+    fn from(record: Option<PolicyRecord>) -> Self {
+        match record {
+            Some(record) => Self {
+                policies: record.text,
+                version: record.version,
+                updated_at: Some(record.updated_at),
+            },
+            None => Self {
+                policies: String::new(),
+                version: 0,
+                updated_at: None,
+            },
+        }
+    }
+}
+
+/// One call to ask the policies about.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExplainBody {
+    /// The end user (a token's `sub`); empty for none.
+    pub user: String,
+    /// The agent whose turn makes the call; its policies and its tools'
+    /// effects count. Without it, the call is a direct one (`invoke`).
+    pub agent_id: Option<String>,
+    /// The tool's model-facing name.
+    pub tool: String,
+    /// The call's arguments.
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+/// What the policies decide on a call, and why.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExplainView {
+    /// `allow`, `ask` or `deny`.
+    pub decision: String,
+    /// The policies that decided, as `<layer>:<id>` (`account` or `agent`).
+    pub policies: Vec<String>,
+    /// One sentence per layer that decided.
+    pub reasons: Vec<String>,
+}
+
+impl From<Verdict> for ExplainView {
+    fn from(verdict: Verdict) -> Self {
+        Self {
+            decision: verdict.decision.as_str().to_owned(),
+            policies: verdict.policies,
+            reasons: verdict.reasons,
+        }
+    }
+}
