@@ -576,7 +576,7 @@ fn restore_lost_calls(
     }
     assistant.parts.push(UiPart::StepStart);
     for call in lost {
-        assistant.parts.push(UiPart::Tool(ToolPart {
+        assistant.parts.push(UiPart::Tool(Box::new(ToolPart {
             tool_name: call.tool_name.clone(),
             dynamic: false,
             tool_call_id: call.tool_call_id.clone(),
@@ -587,7 +587,7 @@ fn restore_lost_calls(
             approval: None,
             preliminary: false,
             call_provider_metadata: None,
-        }));
+        })));
     }
 }
 

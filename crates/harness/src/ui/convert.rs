@@ -50,7 +50,7 @@ fn push_assistant(history: &mut Vec<ChatMessage>, message: &UiMessage) {
         let settled: Vec<&ToolPart> = step
             .iter()
             .filter_map(|part| match part {
-                UiPart::Tool(tool) if tool.is_settled() => Some(tool),
+                UiPart::Tool(tool) if tool.is_settled() => Some(&**tool),
                 _ => None,
             })
             .collect();

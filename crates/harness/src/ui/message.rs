@@ -33,8 +33,9 @@ pub enum UiPart {
         /// `streaming` or `done`.
         state: Option<String>,
     },
-    /// A tool call and its outcome.
-    Tool(ToolPart),
+    /// A tool call and its outcome (boxed: it is far larger than the
+    /// other parts).
+    Tool(Box<ToolPart>),
     /// Any other part, kept verbatim.
     Other(Value),
 }
@@ -268,7 +269,7 @@ impl<'de> Deserialize<'de> for UiPart {
                     .map(str::to_owned),
             },
             k if k.starts_with("tool-") || k == "dynamic-tool" => ToolPart::from_value(&value, k)
-                .map(Self::Tool)
+                .map(|tool| Self::Tool(Box::new(tool)))
                 .ok_or_else(|| {
                     serde::de::Error::custom(
                         "a tool part needs `toolCallId`, a known `state` and (dynamic) `toolName`",
@@ -319,7 +320,7 @@ impl UiMessage {
     /// The tool part of `tool_call_id`, if any, to change.
     pub fn tool_part_mut(&mut self, tool_call_id: &str) -> Option<&mut ToolPart> {
         self.parts.iter_mut().find_map(|part| match part {
-            UiPart::Tool(tool) if tool.tool_call_id == tool_call_id => Some(tool),
+            UiPart::Tool(tool) if tool.tool_call_id == tool_call_id => Some(&mut **tool),
             _ => None,
         })
     }
@@ -327,7 +328,7 @@ impl UiMessage {
     /// Tool parts, in order.
     pub fn tool_parts(&self) -> impl Iterator<Item = &ToolPart> {
         self.parts.iter().filter_map(|part| match part {
-            UiPart::Tool(tool) => Some(tool),
+            UiPart::Tool(tool) => Some(&**tool),
             _ => None,
         })
     }
@@ -355,7 +356,7 @@ impl UiMessage {
             UiChunk::ToolInputStart {
                 tool_call_id,
                 tool_name,
-            } => self.parts.push(UiPart::Tool(ToolPart {
+            } => self.parts.push(UiPart::Tool(Box::new(ToolPart {
                 tool_name: tool_name.clone(),
                 dynamic: false,
                 tool_call_id: tool_call_id.clone(),
@@ -366,7 +367,7 @@ impl UiMessage {
                 approval: None,
                 preliminary: false,
                 call_provider_metadata: None,
-            })),
+            }))),
             UiChunk::ToolInputDelta { .. } => {}
             UiChunk::ToolInputAvailable {
                 tool_call_id,

@@ -87,7 +87,7 @@ fn part(state: ToolState, approved: Option<bool>) -> ToolPart {
 }
 
 fn keys(part: &ToolPart) -> Vec<String> {
-    let value = serde_json::to_value(UiPart::Tool(part.clone())).unwrap();
+    let value = serde_json::to_value(UiPart::Tool(Box::new(part.clone()))).unwrap();
     let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
     keys.sort();
     keys
