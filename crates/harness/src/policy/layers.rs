@@ -1,6 +1,5 @@
 //! Layers of policies, from the widest to the narrowest: the account's,
-//! the agent's, then a narrowing for one end user or conversation. Each
-//! layer with policies decides alone; the call gets the most restrictive
+//! then the agent's. Each layer with policies decides alone; the call gets the most restrictive
 //! of their decisions (deny > ask > allow), so a lower layer can narrow
 //! what the one above allows but never widen it. Layers without policies
 //! have no say; with no layer at all, every call runs as configured.
@@ -22,8 +21,6 @@ pub enum LayerName {
     Account,
     /// The agent's (its config's `policies`).
     Agent,
-    /// A narrowing for one end user or conversation.
-    Narrowing,
 }
 
 impl LayerName {
@@ -32,7 +29,6 @@ impl LayerName {
         match self {
             Self::Account => "account",
             Self::Agent => "agent",
-            Self::Narrowing => "narrowing",
         }
     }
 }

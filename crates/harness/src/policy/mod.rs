@@ -17,7 +17,7 @@
 //!    its action or resource scope, or carries `@decision("allow")`);
 //! 4. else nothing allows the call: it is denied.
 //!
-//! Layers (account, agent, end user or conversation) each decide alone;
+//! Layers (the account's, then the agent's) each decide alone;
 //! the call gets the most restrictive answer (deny > ask > allow), so a
 //! lower layer can only narrow ([`layers`]). A layer without policies has
 //! no say; without any, calls run as they did before policies existed.
