@@ -1,12 +1,13 @@
 //! MCP: a tool the policies deny whatever the input is not listed by
-//! `tools/list` (the official TypeScript SDK client), and a call the
-//! policies refuse is a tool error naming the policy.
+//! `tools/list` (both official SDK clients, TypeScript and Python), and a
+//! call the policies refuse is a tool error naming the policy.
 
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::app::spawn_live_app;
 use crate::mcp::mcp;
+use crate::mcp_python::mcp_python;
 use crate::support::*;
 
 use super::{save_policies, tool};
@@ -33,6 +34,8 @@ async fn a_denied_tool_is_not_listed_and_a_denied_call_is_a_tool_error(pool: PgP
     .await;
     let listing = mcp(&app, Some(ACCOUNT_A), &["list"]).await;
     assert_eq!(names(&listing), ["lookup", "refund"], "{listing}");
+    let python = mcp_python(&app, Some(ACCOUNT_A), &["list"]).await;
+    assert_eq!(names(&python), ["lookup", "refund"], "{python}");
 
     let refused = mcp(
         &app,
