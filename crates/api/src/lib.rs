@@ -16,6 +16,7 @@ pub mod nats;
 pub mod openapi;
 pub mod routes;
 pub mod server;
+pub mod sorted;
 pub mod state;
 pub mod tool_cache;
 pub mod usage;
@@ -69,24 +70,7 @@ pub fn contract() -> anyhow::Result<serde_json::Value> {
 }
 
 /// [`contract`] as YAML, as `openapi.yaml` holds it: every object's keys
-/// sorted, whichever order `serde_json`'s maps keep (a dependency turns on
-/// its `preserve_order`).
+/// sorted, whichever order `serde_json`'s maps keep.
 pub fn contract_yaml() -> anyhow::Result<String> {
-    Ok(serde_yaml::to_string(&sorted_keys(contract()?))?)
-}
-
-/// `value` with every object's keys in sorted order.
-fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
-    match value {
-        serde_json::Value::Object(map) => {
-            let mut entries: Vec<_> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            entries
-                .into_iter()
-                .map(|(key, value)| (key, sorted_keys(value)))
-                .collect()
-        }
-        serde_json::Value::Array(items) => items.into_iter().map(sorted_keys).collect(),
-        scalar => scalar,
-    }
+    Ok(serde_yaml::to_string(&sorted::sorted_keys(contract()?))?)
 }

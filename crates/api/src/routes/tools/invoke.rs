@@ -38,6 +38,7 @@ use crate::admission::{Permit, Refusal};
 use crate::auth::{Account, EndUser};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
+use crate::sorted::sorted_keys;
 use crate::state::AppState;
 use idempotency::{Begin, Claim};
 use outcome::Outcome;
@@ -393,7 +394,7 @@ impl Call {
     /// The next frame; after the last, the result is stored under the key
     /// and ends the call's attempt.
     async fn next(&mut self) -> Option<Frame> {
-        let frame = self.call.next().await;
+        let frame = self.call.next().await.map(sorted_frame);
         match &frame {
             Some(frame) => self.outcome.push(frame),
             None => {
@@ -410,6 +411,20 @@ impl Call {
     async fn into_result(mut self) -> InvokeResult {
         while self.next().await.is_some() {}
         self.outcome.into_result()
+    }
+}
+
+/// `frame` with its value's keys sorted, so a call's result reads the same
+/// as its replay from the kept `jsonb` (see [`crate::sorted`]).
+fn sorted_frame(frame: Frame) -> Frame {
+    match frame {
+        Frame::Chunk { value } => Frame::Chunk {
+            value: sorted_keys(value),
+        },
+        Frame::Final { value } => Frame::Final {
+            value: sorted_keys(value),
+        },
+        other => other,
     }
 }
 

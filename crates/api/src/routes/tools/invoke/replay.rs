@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{json_event, InvokeResult};
 use crate::error::{ApiError, ApiResult};
+use crate::sorted::sorted_keys;
 
 /// The response header that marks a replay.
 const REPLAYED: &str = "idempotent-replayed";
@@ -25,6 +26,7 @@ pub(super) fn parse(result: Value) -> ApiResult<InvokeResult> {
     if result.output.is_none() && result.error.is_none() {
         result.output = Some(Value::Null);
     }
+    result.output = result.output.map(sorted_keys);
     Ok(result)
 }
 
