@@ -86,6 +86,8 @@ pub struct NewAttempt {
     pub process_id: Option<Uuid>,
     /// When the call was made (it may wait for a slot before it starts).
     pub queued_at: OffsetDateTime,
+    /// When it started: its tool was sent the call.
+    pub started_at: OffsetDateTime,
 }
 
 /// How an attempt ended.
@@ -99,6 +101,8 @@ pub struct AttemptEnd {
     pub output: Option<Payload>,
     /// Its error, if it failed.
     pub error: Option<String>,
+    /// When it ended.
+    pub ended_at: OffsetDateTime,
 }
 
 /// One attempt as stored.
@@ -197,71 +201,104 @@ const COLUMNS: &str = "id, subject, path, agent_id, conversation_id, turn_id, st
      input_sha256, input_bytes, output, output_sha256, output_bytes, error, idempotency_key, \
      trace_id, result_id, queued_at, started_at, ended_at, payloads_pruned_at";
 
-/// Records `attempts` as started, in one statement.
-#[tracing::instrument(skip_all, fields(attempts = attempts.len()))]
-pub async fn start(pool: &PgPool, attempts: &[NewAttempt]) -> Result<(), StoreError> {
-    if attempts.is_empty() {
+/// An attempt to record: started, and already ended if `end` is set (a
+/// call that ended before its start was written is one row, written once).
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    /// How it started.
+    pub start: NewAttempt,
+    /// How it ended, if it has.
+    pub end: Option<AttemptEnd>,
+}
+
+/// Records `rows`, in one statement.
+#[tracing::instrument(skip_all, fields(attempts = rows.len()))]
+pub async fn record(pool: &PgPool, rows: &[AttemptRow]) -> Result<(), StoreError> {
+    if rows.is_empty() {
         return Ok(());
     }
     // Text from models and tools may hold NUL, which `text` cannot.
-    let column = |f: fn(&NewAttempt) -> Option<String>| {
-        attempts
-            .iter()
-            .map(|a| f(a).map(|text| storable(&text).into_owned()))
+    let column = |f: fn(&AttemptRow) -> Option<&str>| {
+        rows.iter()
+            .map(|row| f(row).map(|text| storable(text).into_owned()))
             .collect::<Vec<_>>()
     };
-    let ids: Vec<Uuid> = attempts.iter().map(|a| a.id).collect();
-    let accounts: Vec<String> = attempts.iter().map(|a| a.account.to_string()).collect();
-    let paths: Vec<&str> = attempts.iter().map(|a| a.path.as_str()).collect();
-    let agents: Vec<Option<Uuid>> = attempts.iter().map(|a| a.agent_id).collect();
-    let steps: Vec<Option<i32>> = attempts.iter().map(|a| a.step).collect();
-    let seqs: Vec<Option<i32>> = attempts.iter().map(|a| a.seq).collect();
-    let tool_ids: Vec<Option<Uuid>> = attempts.iter().map(|a| a.tool_id).collect();
-    let versions: Vec<Option<i32>> = attempts.iter().map(|a| a.tool_version).collect();
-    let numbers: Vec<i32> = attempts.iter().map(|a| a.attempt).collect();
-    let limits: Vec<i32> = attempts.iter().map(|a| a.payload_limit).collect();
-    let heads: Vec<&str> = attempts.iter().map(|a| a.input.head.as_str()).collect();
-    let digests: Vec<Vec<u8>> = attempts
-        .iter()
+    let starts = || rows.iter().map(|row| &row.start);
+    let ends = || rows.iter().map(|row| row.end.as_ref());
+    let outputs = || ends().map(|end| end.and_then(|end| end.output.as_ref()));
+    let ids: Vec<Uuid> = starts().map(|a| a.id).collect();
+    let accounts: Vec<String> = starts().map(|a| a.account.to_string()).collect();
+    let paths: Vec<&str> = starts().map(|a| a.path.as_str()).collect();
+    let agents: Vec<Option<Uuid>> = starts().map(|a| a.agent_id).collect();
+    let steps: Vec<Option<i32>> = starts().map(|a| a.step).collect();
+    let seqs: Vec<Option<i32>> = starts().map(|a| a.seq).collect();
+    let tool_ids: Vec<Option<Uuid>> = starts().map(|a| a.tool_id).collect();
+    let versions: Vec<Option<i32>> = starts().map(|a| a.tool_version).collect();
+    let numbers: Vec<i32> = starts().map(|a| a.attempt).collect();
+    let limits: Vec<i32> = starts().map(|a| a.payload_limit).collect();
+    let heads: Vec<&str> = starts().map(|a| a.input.head.as_str()).collect();
+    let digests: Vec<Vec<u8>> = starts()
         .map(|a| a.input.sha256.as_bytes().to_vec())
         .collect();
-    let sizes: Vec<i64> = attempts.iter().map(|a| a.input.bytes).collect();
-    let processes: Vec<Option<Uuid>> = attempts.iter().map(|a| a.process_id).collect();
-    let queued: Vec<OffsetDateTime> = attempts.iter().map(|a| a.queued_at).collect();
+    let sizes: Vec<i64> = starts().map(|a| a.input.bytes).collect();
+    let processes: Vec<Option<Uuid>> = starts().map(|a| a.process_id).collect();
+    let queued: Vec<OffsetDateTime> = starts().map(|a| a.queued_at).collect();
+    let started: Vec<OffsetDateTime> = starts().map(|a| a.started_at).collect();
+    let statuses: Vec<&str> = ends()
+        .map(|end| {
+            end.map_or(AttemptStatus::Running, |end| end.status)
+                .as_str()
+        })
+        .collect();
+    let ended: Vec<Option<OffsetDateTime>> = ends().map(|end| end.map(|e| e.ended_at)).collect();
+    let output_heads: Vec<Option<&str>> = outputs().map(|o| o.map(|o| o.head.as_str())).collect();
+    let output_digests: Vec<Option<Vec<u8>>> = outputs()
+        .map(|o| o.map(|o| o.sha256.as_bytes().to_vec()))
+        .collect();
+    let output_sizes: Vec<Option<i64>> = outputs().map(|o| o.map(|o| o.bytes)).collect();
     sqlx::query(
         "INSERT INTO tool_calls (id, account_id, subject, path, agent_id, conversation_id, \
              turn_id, step, seq, tool_call_id, tool_name, tool_id, tool_version, bundle_sha256, \
              attempt, payload_limit, input, input_sha256, input_bytes, idempotency_key, \
-             trace_id, process_id, queued_at) \
+             trace_id, process_id, queued_at, started_at, status, ended_at, output, \
+             output_sha256, output_bytes, error) \
          SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], \
              $6::text[], $7::text[], $8::int4[], $9::int4[], $10::text[], $11::text[], \
              $12::uuid[], $13::int4[], $14::text[], $15::int4[], $16::int4[], $17::text[], \
              $18::bytea[], $19::int8[], $20::text[], $21::text[], $22::uuid[], \
-             $23::timestamptz[])",
+             $23::timestamptz[], $24::timestamptz[], $25::text[], $26::timestamptz[], \
+             $27::text[], $28::bytea[], $29::int8[], $30::text[])",
     )
     .bind(ids)
     .bind(accounts)
-    .bind(column(|a| a.subject.clone()))
+    .bind(column(|r| r.start.subject.as_deref()))
     .bind(paths)
     .bind(agents)
-    .bind(column(|a| a.conversation_id.clone()))
-    .bind(column(|a| a.turn_id.clone()))
+    .bind(column(|r| r.start.conversation_id.as_deref()))
+    .bind(column(|r| r.start.turn_id.as_deref()))
     .bind(steps)
     .bind(seqs)
-    .bind(column(|a| a.tool_call_id.clone()))
-    .bind(column(|a| Some(a.tool_name.clone())))
+    .bind(column(|r| r.start.tool_call_id.as_deref()))
+    .bind(column(|r| Some(r.start.tool_name.as_str())))
     .bind(tool_ids)
     .bind(versions)
-    .bind(column(|a| a.bundle_sha256.clone()))
+    .bind(column(|r| r.start.bundle_sha256.as_deref()))
     .bind(numbers)
     .bind(limits)
     .bind(heads)
     .bind(digests)
     .bind(sizes)
-    .bind(column(|a| a.idempotency_key.clone()))
-    .bind(column(|a| a.trace_id.clone()))
+    .bind(column(|r| r.start.idempotency_key.as_deref()))
+    .bind(column(|r| r.start.trace_id.as_deref()))
     .bind(processes)
     .bind(queued)
+    .bind(started)
+    .bind(statuses)
+    .bind(ended)
+    .bind(output_heads)
+    .bind(output_digests)
+    .bind(output_sizes)
+    .bind(column(|r| r.end.as_ref().and_then(|e| e.error.as_deref())))
     .execute(pool)
     .await?;
     Ok(())
@@ -292,11 +329,13 @@ pub async fn end(pool: &PgPool, ends: &[AttemptEnd]) -> Result<(), StoreError> {
         .iter()
         .map(|e| e.error.as_deref().map(|error| storable(error).into_owned()))
         .collect();
+    let ended: Vec<OffsetDateTime> = ends.iter().map(|e| e.ended_at).collect();
     sqlx::query(
-        "UPDATE tool_calls t SET status = e.status, ended_at = now(), output = e.output, \
+        "UPDATE tool_calls t SET status = e.status, ended_at = e.ended_at, output = e.output, \
              output_sha256 = e.output_sha256, output_bytes = e.output_bytes, error = e.error \
-         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::int8[], $6::text[]) \
-             AS e(id, status, output, output_sha256, output_bytes, error) \
+         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::int8[], $6::text[], \
+                     $7::timestamptz[]) \
+             AS e(id, status, output, output_sha256, output_bytes, error, ended_at) \
          WHERE t.id = e.id AND t.status = 'running'",
     )
     .bind(ids)
@@ -305,6 +344,7 @@ pub async fn end(pool: &PgPool, ends: &[AttemptEnd]) -> Result<(), StoreError> {
     .bind(digests)
     .bind(sizes)
     .bind(errors)
+    .bind(ended)
     .execute(pool)
     .await?;
     Ok(())

@@ -78,6 +78,7 @@ impl Attempt {
                 status,
                 output,
                 error,
+                ended_at: time::OffsetDateTime::now_utc(),
             });
         }
     }

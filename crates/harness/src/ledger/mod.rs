@@ -1,10 +1,10 @@
 //! The tool-call ledger (`toolserver_store::tool_calls`): every attempt of
-//! an inline call is recorded as started before its tool runs, and ended
-//! once, off the hot path, by a writer that groups whatever has queued up
-//! into one statement. An attempt whose end was never recorded (its server
-//! process died) is ended `server_lost` by the keeper, which also applies
-//! the retention of payloads and rows. Detached calls are recorded by the
-//! table's triggers.
+//! an inline call is queued as started as its tool is sent the call, and
+//! ended once; a writer off the hot path groups whatever has queued up into
+//! one statement, starts before ends, and nothing waits for it. An attempt
+//! whose end was never recorded (its server process died) is ended
+//! `server_lost` by the keeper, which also applies the retention of
+//! payloads and rows. Detached calls are recorded by the table's triggers.
 
 mod attempt;
 mod keeper;
@@ -18,7 +18,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, ToolId};
-use toolserver_store::tool_calls::{AttemptEnd, NewAttempt, Payload};
+use toolserver_store::tool_calls::{NewAttempt, Payload};
 use toolserver_store::ToolRecord;
 use uuid::Uuid;
 
@@ -45,6 +45,13 @@ pub struct LedgerSettings {
     pub lost_after: Duration,
     /// Most attempts one statement writes.
     pub max_batch: usize,
+    /// How long a start waits to be written: a call that ends within it is
+    /// written once, finished. A server process that dies loses the starts
+    /// it holds.
+    pub hold: Duration,
+    /// Most attempts' starts the writer holds unwritten (while Postgres is
+    /// slow or cannot be reached); a call beyond them does not run.
+    pub max_unwritten: usize,
     /// Whether inline calls are recorded (detached calls always are, by
     /// the database); off only to measure what recording costs.
     pub recording: bool,
@@ -59,6 +66,8 @@ impl LedgerSettings {
         keeper_interval: Duration::from_secs(5),
         lost_after: Duration::from_secs(30),
         max_batch: 512,
+        hold: Duration::from_millis(20),
+        max_unwritten: 50_000,
         recording: true,
     };
 }
@@ -200,9 +209,14 @@ impl Ledger {
     /// Starts the writer and the keeper on `pool`; attempts name `process`
     /// as the process running them (within a Tokio runtime).
     pub fn start(pool: PgPool, process: Option<Uuid>, settings: LedgerSettings) -> Self {
-        let writer = settings
-            .recording
-            .then(|| LedgerWriter::spawn(&pool, settings.max_batch));
+        let writer = settings.recording.then(|| {
+            LedgerWriter::spawn(
+                &pool,
+                settings.max_batch,
+                settings.hold,
+                settings.max_unwritten,
+            )
+        });
         keeper::spawn(pool, settings.clone());
         Self {
             writer,
@@ -221,23 +235,16 @@ impl Ledger {
         Payload::of(&value.to_string(), self.settings.payload_bytes)
     }
 
-    /// Records an attempt of `tool` with `input` as started; the tool must
-    /// not run before this returns.
-    pub async fn begin(
+    /// Records an attempt of `tool` with `input` as started now; fails only
+    /// once the ledger is shut down.
+    pub fn begin(
         &self,
         scope: &CallScope,
         place: &CallPlace,
         tool: CalledTool<'_>,
         input: &Value,
     ) -> Result<Attempt, String> {
-        let row = self.new_attempt(scope, place, tool, input);
-        let id = row.id;
-        if let Some(writer) = &self.writer {
-            writer.start(row).await.map_err(|err| {
-                format!("the call could not be recorded, so it did not run: {err}")
-            })?;
-        }
-        Ok(Attempt::new(self.clone(), id))
+        self.begin_row(self.new_attempt(scope, place, tool, input))
     }
 
     /// Records a call refused before anything ran (its input, an approval),
@@ -251,22 +258,15 @@ impl Ledger {
         status: AttemptStatus,
         error: &str,
     ) {
-        let Some(writer) = &self.writer else {
-            return;
-        };
-        let row = self.new_attempt(scope, place, tool, input);
-        let end = AttemptEnd {
-            id: row.id,
-            status,
-            output: None,
-            error: Some(error.to_owned()),
-        };
-        writer.ended(row, end);
+        if let Ok(attempt) = self.begin(scope, place, tool, input) {
+            attempt.ended(status, error);
+        }
     }
 
-    /// `events` of a call of `tool`, recorded: started before the call
-    /// runs (the first poll), ended by its final event, or cancelled when
-    /// dropped first. A call that cannot be recorded does not run.
+    /// `events` of a call of `tool`, recorded: started as the call is sent
+    /// (the first poll), ended by its final event, or cancelled when
+    /// dropped first. A call the ledger cannot take (it is shut down) does
+    /// not run.
     pub fn recorded(
         &self,
         scope: &CallScope,
@@ -275,19 +275,19 @@ impl Ledger {
         input: &Value,
         events: ToolEvents,
     ) -> ToolEvents {
-        let Some(writer) = self.writer.clone() else {
+        if self.writer.is_none() {
             return events;
-        };
+        }
         let row = self.new_attempt(scope, place, CalledTool::from(tool), input);
         let ledger = self.clone();
         futures::stream::once(async move {
-            let id = row.id;
-            if let Err(err) = writer.start(row).await {
-                let message = format!("the call could not be recorded, so it did not run: {err}");
-                let failed = ToolEvent::Failed(Failure::tool(message));
-                return futures::stream::once(async move { failed }).boxed();
-            }
-            let mut attempt = Some(Attempt::new(ledger, id));
+            let mut attempt = match ledger.begin_row(row) {
+                Ok(attempt) => Some(attempt),
+                Err(message) => {
+                    let failed = ToolEvent::Failed(Failure::tool(message));
+                    return futures::stream::once(async move { failed }).boxed();
+                }
+            };
             events
                 .map(move |event| {
                     if let Some(open) = attempt.take() {
@@ -299,6 +299,18 @@ impl Ledger {
         })
         .flatten()
         .boxed()
+    }
+
+    /// Queues `row`, made earlier, as started now.
+    fn begin_row(&self, mut row: NewAttempt) -> Result<Attempt, String> {
+        row.started_at = OffsetDateTime::now_utc();
+        let id = row.id;
+        if let Some(writer) = &self.writer {
+            writer.start(row).map_err(|err| {
+                format!("the call could not be recorded, so it did not run: {err}")
+            })?;
+        }
+        Ok(Attempt::new(self.clone(), id))
     }
 
     /// An attempt's row as it starts.
@@ -331,6 +343,7 @@ impl Ledger {
             trace_id: crate::trace_context::current_trace_id(),
             process_id: self.process,
             queued_at: place.queued_at,
+            started_at: OffsetDateTime::now_utc(),
         }
     }
 }

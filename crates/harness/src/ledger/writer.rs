@@ -1,15 +1,27 @@
-//! Group commit for the ledger: starts and ends queue up, and one task
-//! writes whatever has queued since its last write in one statement each.
-//! A start is answered once it is written (its tool may then run); an end
-//! is not waited for, and is tried again until it is written.
+//! Group commit for the ledger: starts and ends queue up in the order they
+//! happen, and one task writes whatever has queued since its last write,
+//! starts before ends, in one statement each. Nothing waits for a write: a
+//! call's tool is sent on its way as its start is queued. A start is held
+//! for a moment (`hold`) before it is written: a call that ends within it
+//! is written once, as one finished row, rather than inserted and then
+//! updated. While the database cannot be reached every queued row is kept,
+//! in order, and tried again; a row that fails alone for any other reason
+//! is given up (logged) so it cannot hold up the others.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
-use toolserver_store::tool_calls::{self, AttemptEnd, NewAttempt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use toolserver_store::tool_calls::{self, AttemptEnd, AttemptRow, NewAttempt};
 use toolserver_store::StoreError;
+use uuid::Uuid;
 
 /// How the writer's connections name themselves to Postgres.
 const LEDGER_APPLICATION_NAME: &str = "toolserver-ledger-writer";
@@ -29,18 +41,19 @@ fn writes_pool(pool: &PgPool) -> PgPool {
             ("synchronous_commit", "off"),
         ]);
     PgPoolOptions::new()
-        .max_connections(2)
+        .max_connections(1)
         .acquire_timeout(pool.options().get_acquire_timeout())
         .test_before_acquire(false)
         .connect_lazy_with(options)
 }
 
-/// How long the writer waits before writing ends again after a failure.
+/// How long the writer waits before trying again while the database cannot
+/// be reached.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// One request to the writer.
+/// One row for the writer.
 enum Write {
-    Start(Box<NewAttempt>, Answer),
+    Start(Box<NewAttempt>),
     End(AttemptEnd),
 }
 
@@ -49,36 +62,50 @@ enum Write {
 #[derive(Clone)]
 pub(super) struct LedgerWriter {
     queue: mpsc::UnboundedSender<Write>,
+    /// Starts queued and not yet written (or given up).
+    unwritten: Arc<AtomicUsize>,
+    max_unwritten: usize,
 }
 
 impl LedgerWriter {
-    /// Starts the writer on `pool`, writing up to `max_batch` requests of
-    /// each kind per statement.
-    pub(super) fn spawn(pool: &PgPool, max_batch: usize) -> Self {
+    /// Starts the writer on `pool`, writing up to `max_batch` rows of each
+    /// kind per statement, holding each start for `hold`, and at most
+    /// `max_unwritten` starts in all.
+    pub(super) fn spawn(
+        pool: &PgPool,
+        max_batch: usize,
+        hold: Duration,
+        max_unwritten: usize,
+    ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        tokio::spawn(run(writes_pool(pool), requests, max_batch.max(1)));
-        Self { queue }
-    }
-
-    /// Records `attempt` as started, once written.
-    pub(super) async fn start(&self, attempt: NewAttempt) -> Result<(), String> {
-        let (answer, answered) = oneshot::channel();
-        self.queue
-            .send(Write::Start(Box::new(attempt), answer))
-            .map_err(|_| "the ledger is shut down".to_owned())?;
-        answered
-            .await
-            .map_err(|_| "the ledger stopped".to_owned())?
-    }
-
-    /// Queues an attempt that started and ended at once (a refusal: nothing
-    /// ran), without waiting for it to be written.
-    pub(super) fn ended(&self, attempt: NewAttempt, end: AttemptEnd) {
-        let (answer, _) = oneshot::channel();
-        let queued = self.queue.send(Write::Start(Box::new(attempt), answer));
-        if queued.is_err() || self.queue.send(Write::End(end)).is_err() {
-            tracing::error!("the ledger is shut down: a refused call was not recorded");
+        let unwritten = Arc::new(AtomicUsize::new(0));
+        let writer = Writer {
+            pool: writes_pool(pool),
+            max_batch: max_batch.max(1),
+            hold,
+            unwritten: unwritten.clone(),
+        };
+        tokio::spawn(writer.run(requests));
+        Self {
+            queue,
+            unwritten,
+            max_unwritten,
         }
+    }
+
+    /// Queues `attempt`'s start; it is written before any end queued after
+    /// it. Refused while the writer holds its most unwritten starts.
+    pub(super) fn start(&self, attempt: NewAttempt) -> Result<(), String> {
+        if self.unwritten.fetch_add(1, Ordering::Relaxed) >= self.max_unwritten {
+            self.unwritten.fetch_sub(1, Ordering::Relaxed);
+            return Err(format!(
+                "the ledger is behind: {} calls wait to be recorded",
+                self.max_unwritten
+            ));
+        }
+        self.queue
+            .send(Write::Start(Box::new(attempt)))
+            .map_err(|_| "the ledger is shut down".to_owned())
     }
 
     /// Queues `end` to be written.
@@ -89,47 +116,145 @@ impl LedgerWriter {
     }
 }
 
-async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Write>, max_batch: usize) {
-    let mut ends: Vec<AttemptEnd> = Vec::new();
-    loop {
-        let mut starts = Vec::new();
-        if ends.is_empty() {
-            match requests.recv().await {
-                Some(request) => take(request, &mut starts, &mut ends),
-                None => return,
+/// What has been taken from the queue and not yet written.
+#[derive(Default)]
+struct Pending {
+    /// Starts not yet written, by attempt, with their end once it came.
+    held: HashMap<Uuid, AttemptRow>,
+    /// The held starts in the order they came, with when each is due.
+    due: VecDeque<(Uuid, Instant)>,
+    /// Ends of attempts whose start has been written.
+    ends: Vec<AttemptEnd>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.ends.is_empty()
+    }
+
+    fn take(&mut self, request: Write, hold: Duration) {
+        match request {
+            Write::Start(start) => {
+                let id = start.id;
+                let end = None;
+                self.held.insert(id, AttemptRow { start: *start, end });
+                self.due.push_back((id, Instant::now() + hold));
             }
+            Write::End(end) => match self.held.get_mut(&end.id) {
+                Some(row) => row.end = Some(end),
+                None => self.ends.push(end),
+            },
         }
-        while starts.len() < max_batch && ends.len() < max_batch {
-            match requests.try_recv() {
-                Ok(request) => take(request, &mut starts, &mut ends),
-                Err(_) => break,
-            }
-        }
-        write_starts(&pool, starts).await;
-        if !write_ends(&pool, &mut ends).await {
-            tokio::time::sleep(RETRY).await;
+    }
+
+    /// When the first held start is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.due.front().map(|(_, due)| *due)
+    }
+
+    /// The held rows to write now, in the order they came: every one due,
+    /// and all of them when `all`.
+    fn ready(&mut self, all: bool) -> Vec<AttemptRow> {
+        let now = Instant::now();
+        let due = self
+            .due
+            .iter()
+            .take_while(|(_, due)| all || *due <= now)
+            .count();
+        self.due
+            .drain(..due)
+            .filter_map(|(id, _)| self.held.remove(&id))
+            .collect()
+    }
+
+    /// Holds `rows` again (they could not be written), due at once.
+    fn hold_again(&mut self, rows: Vec<AttemptRow>) {
+        let now = Instant::now();
+        for row in rows.into_iter().rev() {
+            self.due.push_front((row.start.id, now));
+            self.held.insert(row.start.id, row);
         }
     }
 }
 
-/// Writes `ends`, emptying it; returns whether it could. While the
-/// database cannot be reached they are all kept to try again. Any other
-/// failure is one end's: each is then written alone, and one that fails
-/// alone is given up (logged), so it cannot hold up the others.
-async fn write_ends(pool: &PgPool, ends: &mut Vec<AttemptEnd>) -> bool {
-    match tool_calls::end(pool, ends).await {
+/// The task writing the queue.
+struct Writer {
+    pool: PgPool,
+    max_batch: usize,
+    hold: Duration,
+    unwritten: Arc<AtomicUsize>,
+}
+
+impl Writer {
+    async fn run(self, mut requests: mpsc::UnboundedReceiver<Write>) {
+        let mut pending = Pending::default();
+        let mut open = true;
+        while open || !pending.is_empty() {
+            let next_due = pending.next_due();
+            tokio::select! {
+                request = requests.recv(), if open => match request {
+                    Some(request) => pending.take(request, self.hold),
+                    None => open = false,
+                },
+                () = sleep_until(next_due), if next_due.is_some() => {}
+                else => {}
+            }
+            while pending.held.len() < self.max_batch && pending.ends.len() < self.max_batch {
+                match requests.try_recv() {
+                    Ok(request) => pending.take(request, self.hold),
+                    Err(_) => break,
+                }
+            }
+            let full = pending.held.len() >= self.max_batch;
+            if !self.write(&mut pending, !open || full).await {
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+
+    /// Writes the ready starts, then the ends (an end updates its start's
+    /// row); returns whether the database could be reached.
+    async fn write(&self, pending: &mut Pending, all: bool) -> bool {
+        let mut rows = pending.ready(all);
+        let count = rows.len();
+        if !write(&self.pool, &mut rows, write_rows, "starts").await {
+            pending.hold_again(rows);
+            return false;
+        }
+        self.unwritten.fetch_sub(count, Ordering::Relaxed);
+        write(&self.pool, &mut pending.ends, write_ends, "ends").await
+    }
+}
+
+/// Waits until `due`, or forever without one.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes `rows` with `statement`, emptying it; returns whether it could.
+/// While the database cannot be reached they are all kept to try again.
+/// Any other failure is one row's: each is then written alone, and one that
+/// fails alone is given up (logged).
+async fn write<T>(pool: &PgPool, rows: &mut Vec<T>, statement: Statement<T>, kind: &str) -> bool {
+    if rows.is_empty() {
+        return true;
+    }
+    match statement(pool, rows).await {
         Ok(()) => {
-            ends.clear();
+            rows.clear();
             true
         }
         Err(err @ StoreError::Unavailable(_)) => {
-            tracing::warn!(error = %err, ends = ends.len(), "could not record attempts' ends; trying again");
+            tracing::warn!(error = %err, rows = rows.len(), kind, "could not record attempts; trying again");
             false
         }
         Err(_) => {
-            for end in ends.drain(..) {
-                if let Err(err) = tool_calls::end(pool, std::slice::from_ref(&end)).await {
-                    tracing::error!(error = %err, attempt.id = %end.id, "an attempt's end could not be recorded");
+            for row in rows.drain(..) {
+                if let Err(err) = statement(pool, std::slice::from_ref(&row)).await {
+                    tracing::error!(error = %err, kind, "an attempt could not be recorded");
                 }
             }
             true
@@ -137,40 +262,111 @@ async fn write_ends(pool: &PgPool, ends: &mut Vec<AttemptEnd>) -> bool {
     }
 }
 
-fn take(request: Write, starts: &mut Vec<(NewAttempt, Answer)>, ends: &mut Vec<AttemptEnd>) {
-    match request {
-        Write::Start(attempt, answer) => starts.push((*attempt, answer)),
-        Write::End(end) => ends.push(end),
-    }
+/// One statement writing a group of rows.
+type Statement<T> = for<'a> fn(&'a PgPool, &'a [T]) -> BoxFuture<'a, Result<(), StoreError>>;
+
+fn write_rows<'a>(
+    pool: &'a PgPool,
+    rows: &'a [AttemptRow],
+) -> BoxFuture<'a, Result<(), StoreError>> {
+    tool_calls::record(pool, rows).boxed()
 }
 
-type Answer = oneshot::Sender<Result<(), String>>;
+fn write_ends<'a>(
+    pool: &'a PgPool,
+    rows: &'a [AttemptEnd],
+) -> BoxFuture<'a, Result<(), StoreError>> {
+    tool_calls::end(pool, rows).boxed()
+}
 
-/// Writes `starts` and answers each. While the database cannot be reached
-/// every start is refused (its call does not run); any other failure is one
-/// start's, so each is then written alone and answered so.
-async fn write_starts(pool: &PgPool, starts: Vec<(NewAttempt, Answer)>) {
-    if starts.is_empty() {
-        return;
+#[cfg(test)]
+mod tests {
+    use time::OffsetDateTime;
+    use toolserver_domain::{AccountId, AttemptStatus, CallPath};
+    use toolserver_store::tool_calls::Payload;
+
+    use super::*;
+
+    fn start() -> Write {
+        Write::Start(Box::new(NewAttempt {
+            id: Uuid::now_v7(),
+            account: AccountId::parse("acct-a").unwrap(),
+            subject: None,
+            path: CallPath::Invoke,
+            agent_id: None,
+            conversation_id: None,
+            turn_id: None,
+            step: None,
+            seq: None,
+            tool_call_id: None,
+            tool_name: "echo".into(),
+            tool_id: None,
+            tool_version: None,
+            bundle_sha256: None,
+            attempt: 1,
+            payload_limit: 16,
+            input: Payload::of("{}", 16),
+            idempotency_key: None,
+            trace_id: None,
+            process_id: None,
+            queued_at: OffsetDateTime::now_utc(),
+            started_at: OffsetDateTime::now_utc(),
+        }))
     }
-    let (rows, answers): (Vec<NewAttempt>, Vec<Answer>) = starts.into_iter().unzip();
-    match tool_calls::start(pool, &rows).await {
-        Ok(()) => {
-            for answer in answers {
-                let _ = answer.send(Ok(()));
-            }
+
+    fn id_of(write: &Write) -> Uuid {
+        match write {
+            Write::Start(start) => start.id,
+            Write::End(end) => end.id,
         }
-        Err(err @ StoreError::Unavailable(_)) => {
-            tracing::warn!(error = %err, starts = rows.len(), "could not record attempts' starts");
-            for answer in answers {
-                let _ = answer.send(Err(err.to_string()));
-            }
-        }
-        Err(_) => {
-            for (row, answer) in rows.into_iter().zip(answers) {
-                let written = tool_calls::start(pool, std::slice::from_ref(&row)).await;
-                let _ = answer.send(written.map_err(|err| err.to_string()));
-            }
-        }
+    }
+
+    fn end_of(id: Uuid) -> Write {
+        Write::End(AttemptEnd {
+            id,
+            status: AttemptStatus::Ok,
+            output: None,
+            error: None,
+            ended_at: OffsetDateTime::now_utc(),
+        })
+    }
+
+    fn ids(rows: &[AttemptRow]) -> Vec<Uuid> {
+        rows.iter().map(|row| row.start.id).collect()
+    }
+
+    #[test]
+    fn a_call_that_ends_while_its_start_is_held_is_one_finished_row() {
+        let mut pending = Pending::default();
+        let (first, second) = (start(), start());
+        let (a, b) = (id_of(&first), id_of(&second));
+        pending.take(first, Duration::from_secs(60));
+        pending.take(second, Duration::from_secs(60));
+        pending.take(end_of(a), Duration::ZERO);
+        assert!(pending.ready(false).is_empty(), "nothing is due yet");
+        assert!(pending.ends.is_empty(), "the end joined its held start");
+
+        let rows = pending.ready(true);
+        assert_eq!(ids(&rows), [a, b], "rows come in the order they came");
+        assert!(rows[0].end.is_some() && rows[1].end.is_none());
+
+        pending.take(end_of(b), Duration::ZERO);
+        assert_eq!(pending.ends.len(), 1, "a written start's end updates it");
+    }
+
+    #[test]
+    fn rows_that_could_not_be_written_go_first_and_are_due_at_once() {
+        let hold = Duration::from_secs(60);
+        let mut pending = Pending::default();
+        let (first, second, third) = (start(), start(), start());
+        let order = [id_of(&first), id_of(&second), id_of(&third)];
+        pending.take(first, hold);
+        pending.take(second, hold);
+        let failed = pending.ready(true);
+        pending.take(third, hold);
+        pending.hold_again(failed);
+        assert_eq!(ids(&pending.ready(false)), order[..2]);
+        assert_eq!(ids(&pending.ready(true)), order[2..]);
+        assert!(pending.is_empty());
     }
 }

@@ -9,7 +9,9 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 use toolserver_domain::{AttemptStatus, CallPath, Sha256Digest};
 use toolserver_store::async_results::{self, AsyncOutcome, LostRunners};
-use toolserver_store::tool_calls::{self, AttemptEnd, AttemptFilter, NewAttempt, Payload};
+use toolserver_store::tool_calls::{
+    self, AttemptEnd, AttemptFilter, AttemptRow, NewAttempt, Payload,
+};
 use uuid::Uuid;
 
 use crate::support::{call, exec, live_process, register, start_turn, tenant, Tenant};
@@ -37,6 +39,7 @@ fn attempt(tenant: &Tenant, process: Option<Uuid>) -> NewAttempt {
         trace_id: None,
         process_id: process,
         queued_at: OffsetDateTime::now_utc(),
+        started_at: OffsetDateTime::now_utc(),
     }
 }
 
@@ -46,6 +49,14 @@ fn end(id: Uuid, status: AttemptStatus) -> AttemptEnd {
         status,
         output: Some(Payload::of("\"done\"", 4)),
         error: None,
+        ended_at: OffsetDateTime::now_utc(),
+    }
+}
+
+fn running(started: &NewAttempt) -> AttemptRow {
+    AttemptRow {
+        start: started.clone(),
+        end: None,
     }
 }
 
@@ -62,7 +73,7 @@ async fn attempts_of(pool: &PgPool, tenant: &Tenant) -> Vec<tool_calls::AttemptR
 async fn an_inline_attempt_keeps_its_first_end(pool: PgPool) {
     let tenant = tenant(&pool, "acct-a").await;
     let started = attempt(&tenant, None);
-    tool_calls::start(&pool, std::slice::from_ref(&started))
+    tool_calls::record(&pool, &[running(&started)])
         .await
         .unwrap();
     let row = tool_calls::get(&pool, &tenant.account, started.id)
@@ -95,6 +106,38 @@ async fn an_inline_attempt_keeps_its_first_end(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../../migrations")]
+async fn an_attempt_that_ended_before_it_was_written_is_one_finished_row(pool: PgPool) {
+    let tenant = tenant(&pool, "acct-a").await;
+    let started = attempt(&tenant, None);
+    let ended = AttemptEnd {
+        ended_at: started.started_at + time::Duration::milliseconds(7),
+        ..end(started.id, AttemptStatus::Ok)
+    };
+    let row = AttemptRow {
+        start: started.clone(),
+        end: Some(ended),
+    };
+    let running_too = attempt(&tenant, None);
+    tool_calls::record(&pool, &[row, running(&running_too)])
+        .await
+        .unwrap();
+
+    let done = tool_calls::get(&pool, &tenant.account, started.id)
+        .await
+        .unwrap();
+    assert_eq!(done.status, "ok");
+    assert_eq!(done.output.as_deref(), Some("\"don"));
+    assert_eq!(done.output_bytes, Some(6));
+    let took = done.ended_at.unwrap() - done.started_at;
+    assert_eq!(took, time::Duration::milliseconds(7));
+    let open = tool_calls::get(&pool, &tenant.account, running_too.id)
+        .await
+        .unwrap();
+    assert_eq!(open.status, "running");
+    assert_eq!(open.ended_at, None);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
 async fn a_dead_processs_attempts_end_server_lost(pool: PgPool) {
     let tenant = tenant(&pool, "acct-a").await;
     let alive = live_process(&pool).await;
@@ -102,7 +145,7 @@ async fn a_dead_processs_attempts_end_server_lost(pool: PgPool) {
         attempt(&tenant, Some(Uuid::now_v7())),
         attempt(&tenant, Some(alive)),
     );
-    tool_calls::start(&pool, &[dead.clone(), live.clone()])
+    tool_calls::record(&pool, &[running(&dead), running(&live)])
         .await
         .unwrap();
 
@@ -199,7 +242,7 @@ async fn a_detached_calls_attempts_follow_its_relaunch_and_settlement(pool: PgPo
 async fn retention_drops_payloads_before_rows(pool: PgPool) {
     let tenant = tenant(&pool, "acct-a").await;
     let (old, recent) = (attempt(&tenant, None), attempt(&tenant, None));
-    tool_calls::start(&pool, &[old.clone(), recent.clone()])
+    tool_calls::record(&pool, &[running(&old), running(&recent)])
         .await
         .unwrap();
     tool_calls::end(

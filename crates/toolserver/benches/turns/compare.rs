@@ -62,6 +62,29 @@ pub(crate) async fn interleaved(arms: [&Server; 2], agent: &str) -> Vec<(usize, 
     turns
 }
 
+/// `INTERLEAVED_TURNS` sequential turns of `agent` on each of `arms`,
+/// alternating in blocks of `block` turns (which arm goes first
+/// alternates): for arms that leave work behind to be done a moment later
+/// (a writer that holds its rows), which turn by turn would land in the
+/// other arm's next turn, and in blocks stays in the arm's own block but
+/// for its last moment. Each turn's arm and whole-turn time, in order.
+pub(crate) async fn in_blocks(
+    arms: [&Server; 2],
+    agent: &str,
+    block: usize,
+) -> Vec<(usize, Duration)> {
+    let mut turns = Vec::new();
+    for pair in 0..INTERLEAVED_TURNS.div_ceil(block) {
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for arm in order {
+            for _ in 0..block {
+                turns.push((arm, turn(arms[arm], agent).await.1));
+            }
+        }
+    }
+    turns
+}
+
 /// The whole-turn times of `arm`'s turns in `turns`; with `after`, only of
 /// those that ran right after a turn of that arm.
 pub(crate) fn times_of(
@@ -84,22 +107,21 @@ pub(crate) fn mean_ms(samples: &[Duration]) -> f64 {
     samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64
 }
 
-/// Prints a turn-by-turn comparison (see [`interleaved`]) of arms named
+/// Prints a comparison (see [`interleaved`], [`in_blocks`] with `block`
+/// turns in a row; 1 for turn by turn) of arms named
 /// `names` (in full, then in short): each arm's whole-turn times, the ratio
 /// of arm 0's turns/s over arm 1's, and each arm's turns split by the arm
 /// of the turn before. Returns the ratio.
 pub(crate) fn report_interleaved(
     turns: &[(usize, Duration)],
+    block: usize,
     names: [&str; 2],
     short: [&str; 2],
 ) -> f64 {
     let (first, second) = (times_of(turns, 0, None), times_of(turns, 1, None));
     let pair_ratios = turns
-        .chunks(2)
-        .map(|pair| {
-            let time = |arm| pair.iter().find(|(of, _)| *of == arm).unwrap().1;
-            time(1).as_secs_f64() / time(0).as_secs_f64()
-        })
+        .chunks(2 * block)
+        .map(|pair| mean_ms(&times_of(pair, 1, None)) / mean_ms(&times_of(pair, 0, None)))
         .collect();
     let (first_p50, _) = summary(&format!("{}: whole turn", names[0]), first.clone());
     let (second_p50, _) = summary(&format!("{}: whole turn", names[1]), second.clone());

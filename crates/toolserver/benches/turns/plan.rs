@@ -23,6 +23,8 @@ pub(crate) const PACED_CHUNK_DELAY: Duration = Duration::from_millis(10);
 /// Largest share of turns/s that admission checks may cost.
 pub(crate) const ADMISSION_COST_GOAL: f64 = 0.02;
 
+/// Turns in a row on one arm when comparing the ledger on and off.
+pub(crate) const LEDGER_BLOCK: usize = 50;
 /// The most the tool-call ledger may cost, as a share of the turns/s.
 pub(crate) const LEDGER_COST_GOAL: f64 = 0.03;
 pub(crate) const NATS_URL: &str = "127.0.0.1:4222";

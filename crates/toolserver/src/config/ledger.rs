@@ -74,6 +74,27 @@ pub struct LedgerConfig {
         value_parser = within::<usize>(1..=10_000)
     )]
     pub ledger_max_batch: usize,
+    /// Milliseconds a call's start waits before it is written: a call that
+    /// ends within them is written once, as one finished row, rather than
+    /// inserted and then updated. A server process that dies loses the
+    /// starts it holds (the calls of its last moment).
+    #[arg(
+        long,
+        env = "TOOLSERVER_LEDGER_HOLD_MS",
+        default_value_t = millis(LedgerSettings::DEFAULT.hold),
+        value_parser = within::<u64>(0..=10_000)
+    )]
+    pub ledger_hold_ms: u64,
+    /// Most attempts' starts the ledger's writer holds unwritten while
+    /// Postgres is slow or cannot be reached; a call beyond them is refused
+    /// without running.
+    #[arg(
+        long,
+        env = "TOOLSERVER_LEDGER_MAX_UNWRITTEN",
+        default_value_t = LedgerSettings::DEFAULT.max_unwritten,
+        value_parser = within::<usize>(1..)
+    )]
+    pub ledger_max_unwritten: usize,
 }
 
 impl LedgerConfig {
@@ -87,6 +108,8 @@ impl LedgerConfig {
             keeper_interval: Duration::from_millis(self.ledger_keeper_ms),
             lost_after: Duration::from_millis(self.ledger_lost_after_ms),
             max_batch: self.ledger_max_batch,
+            hold: Duration::from_millis(self.ledger_hold_ms),
+            max_unwritten: self.ledger_max_unwritten,
             recording: self.ledger,
         }
     }

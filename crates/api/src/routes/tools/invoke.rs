@@ -205,7 +205,6 @@ async fn start_call(
         .lifecycle()
         .ledger()
         .begin(scope, &place, CalledTool::from(tool), &input)
-        .await
         .map_err(ApiError::Unavailable)?;
     let key = ReservationKey::new(account.clone(), tool.id);
     match RunnerCall::start(state.executor().clone(), key, request).await {
@@ -279,7 +278,6 @@ async fn record_replay(
         .lifecycle()
         .ledger()
         .begin(scope, &place, CalledTool::from(&cached.record), &body.input)
-        .await
         .map_err(ApiError::Unavailable)?;
     let error = result
         .error

@@ -65,21 +65,29 @@ fn crash_on(app: &TestApp, tool: &str, numbers: &str) {
     std::fs::write(dir.join("crash"), numbers).unwrap();
 }
 
-/// The attempts of the turn's calls on conversation `conversation`, oldest first.
-async fn attempts(app: &TestApp, conversation: &str) -> Vec<Value> {
+/// The attempts on the ledger of the calls of `conversation`, oldest
+/// first, once at least `count` have been written and none is running. The
+/// ledger writes a moment after each call, so it is read once more after
+/// that moment: an attempt that should not exist has been written by then.
+async fn attempts(app: &TestApp, conversation: &str, count: usize) -> Vec<Value> {
     let path = format!("/tool-calls?conversationId={conversation}");
-    for _ in 0..200 {
+    let read = || async {
         let (_, page) = app
             .request(reqwest::Method::GET, &path, ACCOUNT_A, None)
             .await;
         let mut calls = page["toolCalls"].as_array().unwrap().clone();
-        if !calls.is_empty() && calls.iter().all(|c| c["status"] != "running") {
-            calls.reverse();
-            return calls;
+        calls.reverse();
+        calls
+    };
+    for _ in 0..200 {
+        let calls = read().await;
+        if calls.len() >= count && calls.iter().all(|c| c["status"] != "running") {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return read().await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("the attempts of {conversation} never all ended");
+    panic!("{count} attempts of {conversation} never all ended");
 }
 
 #[sqlx::test(migrations = "../../migrations")]
@@ -103,7 +111,7 @@ async fn a_read_whose_runner_dies_is_tried_again_and_succeeds(pool: PgPool) {
     assert_eq!(output["runs"], 2, "{}", turn.body);
     assert_eq!(runs(&app, &tool), 2);
 
-    let attempts = attempts(&app, "conv-retry-read").await;
+    let attempts = attempts(&app, "conv-retry-read", 2).await;
     let seen: Vec<(i64, &str)> = attempts
         .iter()
         .map(|a| {
@@ -145,7 +153,7 @@ async fn a_side_effect_whose_runner_dies_is_not_run_again_and_may_have_run(pool:
     assert_eq!(runs(&app, &tool), 1, "never run again");
     let told = app.model.requests("retry-side")[1]["messages"].to_string();
     assert!(told.contains("it may have run"), "{told}");
-    let attempts = attempts(&app, "conv-retry-side").await;
+    let attempts = attempts(&app, "conv-retry-side", 1).await;
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     assert_eq!(attempts[0]["status"], "runner_lost");
 }
@@ -227,7 +235,7 @@ async fn a_tools_breaker_opens_after_repeated_runner_deaths_and_a_probe_closes_i
         u64::from(breakers.failures),
         "the refused call never ran"
     );
-    let attempts = attempts(&app, "conv-breaker").await;
+    let attempts = attempts(&app, "conv-breaker", breakers.failures as usize + 1).await;
     assert_eq!(attempts.last().unwrap()["status"], "throttled");
 
     // The tool recovers; once the breaker's time is over a probe passes and closes it.
