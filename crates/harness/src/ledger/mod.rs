@@ -225,6 +225,21 @@ impl Ledger {
         }
     }
 
+    /// Writes every attempt started or ended so far without holding it,
+    /// waiting at most `within` (at shutdown, so a stopping process leaves
+    /// its last calls on the record).
+    pub async fn flush(&self, within: Duration) {
+        let Some(writer) = &self.writer else {
+            return;
+        };
+        if !matches!(tokio::time::timeout(within, writer.flush()).await, Ok(true)) {
+            tracing::warn!(
+                within_ms = within.as_millis() as u64,
+                "the ledger could not write its last attempts before the process stopped"
+            );
+        }
+    }
+
     /// The settings.
     pub fn settings(&self) -> &LedgerSettings {
         &self.settings

@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use toolserver_store::tool_calls::{self, AttemptEnd, AttemptRow, NewAttempt};
 use toolserver_store::StoreError;
@@ -51,10 +51,12 @@ fn writes_pool(pool: &PgPool) -> PgPool {
 /// be reached.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// One row for the writer.
+/// One request to the writer.
 enum Write {
     Start(Box<NewAttempt>),
     End(AttemptEnd),
+    /// Write everything held now, then answer.
+    Flush(oneshot::Sender<()>),
 }
 
 /// The queue the writer takes from; it stops once every sender is dropped
@@ -114,6 +116,13 @@ impl LedgerWriter {
             tracing::error!("the ledger is shut down: an attempt's end was not recorded");
         }
     }
+
+    /// Writes everything queued so far without holding it; returns whether
+    /// it was written.
+    pub(super) async fn flush(&self) -> bool {
+        let (answer, answered) = oneshot::channel();
+        self.queue.send(Write::Flush(answer)).is_ok() && answered.await.is_ok()
+    }
 }
 
 /// What has been taken from the queue and not yet written.
@@ -125,11 +134,13 @@ struct Pending {
     due: VecDeque<(Uuid, Instant)>,
     /// Ends of attempts whose start has been written.
     ends: Vec<AttemptEnd>,
+    /// Who waits for everything taken so far to be written.
+    flushes: Vec<oneshot::Sender<()>>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.ends.is_empty()
+        self.held.is_empty() && self.ends.is_empty() && self.flushes.is_empty()
     }
 
     fn take(&mut self, request: Write, hold: Duration) {
@@ -144,6 +155,7 @@ impl Pending {
                 Some(row) => row.end = Some(end),
                 None => self.ends.push(end),
             },
+            Write::Flush(answer) => self.flushes.push(answer),
         }
     }
 
@@ -206,8 +218,13 @@ impl Writer {
                 }
             }
             let full = pending.held.len() >= self.max_batch;
-            if !self.write(&mut pending, !open || full).await {
+            let flushing = !pending.flushes.is_empty();
+            if !self.write(&mut pending, !open || full || flushing).await {
                 tokio::time::sleep(RETRY).await;
+            } else if flushing {
+                for answer in pending.flushes.drain(..) {
+                    let _ = answer.send(());
+                }
             }
         }
     }
@@ -318,6 +335,7 @@ mod tests {
         match write {
             Write::Start(start) => start.id,
             Write::End(end) => end.id,
+            Write::Flush(_) => Uuid::nil(),
         }
     }
 

@@ -270,7 +270,8 @@ impl Lifecycle {
 
     /// Stops the job loop, the reaper and the loops of [`Self::spawn_loop`],
     /// and waits up to `grace` for runs under way; a run still going after
-    /// that is taken over by another process once its claim lapses.
+    /// that is taken over by another process once its claim lapses. Then
+    /// writes the attempts the ledger holds (waiting up to `grace` more).
     pub async fn shutdown(&self, grace: Duration) {
         self.0.stop.cancel();
         self.0.tasks.close();
@@ -283,6 +284,7 @@ impl Lifecycle {
                 "detached runs still going at shutdown; other processes will take them over"
             );
         }
+        self.0.ledger.flush(grace).await;
         self.0.process.retire().await;
     }
 }

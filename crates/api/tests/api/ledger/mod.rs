@@ -13,6 +13,7 @@ use crate::app::TestApp;
 mod paths;
 mod payloads;
 mod reading;
+mod writing;
 
 /// The account's attempts that `query` selects (`GET /tool-calls?query`),
 /// once `count` of them have ended; panics if they do not within 20 s.
