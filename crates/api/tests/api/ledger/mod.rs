@@ -8,12 +8,26 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::app::TestApp;
+use sqlx::PgPool;
+use toolserver_harness::ledger::LedgerSettings;
+
+use crate::app::{fast_lifecycle, TestApp};
 
 mod paths;
 mod payloads;
 mod reading;
 mod writing;
+
+/// A served app whose ledger keeps `ledger`.
+async fn app_with_ledger(pool: PgPool, ledger: LedgerSettings) -> TestApp {
+    let mut harness = fast_lifecycle();
+    harness.ledger = ledger;
+    TestApp::builder(pool)
+        .serve()
+        .harness(harness)
+        .spawn()
+        .await
+}
 
 /// The account's attempts that `query` selects (`GET /tool-calls?query`),
 /// once `count` of them have ended; panics if they do not within 20 s.

@@ -10,8 +10,8 @@ use sqlx::PgPool;
 use toolserver_api::ApiSettings;
 use toolserver_harness::ledger::LedgerSettings;
 
-use super::ended_calls;
-use crate::app::{fast_lifecycle, TestApp};
+use super::{app_with_ledger, ended_calls};
+use crate::app::TestApp;
 use crate::support::*;
 
 const FIVE_MB: &str = "export default { async execute() { return 'x'.repeat(5 * 1024 * 1024); } };";
@@ -55,17 +55,15 @@ async fn a_five_megabyte_output_is_recorded_as_its_head_digest_and_length(pool: 
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn the_payload_retention_drops_the_text_and_keeps_the_row(pool: PgPool) {
-    let mut harness = fast_lifecycle();
-    harness.ledger = LedgerSettings {
-        payload_retention: Duration::ZERO,
-        keeper_interval: Duration::from_millis(50),
-        ..LedgerSettings::DEFAULT
-    };
-    let app = TestApp::builder(pool)
-        .serve()
-        .harness(harness)
-        .spawn()
-        .await;
+    let app = app_with_ledger(
+        pool,
+        LedgerSettings {
+            payload_retention: Duration::ZERO,
+            keeper_interval: Duration::from_millis(50),
+            ..LedgerSettings::DEFAULT
+        },
+    )
+    .await;
     let tool = app
         .upload(ACCOUNT_A, "echo", ECHO, json!({"type": "object"}))
         .await;

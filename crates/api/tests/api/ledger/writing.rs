@@ -8,24 +8,21 @@ use serde_json::json;
 use sqlx::PgPool;
 use toolserver_harness::ledger::LedgerSettings;
 
-use super::ended_calls;
-use crate::app::{fast_lifecycle, TestApp};
+use super::{app_with_ledger, ended_calls};
 use crate::support::*;
 
 const ECHO: &str = "export default { async execute(ctx, input) { return input; } };";
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn held_attempts_are_written_when_the_process_stops(pool: PgPool) {
-    let mut harness = fast_lifecycle();
-    harness.ledger = LedgerSettings {
-        hold: Duration::from_secs(3600),
-        ..LedgerSettings::DEFAULT
-    };
-    let app = TestApp::builder(pool)
-        .serve()
-        .harness(harness)
-        .spawn()
-        .await;
+    let app = app_with_ledger(
+        pool,
+        LedgerSettings {
+            hold: Duration::from_secs(3600),
+            ..LedgerSettings::DEFAULT
+        },
+    )
+    .await;
     let tool = app
         .upload(ACCOUNT_A, "echo", ECHO, json!({"type": "object"}))
         .await;

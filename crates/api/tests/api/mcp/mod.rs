@@ -50,7 +50,8 @@ pub(crate) async fn mcp(app: &TestApp, account: Option<&str>, command: &[&str]) 
     })
 }
 
-fn names(listing: &Value) -> Vec<String> {
+/// The names of the tools in a `tools/list` result, sorted.
+pub(crate) fn names(listing: &Value) -> Vec<String> {
     let mut names: Vec<String> = listing["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("{listing}"))

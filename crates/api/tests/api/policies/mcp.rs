@@ -6,7 +6,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::app::spawn_live_app;
-use crate::mcp::mcp;
+use crate::mcp::{mcp, names};
 use crate::mcp_python::mcp_python;
 use crate::support::*;
 
@@ -60,15 +60,4 @@ async fn a_denied_tool_is_not_listed_and_a_denied_call_is_a_tool_error(pool: PgP
     let wiped = mcp(&app, Some(ACCOUNT_A), &["call", "wipe", r#"{"amount":1}"#]).await;
     let text = wiped["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("`never-wipe`"), "{text}");
-}
-
-fn names(listing: &serde_json::Value) -> Vec<String> {
-    let mut names: Vec<String> = listing["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{listing}"))
-        .iter()
-        .map(|tool| tool["name"].as_str().unwrap().to_owned())
-        .collect();
-    names.sort();
-    names
 }
