@@ -5,7 +5,9 @@
 // messages as JSON, and what a stop request answered.
 //
 // The query string configures it: server, token, agent, chat (the
-// conversation id), transport (`http` or `ws`), resume (`1`: resume on mount).
+// conversation id), transport (`http` or `ws`), resume (`1`: resume on mount),
+// load (`1`: start from the conversation as the server stores it, as an
+// application reopening a chat would).
 import { useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { useChat } from '@ai-sdk/react';
@@ -18,6 +20,7 @@ const agentId = params.get('agent');
 const chatId = params.get('chat');
 const overSocket = params.get('transport') === 'ws';
 const resume = params.get('resume') === '1';
+const load = params.get('load') === '1';
 
 function makeTransport() {
   if (overSocket) {
@@ -40,9 +43,17 @@ async function stopTurn() {
   return String(answer.status);
 }
 
-function App() {
+// The conversation's stored messages (none when it does not exist yet).
+async function storedMessages() {
+  const answer = await fetch(`${server}/conversations/${encodeURIComponent(chatId)}`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  return answer.ok ? (await answer.json()).messages : [];
+}
+
+function App({ initial }) {
   const transport = useMemo(makeTransport, []);
-  const { messages, sendMessage, status, error } = useChat({ id: chatId, transport, resume });
+  const { messages, sendMessage, status, error } = useChat({ id: chatId, transport, resume, messages: initial });
   const [input, setInput] = useState('');
   const [stopped, setStopped] = useState('');
   const submit = (event) => {
@@ -65,4 +76,6 @@ function App() {
   );
 }
 
-createRoot(document.getElementById('root')).render(<App />);
+(load ? storedMessages() : Promise.resolve(undefined)).then((initial) => {
+  createRoot(document.getElementById('root')).render(<App initial={initial} />);
+});

@@ -7,16 +7,21 @@
 // - a page attached through `WebSocketChatTransport` sees a detached turn's
 //   result arrive, and makes no HTTP request to the API meanwhile;
 // - a second tab stops the turn of the first (the Rust driver then checks
-//   that the runner call ended).
+//   that the runner call ended);
+// - a turn asks for approval and its page is closed; the approval is given
+//   with curl (`POST /approvals/{id}`); the turn completes on the server,
+//   a page following the conversation over WebSocketChatTransport sees it
+//   live, and a page opened afterwards shows the result.
 //
 // Driven by the Rust test `browser` with the scenarios file's `browser`
-// section: `{ pagePort, turn, reload, detached, stop }`, each naming an
+// section: `{ pagePort, turn, reload, detached, stop, approval }`, each naming an
 // agent and what its turn should show.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { chromium } from 'playwright-core';
 
 const ENV = ['TOOLSERVER_URL', 'TOOLSERVER_TOKEN', 'TOOLSERVER_SCENARIOS'];
@@ -47,8 +52,10 @@ function servePage(port) {
   return new Promise((resolve) => http.listen(port, '127.0.0.1', () => resolve(http)));
 }
 
-function pageUrl({ agentId, chat, transport = 'http', resume = false }) {
-  const query = new URLSearchParams({ server, token, agent: agentId, chat, transport, resume: resume ? '1' : '0' });
+function pageUrl({ agentId, chat, transport = 'http', resume = false, load = false }) {
+  const query = new URLSearchParams({
+    server, token, agent: agentId, chat, transport, resume: resume ? '1' : '0', load: load ? '1' : '0',
+  });
   return `${origin}/?${query}`;
 }
 
@@ -198,5 +205,50 @@ if (missing.length > 0) {
     assert.notEqual(toolPart(assistant(view))?.state, 'output-available', JSON.stringify(assistant(view)));
     await first.close();
     await second.close();
+  });
+
+  test('an approval given with curl after the page closed completes the turn on the server', { timeout: 90_000 }, async () => {
+    const { agentId, expectText, expectOutput } = scenarios.approval;
+    const chat = `browser-approval-${randomUUID()}`;
+    const asking = await openPage({ agentId, chat });
+    await send(asking, 'clean up');
+    const asked = await until(asking, 'the approval request', (v) => v.status === 'ready' && toolPart(assistant(v))?.state === 'approval-requested');
+    const approvalId = toolPart(assistant(asked)).approval.id;
+    await asking.close();
+
+    const follower = await browser.newPage();
+    follower.on('pageerror', (error) => console.error(`page error: ${error.message}`));
+    const frames = [];
+    follower.on('websocket', (socket) => socket.on('framereceived', (frame) => frames.push(String(frame.payload))));
+    await follower.goto(pageUrl({ agentId, chat, transport: 'ws', resume: true, load: true }));
+    await until(follower, 'the stored request', (v) => toolPart(assistant(v))?.state === 'approval-requested');
+    const waiting = Date.now() + WAIT_MS;
+    while (frames.length === 0 && Date.now() < waiting) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 300));
+
+    const answer = execFileSync('curl', [
+      '-sS', '-X', 'POST', `${server}/approvals/${approvalId}`,
+      '-H', `authorization: Bearer ${token}`, '-H', 'content-type: application/json',
+      '-d', JSON.stringify({ approved: true, reason: 'approved from the terminal' }),
+      '-w', '\n%{http_code}',
+    ], { encoding: 'utf8' });
+    const [body, code] = answer.trimEnd().split('\n');
+    assert.equal(code, '200', body);
+    assert.equal(JSON.parse(body).approval.status, 'approved');
+
+    const live = await until(follower, 'the resumed turn, live', (v) => v.status === 'ready' && textOf(assistant(v)) === expectText);
+    assert.equal(live.error, '');
+    assert.equal(toolPart(assistant(live))?.state, 'output-available', JSON.stringify(assistant(live)));
+    assert.deepEqual(toolPart(assistant(live)).output, expectOutput);
+    assert.equal(assistant(live).id, assistant(asked).id, 'the turn read on in the same message');
+    await follower.close();
+
+    const later = await openPage({ agentId, chat, resume: true, load: true });
+    const view = await until(later, 'the result', (v) => v.status === 'ready' && textOf(assistant(v)) === expectText);
+    assert.equal(view.error, '');
+    assert.deepEqual(toolPart(assistant(view)).output, expectOutput);
+    await later.close();
   });
 }

@@ -40,6 +40,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::channels::routes())
         .merge(routes::tool_calls::routes())
         .merge(routes::policies::routes())
+        .merge(routes::approvals::routes())
 }
 
 /// The complete application: every route with the standard layers applied.

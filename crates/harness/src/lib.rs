@@ -2,6 +2,7 @@
 //! registry, the UI message stream a turn speaks, approvals, and async tool
 //! work that the open request waits for.
 
+pub mod approvals;
 pub mod channels;
 pub mod conversation;
 pub mod engine;

@@ -52,6 +52,8 @@ pub struct NewTurn<'a> {
     pub reply_subject: Option<&'a str>,
     /// The channel event the turn answers, if a channel started it.
     pub channel_event: Option<Uuid>,
+    /// The end user the turn acts for, if known.
+    pub end_user: Option<&'a str>,
     /// The start job's first claim.
     pub claim: jobs::ClaimTerms,
 }
@@ -70,7 +72,7 @@ pub async fn create(
     accounts::ensure(&mut *tx, account).await?;
     sqlx::query(
         "INSERT INTO async_turns (id, account_id, agent_id, conversation_id, reply_subject, \
-             channel_event) VALUES ($1, $2, $3, $4, $5, $6)",
+             channel_event, end_user) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(id)
     .bind(account.as_str())
@@ -78,6 +80,7 @@ pub async fn create(
     .bind(turn.conversation_id)
     .bind(turn.reply_subject)
     .bind(turn.channel_event)
+    .bind(turn.end_user.map(storable))
     .execute(&mut *tx)
     .await?;
     if let Some(event) = turn.channel_event {
@@ -422,6 +425,16 @@ pub async fn get_any(pool: &PgPool, id: Uuid) -> Result<(AccountId, AsyncTurnRec
         .map_err(|err| StoreError::Other(sqlx::Error::Decode(err.to_string().into())))?;
     let record = get(pool, &account, id).await?;
     Ok((account, record))
+}
+
+/// The end user the turn `id` acts for, if known.
+pub async fn end_user(pool: &PgPool, id: Uuid) -> Result<Option<String>, StoreError> {
+    let (user,): (Option<String>,) =
+        sqlx::query_as("SELECT end_user FROM async_turns WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+    Ok(user)
 }
 
 /// Where to publish a NATS-requested turn's final result, if anywhere.

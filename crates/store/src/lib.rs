@@ -6,6 +6,7 @@ pub mod account_limits;
 pub mod account_usage;
 pub mod accounts;
 pub mod agents;
+pub mod approvals;
 pub mod async_results;
 pub mod async_turns;
 pub mod channel_events;

@@ -30,6 +30,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "async", description = "Completion of detached async tool calls"),
         (name = "ledger", description = "Every attempt of every tool call: who made it, with what, how it ended"),
         (name = "policies", description = "The account's policies: which tool calls may run (allow, ask, deny), as Cedar"),
+        (name = "approvals", description = "Tool calls waiting for a person's decision, decided from any client or a one-time link"),
         (name = "accounts", description = "The calling account's limits and usage"),
         (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),

@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod agents;
+pub mod approvals;
 pub mod bundles;
 pub mod channels;
 pub mod conversations;

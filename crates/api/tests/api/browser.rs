@@ -1,7 +1,8 @@
 //! The AI SDK's `useChat` in headless Chromium against the running server
 //! from another origin: `clients/browser/test/browser.test.mjs`, driven from
 //! here with a scenarios file; afterwards, the stopped turn's runner call
-//! has ended.
+//! has ended. One scenario decides an approval with curl after its page
+//! closed.
 
 use std::time::Duration;
 
@@ -114,8 +115,18 @@ async fn use_chat_in_chromium_on_another_origin(pool: PgPool) {
         "never said",
     )
     .await;
+    let approval = agent_calling(
+        &app,
+        "b-approval",
+        (&slow, "slow"),
+        json!({"job": "a"}),
+        json!({"needsApproval": true}),
+        "Approved and done.",
+    )
+    .await;
     let browser = json!({
         "pagePort": page_port,
+        "approval": {"agentId": approval, "expectText": "Approved and done.", "expectOutput": {"done": "a"}},
         "turn": {"agentId": turn, "expectText": "Answered in a browser.", "expectOutput": {"done": "t"}},
         "reload": {"agentId": reload, "expectText": "Resumed after a reload.", "expectOutput": {"done": "r"}},
         "detached": {"agentId": detached, "expectText": "Job finished."},
@@ -150,7 +161,7 @@ async fn use_chat_in_chromium_on_another_origin(pool: PgPool) {
         .lines()
         .filter(|l| l.trim_start().starts_with('✔'))
         .count();
-    assert!(passed >= 4, "expected 4 passing browser tests:\n{report}");
+    assert!(passed >= 5, "expected 5 passing browser tests:\n{report}");
     assert!(
         app.comes_to_inflight(ACCOUNT_A, &hangs, 0).await,
         "the stopped turn's runner call ended"

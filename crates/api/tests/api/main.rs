@@ -6,6 +6,7 @@
 mod admission;
 mod agents;
 mod app;
+mod approvals;
 mod auth;
 mod browser;
 mod bundles;

@@ -20,6 +20,7 @@ use toolserver_store::{
 use uuid::Uuid;
 
 use super::Lifecycle;
+use crate::approvals::ApprovalSweep;
 use crate::channels::ChannelPoster;
 use crate::{metrics, webhooks};
 
@@ -52,6 +53,9 @@ pub struct ReapReport {
     /// Conversations held by turns of dead processes, stored as
     /// interrupted and freed.
     pub recovered_conversations: u64,
+    /// Approvals that expired undecided, and turns resumed after their
+    /// resumption was lost.
+    pub approvals: ApprovalSweep,
 }
 
 impl ReapReport {
@@ -67,6 +71,8 @@ impl ReapReport {
         metrics::reaped("purged_task", self.purged_tasks);
         metrics::reaped("purged_invoke_key", self.purged_invoke_keys);
         metrics::reaped("recovered_conversation", self.recovered_conversations);
+        metrics::reaped("expired_approval", self.approvals.expired);
+        metrics::reaped("resumed_approval", self.approvals.resumed);
     }
 }
 
@@ -168,6 +174,8 @@ impl Lifecycle {
                         purged_tasks = report.purged_tasks,
                         purged_invoke_keys = report.purged_invoke_keys,
                         recovered_conversations = report.recovered_conversations,
+                        expired_approvals = report.approvals.expired,
+                        resumed_approvals = report.approvals.resumed,
                         "reaper acted"
                     );
                 }
@@ -184,7 +192,8 @@ impl Lifecycle {
     /// recovers conversations held by turns of dead processes, and removes
     /// turn streams past their retention, MCP tasks and idempotency keys of
     /// direct calls past their TTL and the rows of processes dead longer
-    /// than the streams' retention.
+    /// than the streams' retention; and denies approvals past their expiry
+    /// and resumes turns whose resumption after approvals was lost.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
         self.reap(true).await
     }
@@ -219,6 +228,7 @@ impl Lifecycle {
         let purged_invoke_keys = invoke_keys::purge_expired(pool, REAP_BATCH).await?;
         let recovered_conversations = self.recover_dead_holders(REAP_BATCH).await?;
         processes::purge_dead(pool, self.0.harness.settings().streams.retention).await?;
+        let approvals = self.reap_approvals().await?;
         Ok(ReapReport {
             expired,
             relaunched,
@@ -230,6 +240,7 @@ impl Lifecycle {
             purged_tasks,
             purged_invoke_keys,
             recovered_conversations,
+            approvals,
         })
     }
 

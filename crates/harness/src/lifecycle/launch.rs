@@ -16,6 +16,8 @@ pub struct DetachedStart {
     pub lease: ConversationLease,
     /// Who hears how the turn went, besides its status.
     pub reply: DetachedReply,
+    /// The end user the turn acts for, if known.
+    pub subject: Option<String>,
 }
 
 /// Who hears how a detached turn went, besides its status (`GET /async/{id}`).
@@ -53,6 +55,7 @@ impl Lifecycle {
             account,
             lease,
             reply,
+            subject,
         } = start;
         let (reply_subject, channel_event) = match reply {
             DetachedReply::Poll => (None, None),
@@ -65,6 +68,7 @@ impl Lifecycle {
             lease_holder: lease.holder(),
             reply_subject: reply_subject.as_deref(),
             channel_event,
+            end_user: subject.as_deref(),
             claim: self.claim_terms(),
         };
         let (turn_id, job) = async_turns::create(self.pool(), &account, new_turn).await?;

@@ -118,6 +118,11 @@ pub struct LifecycleSettings {
     pub unsealed_group_grace: Duration,
     /// A turn unchanged this long with no job and no open group is failed.
     pub stuck_turn_grace: Duration,
+    /// An approval undecided this long expires: the call is denied.
+    pub approval_ttl: Duration,
+    /// A turn whose approvals were all decided this long ago without
+    /// resuming is resumed by the reaper.
+    pub approval_resume_grace: Duration,
 }
 
 impl LifecycleSettings {
@@ -137,6 +142,8 @@ impl LifecycleSettings {
         process_liveness: Duration::from_secs(3),
         unsealed_group_grace: Duration::from_secs(30),
         stuck_turn_grace: Duration::from_secs(60),
+        approval_ttl: Duration::from_secs(24 * 3600),
+        approval_resume_grace: Duration::from_secs(10),
     };
 }
 

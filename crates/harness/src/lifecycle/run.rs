@@ -164,9 +164,10 @@ impl Lifecycle {
             .harness()
             .policy_stack(&account, Some(&checked.config))
             .await?;
-        // A detached turn keeps no end user: its calls are judged as the
-        // account's own (`User::""`).
-        let gate = CallGate::new(stack, None, CallPath::Turn)
+        // Without a known end user, calls are judged as the account's own
+        // (`User::""`).
+        let end_user = async_turns::end_user(pool, turn.id).await?;
+        let gate = CallGate::new(stack, end_user.clone(), CallPath::Turn)
             .in_turn(agent_id.to_string(), Some(conversation.to_string()));
         checked.registry = checked.registry.with_gate(gate);
         let lease =
@@ -243,6 +244,7 @@ impl Lifecycle {
                 agent: Some(agent_id.as_uuid()),
                 conversation: Some(conversation.to_string()),
                 turn: Some(turn.id.to_string()),
+                subject: end_user,
                 ..CallScope::direct(account.clone(), CallPath::Turn)
             },
         });
@@ -456,7 +458,7 @@ impl Lifecycle {
             )),
             arrivals,
             request_key: Some(job.id.to_string()),
-
+            restate_decided: true,
             ..TurnPlan::for_agent(&checked.config, settings, history, assistant)
         }
     }

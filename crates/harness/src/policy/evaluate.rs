@@ -132,6 +132,8 @@ pub(super) struct LayerAnswer {
     /// The ids of the policies that decided, as `<layer>:<id>`.
     pub(super) policies: Vec<String>,
     pub(super) reason: String,
+    /// Who may approve, when the layer asks (empty: anyone).
+    pub(super) approvers: Vec<String>,
 }
 
 /// What `layer` (named `layer_name`) decides on `call`, for `facts`' tool.
@@ -141,7 +143,8 @@ pub(super) fn decide(
     facts: &CallFacts,
     call: &Prepared,
 ) -> LayerAnswer {
-    let response = AUTHORIZER.is_authorized(&call.request, &layer.set, &call.entities);
+    let response =
+        AUTHORIZER.is_authorized(&call.request, layer.for_tool(&facts.tool), &call.entities);
     let diagnostics = response.diagnostics();
     let name = |id: &PolicyId| {
         layer
@@ -176,6 +179,7 @@ pub(super) fn decide(
             decision: Decision::Deny,
             reason: format!("{layer_name} policy {} forbids it", quoted(&names)),
             policies: ids(&names),
+            approvers: Vec::new(),
         };
     }
     if !failed.is_empty() {
@@ -189,6 +193,7 @@ pub(super) fn decide(
                 errors.join("; ")
             ),
             policies: ids(&names),
+            approvers: Vec::new(),
         };
     }
     let rules: Vec<_> = matched
@@ -201,6 +206,13 @@ pub(super) fn decide(
         .map(|rule| rule.name.clone())
         .collect();
     if !asking.is_empty() {
+        let mut approvers: Vec<String> = rules
+            .iter()
+            .filter(|rule| rule.ask)
+            .flat_map(|rule| rule.approvers.iter().cloned())
+            .collect();
+        approvers.sort();
+        approvers.dedup();
         return LayerAnswer {
             decision: Decision::Ask,
             reason: format!(
@@ -208,6 +220,7 @@ pub(super) fn decide(
                 quoted(&asking)
             ),
             policies: ids(&asking),
+            approvers,
         };
     }
     if rules.is_empty() {
@@ -215,6 +228,7 @@ pub(super) fn decide(
             decision: Decision::Deny,
             reason: format!("no {layer_name} policy allows it"),
             policies: Vec::new(),
+            approvers: Vec::new(),
         };
     }
     let explicit: Vec<String> = rules
@@ -233,6 +247,7 @@ pub(super) fn decide(
                 facts.tool
             ),
             policies: ids(&all),
+            approvers: Vec::new(),
         };
     }
     let deciding = match explicit.is_empty() {
@@ -243,12 +258,17 @@ pub(super) fn decide(
         decision: Decision::Allow,
         reason: format!("{layer_name} policy {} allows it", quoted(&deciding)),
         policies: ids(&deciding),
+        approvers: Vec::new(),
     }
 }
 
 /// Whether `layer` could let `facts`' tool run for some input: false when
 /// a `forbid` holds whatever the input, or no `permit` can hold.
-pub(super) fn could_run(layer: &Layer, call: &Prepared) -> bool {
-    let response = AUTHORIZER.is_authorized_partial(&call.request, &layer.set, &call.entities);
+pub(super) fn could_run(layer: &Layer, facts: &CallFacts, call: &Prepared) -> bool {
+    let response = AUTHORIZER.is_authorized_partial(
+        &call.request,
+        layer.for_tool(&facts.tool),
+        &call.entities,
+    );
     response.decision() != Some(CedarDecision::Deny)
 }

@@ -40,6 +40,9 @@ pub(super) struct Rule {
     pub(super) allow_all: bool,
     /// The tools its scope names (action or resource).
     pub(super) names: Vec<String>,
+    /// Who may approve what it asks about (`@approvers("ann, bob")`: end
+    /// users); empty: anyone of the account.
+    pub(super) approvers: Vec<String>,
 }
 
 impl Rule {
@@ -52,8 +55,14 @@ impl Rule {
 /// A parsed layer of policies (by default, none).
 #[derive(Debug, Clone, Default)]
 pub struct Layer {
-    pub(super) set: PolicySet,
+    set: PolicySet,
     pub(super) rules: HashMap<PolicyId, Rule>,
+    /// The policies whose action scope is any action: all a tool the
+    /// layer never names is judged by.
+    generic: PolicySet,
+    /// Per tool named in an action scope, the policies that can match a
+    /// call of it (those naming it, and the generic ones).
+    by_tool: HashMap<String, PolicySet>,
 }
 
 impl Layer {
@@ -100,7 +109,19 @@ impl Layer {
                 .map_err(|err| LayerError::Syntax(err.to_string()))?;
             rules.insert(id, rule);
         }
-        Ok(Self { set, rules })
+        let (generic, by_tool) = index_by_tool(&set)?;
+        Ok(Self {
+            set,
+            rules,
+            generic,
+            by_tool,
+        })
+    }
+
+    /// The policies that can match a call of `tool`: a call's action is
+    /// its tool, so a policy scoped to other actions never matches it.
+    pub(super) fn for_tool(&self, tool: &str) -> &PolicySet {
+        self.by_tool.get(tool).unwrap_or(&self.generic)
     }
 
     /// Whether the layer holds no policy (it then has no say).
@@ -149,6 +170,42 @@ impl Layer {
     }
 }
 
+/// The layer's policies indexed by the tool their action scope names
+/// (see [`Layer::for_tool`]): the generic set, and one set per named tool.
+fn index_by_tool(set: &PolicySet) -> Result<(PolicySet, HashMap<String, PolicySet>), LayerError> {
+    let syntax = |err: cedar_policy::PolicySetError| LayerError::Syntax(err.to_string());
+    let mut generic = PolicySet::new();
+    let mut named: HashMap<String, Vec<Policy>> = HashMap::new();
+    for policy in set.policies() {
+        match policy.action_constraint() {
+            ActionConstraint::Any => generic.add(policy.clone()).map_err(syntax)?,
+            ActionConstraint::Eq(uid) => named
+                .entry(uid.id().unescaped().to_owned())
+                .or_default()
+                .push(policy.clone()),
+            ActionConstraint::In(uids) => {
+                for uid in uids {
+                    named
+                        .entry(uid.id().unescaped().to_owned())
+                        .or_default()
+                        .push(policy.clone());
+                }
+            }
+        }
+    }
+    let mut by_tool = HashMap::with_capacity(named.len());
+    for (tool, policies) in named {
+        let mut tool_set = generic.clone();
+        for policy in policies {
+            if tool_set.policy(policy.id()).is_none() {
+                tool_set.add(policy).map_err(syntax)?;
+            }
+        }
+        by_tool.insert(tool, tool_set);
+    }
+    Ok((generic, by_tool))
+}
+
 /// A policy's place in its text, from the id Cedar gave it (`policy<n>`).
 fn place(id: &PolicyId) -> usize {
     id.to_string()
@@ -176,6 +233,20 @@ fn rule_of(policy: &Policy, name: String) -> Result<Rule, LayerError> {
             )))
         }
     };
+    let approvers: Vec<String> = policy
+        .annotation("approvers")
+        .map(|list| {
+            list.split([',', ' '])
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if !approvers.is_empty() && !ask {
+        return Err(LayerError::Syntax(format!(
+            "policy {name:?}: @approvers belongs on a permit that asks (@decision(\"ask\"))"
+        )));
+    }
     let mut names = Vec::new();
     let mut add = |uid: &EntityUid| names.push(uid.id().unescaped().to_owned());
     match policy.action_constraint() {
@@ -192,6 +263,7 @@ fn rule_of(policy: &Policy, name: String) -> Result<Rule, LayerError> {
         ask,
         allow_all,
         names,
+        approvers,
     })
 }
 
@@ -214,6 +286,28 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_is_judged_by_the_policies_naming_it_and_the_generic_ones() {
+        let layer = Layer::parse(
+            r#"@id("any") permit(principal, action, resource);
+               @id("pair") forbid(principal, action in [Action::"a", Action::"b"], resource);
+               @id("only-a") permit(principal, action == Action::"a", resource);"#,
+        )
+        .unwrap();
+        let ids = |tool: &str| {
+            let mut ids: Vec<String> = layer
+                .for_tool(tool)
+                .policies()
+                .map(|p| p.id().to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(ids("a"), ["any", "only-a", "pair"]);
+        assert_eq!(ids("b"), ["any", "pair"]);
+        assert_eq!(ids("c"), ["any"]);
+    }
+
+    #[test]
     fn bad_annotations_and_templates_are_refused() {
         for (text, says) in [
             (
@@ -231,6 +325,10 @@ mod tests {
             (
                 "permit(principal == ?principal, action, resource);",
                 "templates",
+            ),
+            (
+                r#"@approvers("ann") permit(principal, action, resource);"#,
+                "@approvers belongs on a permit that asks",
             ),
             (
                 "permit(principal, action, resource",

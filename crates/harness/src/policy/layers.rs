@@ -75,6 +75,7 @@ impl PolicyStack {
                 decision: Decision::Deny,
                 policies: Vec::new(),
                 reason: format!("the call could not be put to the policies: {error}"),
+                approvers: Vec::new(),
             }],
         };
         let decision = answers
@@ -86,11 +87,15 @@ impl PolicyStack {
             decision,
             policies: Vec::new(),
             reasons: Vec::new(),
+            approvers: Vec::new(),
         };
         for answer in answers.into_iter().filter(|a| a.decision == decision) {
             verdict.policies.extend(answer.policies);
             verdict.reasons.push(answer.reason);
+            verdict.approvers.extend(answer.approvers);
         }
+        verdict.approvers.sort();
+        verdict.approvers.dedup();
         verdict
     }
 
@@ -101,7 +106,10 @@ impl PolicyStack {
             return true;
         }
         match facts.prepare(None) {
-            Ok(call) => self.layers.iter().all(|(_, layer)| could_run(layer, &call)),
+            Ok(call) => self
+                .layers
+                .iter()
+                .all(|(_, layer)| could_run(layer, facts, &call)),
             Err(_) => false,
         }
     }

@@ -17,6 +17,9 @@
 //!    its action or resource scope, or carries `@decision("allow")`);
 //! 4. else nothing allows the call: it is denied.
 //!
+//! A permit that asks may name who approves: `@approvers("ann, bob")`
+//! (end users, the `sub` of their tokens); see [`crate::approvals`].
+//!
 //! Layers (the account's, then the agent's) each decide alone;
 //! the call gets the most restrictive answer (deny > ask > allow), so a
 //! lower layer can only narrow ([`layers`]). A layer without policies has
@@ -77,6 +80,9 @@ pub struct Verdict {
     pub policies: Vec<String>,
     /// One sentence per layer that had a say, naming what decided there.
     pub reasons: Vec<String>,
+    /// When it asks: the end users who may approve (from the asking
+    /// policies' `@approvers`); empty: anyone of the account.
+    pub approvers: Vec<String>,
 }
 
 impl Verdict {
@@ -86,6 +92,7 @@ impl Verdict {
             decision: Decision::Allow,
             policies: Vec::new(),
             reasons: vec!["no policies are in force: calls run as configured".to_owned()],
+            approvers: Vec::new(),
         }
     }
 

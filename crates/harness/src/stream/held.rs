@@ -8,13 +8,14 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use toolserver_domain::AccountId;
-use toolserver_store::{async_turns, turn_streams};
+use toolserver_store::{approvals, async_turns, turn_streams};
 
 use super::{follow, Followed, Notice, StreamError, StreamHub};
 
 /// Follows the conversation's active stream like [`follow`]; when none is
-/// active but a detached turn on the conversation has not settled, waits
-/// for its next run's stream, until `deadline` (`None`: as long as the turn
+/// active but a detached turn on the conversation has not settled, or the
+/// conversation waits on approvals (its turn resumes once they are
+/// decided), waits for the next run's stream, until `deadline` (`None`: as long as the turn
 /// stays unsettled). `None` when no stream came.
 pub async fn follow_held(
     hub: &Arc<StreamHub>,
@@ -29,7 +30,9 @@ pub async fn follow_held(
         if let Some(followed) = follow(hub, account, conversation_id, start_index).await? {
             return Ok(Some(followed));
         }
-        if !async_turns::unsettled_on(hub.pool(), account, conversation_id).await? {
+        let waiting = async_turns::unsettled_on(hub.pool(), account, conversation_id).await?
+            || approvals::waiting_on(hub.pool(), account, conversation_id).await?;
+        if !waiting {
             return Ok(None);
         }
         if !wait_for_open(hub, &key, &mut notices, deadline).await {

@@ -68,12 +68,13 @@ impl Lifecycle {
         submission: Submission,
         reply: DetachedReply,
     ) -> Result<Uuid, SubmitError> {
-        let account = submission.account.clone();
+        let (account, subject) = (submission.account.clone(), submission.subject.clone());
         let turn = prepare::prepare(self, submission).await?;
         let start = DetachedStart {
             account,
             lease: turn.lease,
             reply,
+            subject,
         };
         Ok(self.launch(start).await?)
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use toolserver_domain::CallPath;
+use toolserver_store::approvals;
 
 use super::{Submission, SubmitError};
 use crate::conversation::{prepare_turn, PrepareError};
@@ -12,7 +13,7 @@ use crate::handoff;
 use crate::lifecycle::{ConversationLease, Lifecycle};
 use crate::policy::CallGate;
 use crate::provider::ModelProvider;
-use crate::ui::UiMessage;
+use crate::ui::{ToolState, UiMessage};
 use crate::{CheckedAgent, Harness};
 
 /// A turn ready to run: its agent, model, conversation lease and messages.
@@ -81,6 +82,10 @@ pub(super) async fn prepare(
     match fitted {
         Ok((history, assistant, snapshot)) => {
             lease.save(&snapshot).await?;
+            let decisions = decisions_in(&assistant);
+            if !decisions.is_empty() {
+                approvals::settle_from_chat(lifecycle.pool(), &account, &decisions).await?;
+            }
             Ok(PreparedTurn {
                 checked,
                 provider,
@@ -96,6 +101,23 @@ pub(super) async fn prepare(
             Err(refused)
         }
     }
+}
+
+/// The approval decisions `assistant` carries (`(id, approved, reason)`),
+/// which its turn acts on.
+fn decisions_in(assistant: &UiMessage) -> Vec<(String, bool, Option<String>)> {
+    assistant
+        .tool_parts()
+        .filter(|part| part.state == ToolState::ApprovalResponded)
+        .filter_map(|part| {
+            let approval = part.approval.as_ref()?;
+            Some((
+                approval.id.clone(),
+                approval.approved?,
+                approval.reason.clone(),
+            ))
+        })
+        .collect()
 }
 
 /// Refuses a conversation past the message or byte limit (the new

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use super::prepare::PreparedTurn;
 use super::SubmitError;
+use crate::approvals::AskedScope;
 use crate::handoff::TurnScope;
 use crate::ledger::{CallScope, TurnLedger};
 use crate::lifecycle::{AccountStatus, ConversationLease, Lifecycle};
@@ -58,6 +59,14 @@ pub(super) async fn launch(
         },
     });
     let on_disconnect = turn.checked.config.on_disconnect;
+    let asking = AskedScope {
+        account: account.clone(),
+        agent: turn.lease.agent().as_uuid(),
+        conversation: turn.lease.conversation_id().to_string(),
+        message: plan.assistant.id.clone(),
+        subject: plan.ledger.as_ref().and_then(|l| l.scope.subject.clone()),
+    };
+    let recorder = lifecycle.clone();
     let scope = TurnScope {
         account: account.clone(),
         agent: turn.lease.agent(),
@@ -98,6 +107,12 @@ pub(super) async fn launch(
         let renewal = lease.keep_renewed();
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         renewal.abort();
+        // Recorded before the conversation, so a client that sees the turn
+        // end finds its approvals (one left behind by a death in between
+        // is refused when decided: the conversation never asked).
+        if let Err(err) = recorder.record_asked(&asking, &outcome.asked).await {
+            tracing::error!(error = %err, "could not record the turn's approvals");
+        }
         let mut messages = history;
         messages.push(outcome.assistant);
         recording

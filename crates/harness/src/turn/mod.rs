@@ -32,6 +32,7 @@ use self::cost::TurnCost;
 use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
 use self::pending::PendingWork;
+use crate::approvals::{asked_in, AskedApproval};
 use crate::ledger::{CalledTool, TurnLedger};
 use crate::policy::Decision;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
@@ -78,6 +79,11 @@ pub struct TurnPlan {
     pub stop: CancellationToken,
     /// Where the turn's calls are recorded; unrecorded when `None`.
     pub ledger: Option<TurnLedger>,
+    /// Whether each decided call is restated (`tool-input-available`)
+    /// before its outcome: a turn resumed on the server is followed by
+    /// clients that never saw the message that asked (the AI SDK starts a
+    /// resumed stream's message afresh unless it holds an answered call).
+    pub restate_decided: bool,
 }
 
 impl TurnPlan {
@@ -97,6 +103,7 @@ impl TurnPlan {
             max_parallel_tool_calls: settings.max_parallel_tool_calls,
             max_duration: settings.max_turn_duration,
             can_ask_approval: false,
+            restate_decided: false,
             detach: None,
             durable_status: None,
             arrivals: Vec::new(),
@@ -118,6 +125,8 @@ pub struct TurnOutcome {
     pub finish_reason: Option<String>,
     /// The error sent, if any.
     pub error: Option<String>,
+    /// The calls the turn stopped on for a person's decision.
+    pub asked: Vec<AskedApproval>,
 }
 
 /// Runs a turn, sending chunks to `out` until the turn ends or `out` closes.
@@ -171,20 +180,19 @@ pub async fn run_turn(
         "turn finished"
     );
     let mut assistant = turn.emitter.assistant.clone();
-    match ended {
-        Ok((finish_reason, error)) => TurnOutcome {
-            assistant,
-            finish_reason: Some(finish_reason),
-            error,
-        },
+    let (finish_reason, error) = match ended {
+        Ok((finish_reason, error)) => (Some(finish_reason), error),
         Err(ClientGone) => {
             mark_unfinished(&mut assistant, "cancelled: the client disconnected");
-            TurnOutcome {
-                assistant,
-                finish_reason: None,
-                error: Some("the client disconnected".into()),
-            }
+            (None, Some("the client disconnected".into()))
         }
+    };
+    let asked = asked_in(&turn.registry, &assistant);
+    TurnOutcome {
+        assistant,
+        finish_reason,
+        error,
+        asked,
     }
 }
 
@@ -356,6 +364,16 @@ impl Turn {
             let approved = part.is_approved();
             let tool_call_id = part.tool_call_id.clone();
             let input = part.input.clone().unwrap_or_else(|| json!({}));
+            if self.plan.restate_decided {
+                self.emitter
+                    .emit(UiChunk::ToolInputAvailable {
+                        tool_call_id: tool_call_id.clone(),
+                        tool_name: part.tool_name.clone(),
+                        input: input.clone(),
+                        provider_metadata: part.call_provider_metadata.clone(),
+                    })
+                    .await?;
+            }
             if !approved {
                 if let Some(ledger) = &self.plan.ledger {
                     let place = calls::place_of(&self.emitter, Some(ledger), &tool_call_id);

@@ -139,6 +139,7 @@ async fn a_turn_needs_the_lease_its_request_took(pool: PgPool) {
         lease_holder: Uuid::now_v7(),
         reply_subject: None,
         channel_event: None,
+        end_user: None,
         claim: terms(process),
     };
     let created = async_turns::create(&pool, &tenant.account, turn).await;

@@ -80,6 +80,7 @@ async fn an_event_is_recorded_claimed_and_started_once(pool: PgPool) {
         lease_holder: holder,
         reply_subject: None,
         channel_event: Some(id),
+        end_user: None,
         claim: terms(process),
     };
     let holder = lease(&pool, &a, "conv-ch", process).await;

@@ -120,6 +120,7 @@ pub async fn start_turn_on(pool: &PgPool, tenant: &Tenant, conversation: &str) -
         lease_holder: holder,
         reply_subject: Some("reply.subject"),
         channel_event: None,
+        end_user: None,
         claim: terms(process),
     };
     let (id, job) = async_turns::create(pool, &tenant.account, turn)

@@ -138,6 +138,24 @@ pub struct LifecycleConfig {
         default_value_t = secs(LifecycleSettings::DEFAULT.stuck_turn_grace)
     )]
     pub stuck_turn_grace_secs: u64,
+    /// Seconds an approval may stay undecided before it expires and its
+    /// call is denied (the model is told why).
+    #[arg(
+        long,
+        env = "TOOLSERVER_APPROVAL_TTL_SECS",
+        default_value_t = secs(LifecycleSettings::DEFAULT.approval_ttl),
+        value_parser = within::<u64>(1..)
+    )]
+    pub approval_ttl_secs: u64,
+    /// Seconds after the last decision on an assistant message's approvals
+    /// before the reaper resumes a turn that did not resume (its process
+    /// died, or the conversation was busy).
+    #[arg(
+        long,
+        env = "TOOLSERVER_APPROVAL_RESUME_GRACE_SECS",
+        default_value_t = secs(LifecycleSettings::DEFAULT.approval_resume_grace)
+    )]
+    pub approval_resume_grace_secs: u64,
     /// Milliseconds between reaper passes, which expire detached calls past
     /// their deadline, fail calls whose runner went silent, seal groups left
     /// open, and fail exhausted jobs and turns that cannot go on.

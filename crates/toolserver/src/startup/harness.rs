@@ -154,5 +154,7 @@ fn lifecycle_settings(config: &LifecycleConfig) -> LifecycleSettings {
         process_liveness: ms(config.process_liveness_ms),
         unsealed_group_grace: Duration::from_secs(config.unsealed_group_grace_secs),
         stuck_turn_grace: Duration::from_secs(config.stuck_turn_grace_secs),
+        approval_ttl: Duration::from_secs(config.approval_ttl_secs),
+        approval_resume_grace: Duration::from_secs(config.approval_resume_grace_secs),
     }
 }

@@ -11,13 +11,14 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_domain::TurnStatus;
 use toolserver_harness::lifecycle::DetachedReply;
+use toolserver_harness::submission::Submission;
 use toolserver_harness::ui::UiMessage;
 use toolserver_store::{async_turns, StoreError};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::chat_request::ChatRequest;
-use crate::auth::Account;
+use crate::auth::{Account, EndUser};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -75,12 +76,16 @@ pub struct AsyncTurnView {
 #[tracing::instrument(skip_all, fields(agent.id = %agent_id, conversation.id = tracing::field::Empty))]
 pub async fn start_async(
     Account(account): Account,
+    EndUser(user): EndUser,
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
     ApiJson(body): ApiJson<ChatRequest>,
 ) -> ApiResult<(StatusCode, Json<AsyncAccepted>)> {
     state.admission().detached_turn(&account).await?;
-    let submission = body.into_submission(account, &agent_id)?;
+    let submission = Submission {
+        subject: user,
+        ..body.into_submission(account, &agent_id)?
+    };
     tracing::Span::current().record("conversation.id", submission.conversation.as_str());
     let turn_id = state
         .lifecycle()

@@ -3,8 +3,10 @@
 use axum::extract::State;
 use axum::Json;
 use toolserver_domain::{refuse_nul_text, ValidationError};
+use toolserver_harness::outbound;
 use toolserver_harness::policy::{self, CheckError};
 use toolserver_store::policies;
+use url::Url;
 
 use super::wire::{PoliciesBody, PoliciesView};
 use crate::auth::Account;
@@ -37,7 +39,7 @@ pub async fn get_policies(
         (status = 200, description = "The policies as saved", body = PoliciesView),
         (status = 400, description = "Malformed body or unknown field", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 422, description = "The text is not Cedar this server takes, or Cedar's validator refuses it against the account's tools (a policy naming an unknown tool or attribute); the message is the parser's or the validator's", body = ErrorBody),
+        (status = 422, description = "The text is not Cedar this server takes, or Cedar's validator refuses it against the account's tools (a policy naming an unknown tool or attribute); the message is the parser's or the validator's. Or `approvalWebhook` is not an http(s) URL the server may post to", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn put_policies(
@@ -49,8 +51,31 @@ pub async fn put_policies(
     policy::check_layer(state.pool(), &account, &body.policies)
         .await
         .map_err(check_error)?;
-    let record = policies::put(state.pool(), &account, &body.policies).await?;
+    let webhook = match &body.approval_webhook {
+        Some(raw) => Some(webhook_url(&state, raw).await?),
+        None => None,
+    };
+    let record = policies::put(state.pool(), &account, &body.policies, webhook.as_deref()).await?;
     Ok(Json(Some(record).into()))
+}
+
+/// The approval webhook `raw`, when it is an http(s) URL the outbound
+/// policy lets the server post to; else a 422 naming `approvalWebhook`.
+async fn webhook_url(state: &AppState, raw: &str) -> Result<String, ApiError> {
+    let field = "approvalWebhook";
+    let url = Url::parse(raw)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
+        .ok_or_else(|| ValidationError::new(field, "approvalWebhook must be an http(s) URL"))?;
+    let harness = state.harness();
+    outbound::check_destination(
+        &url,
+        &harness.sources().policy,
+        harness.settings().outbound_resolve_timeout,
+    )
+    .await
+    .map_err(|reason| ValidationError::new(field, reason))?;
+    Ok(url.to_string())
 }
 
 /// A refused text is a 422 naming `policies`, with Cedar's message.

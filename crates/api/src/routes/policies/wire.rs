@@ -13,6 +13,10 @@ use utoipa::ToSchema;
 pub struct PoliciesBody {
     /// Cedar policy text; empty: no policies in force.
     pub policies: String,
+    /// Where the account's new approvals are announced (a JSON post with
+    /// the approval and its one-time link); absent or null: nowhere.
+    #[serde(rename = "approvalWebhook")]
+    pub approval_webhook: Option<String>,
 }
 
 /// The account's policies as stored.
@@ -27,6 +31,8 @@ pub struct PoliciesView {
     #[serde(with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub updated_at: Option<OffsetDateTime>,
+    /// Where the account's new approvals are announced, if anywhere.
+    pub approval_webhook: Option<String>,
 }
 
 impl From<Option<PolicyRecord>> for PoliciesView {
@@ -36,11 +42,13 @@ impl From<Option<PolicyRecord>> for PoliciesView {
                 policies: record.text,
                 version: record.version,
                 updated_at: Some(record.updated_at),
+                approval_webhook: record.approval_webhook,
             },
             None => Self {
                 policies: String::new(),
                 version: 0,
                 updated_at: None,
+                approval_webhook: None,
             },
         }
     }

@@ -51,9 +51,21 @@ async fn a_policy_naming_an_unknown_tool_or_attribute_is_refused_with_the_valida
         .await;
     assert_eq!(
         stored,
-        json!({"policies": "", "version": 0, "updatedAt": null}),
+        json!({"policies": "", "version": 0, "updatedAt": null, "approvalWebhook": null}),
         "nothing refused was saved"
     );
+    for webhook in ["not a url", "ftp://example.com/hook", "file:///etc/passwd"] {
+        let (status, body) = app
+            .request(
+                reqwest::Method::PUT,
+                "/policies",
+                ACCOUNT_A,
+                Some(json!({"policies": "", "approvalWebhook": webhook})),
+            )
+            .await;
+        assert_eq!(status, 422, "{webhook}: {body}");
+        assert_eq!(body["error"]["field"], "approvalWebhook", "{body}");
+    }
 
     let text = r#"permit(principal, action == Action::"refund", resource) when { context.input.amount < 500 };"#;
     let (status, saved) = put(&app, ACCOUNT_A, text).await;
