@@ -142,6 +142,7 @@ async fn turn(
         request_key: None,
         stop: Default::default(),
         ledger: None,
+        restate_decided: false,
     };
     let (sender, mut receiver) = mpsc::channel(256);
     let collector = tokio::spawn(async move {
