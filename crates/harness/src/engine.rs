@@ -208,14 +208,23 @@ impl Harness {
     }
 
     /// The policies a call of `account` is judged by: the account's, then
-    /// `config`'s agent's, if any.
+    /// `config`'s agent's, if any, then those of the end user and the
+    /// conversation `narrowing` names.
     pub async fn policy_stack(
         &self,
         account: &AccountId,
         config: Option<&AgentConfig>,
+        narrowing: policy::Narrowing<'_>,
     ) -> Result<PolicyStack, StoreError> {
         let agent = config.and_then(|config| config.policies.as_deref());
-        policy::stack_of(&self.policies, &self.sources.pool, account, agent).await
+        policy::stack_of(
+            &self.policies,
+            &self.sources.pool,
+            account,
+            agent,
+            narrowing,
+        )
+        .await
     }
 
     /// Where tools come from and how they run.

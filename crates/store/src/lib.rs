@@ -21,6 +21,7 @@ pub mod mcp_tasks;
 pub mod policies;
 pub mod pool;
 pub mod processes;
+pub mod scoped_policies;
 pub mod stats;
 mod status_sql;
 pub mod text;

@@ -22,7 +22,7 @@ use serde_json::Value;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, ResultId, ToolId};
 use toolserver_harness::ledger::{CallPlace, CallScope, CalledTool};
 use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
-use toolserver_harness::policy::{CallGate, Decision};
+use toolserver_harness::policy::{CallGate, Decision, Narrowing};
 use toolserver_harness::tools::{RegisteredTool, ToolEvent, ToolRegistry};
 use toolserver_store::{mcp_tasks, tools, StoreError};
 use uuid::Uuid;
@@ -75,13 +75,18 @@ impl AccountServer {
         account: &AccountId,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallGate, McpError> {
+        let user = end_user(context);
+        let narrowing = Narrowing {
+            user: user.as_deref(),
+            conversation: None,
+        };
         let stack = self
             .state
             .harness()
-            .policy_stack(account, None)
+            .policy_stack(account, None, narrowing)
             .await
             .map_err(store_error)?;
-        Ok(CallGate::new(stack, end_user(context), CallPath::Mcp))
+        Ok(CallGate::new(stack, user, CallPath::Mcp))
     }
 
     /// Puts a call of `tool` to the policies: why it may not run (they deny

@@ -162,7 +162,7 @@ async fn a_detached_turn_continues_once_with_both_results(pool: PgPool, chunks: 
     assert_eq!(status, 404);
 }
 
-async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) {
+async fn a_detached_turn_asks_for_approval_and_resumes_once_decided(pool: PgPool, chunks: Chunks) {
     let app = TestApp::live(pool).chunks(chunks).spawn().await;
     let tool = app
         .upload(ACCOUNT_A, "job", JOB, json!({"type": "object"}))
@@ -171,7 +171,7 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) 
         "detached-approval",
         vec![
             Reply::tool_call("c1", "job", json!({"job": "x"})),
-            Reply::text("Could not run it."),
+            Reply::text("Ran it."),
         ],
     );
     let agent = app
@@ -181,7 +181,7 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) 
             json!({ &tool: {"needsApproval": true} }),
         )
         .await;
-    let id = start_async(&app, &agent, "conv-deny", "run").await;
+    let id = start_async(&app, &agent, "conv-ask", "run").await;
     let done = wait_for_status(&app, &id, "completed").await;
     let parts = done["messages"].as_array().unwrap().last().unwrap()["parts"].clone();
     let job = parts
@@ -191,11 +191,29 @@ async fn a_detached_turn_denies_approvals_visibly(pool: PgPool, chunks: Chunks) 
         .find(|p| p["type"] == "tool-job")
         .unwrap()
         .clone();
-    assert_eq!(job["state"], "output-error");
-    assert!(
-        job["errorText"].as_str().unwrap().contains("cannot ask"),
-        "{job}"
-    );
+    assert_eq!(job["state"], "approval-requested", "{job}");
+    let approval = job["approval"]["id"].as_str().unwrap();
+    let (status, decided) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/approvals/{approval}"),
+            ACCOUNT_A,
+            Some(json!({"approved": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    let resumed = decided["statusId"].as_str().unwrap();
+    let done = wait_for_status(&app, resumed, "completed").await;
+    let last = done["messages"].as_array().unwrap().last().unwrap().clone();
+    let job = last["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-job")
+        .unwrap()
+        .clone();
+    assert_eq!(job["state"], "output-available", "{last}");
+    assert_eq!(app.model.requests("detached-approval").len(), 2);
 }
 
 const LONG: &str = "export default { async execute(ctx) { ctx.log('started the long job'); await new Promise((resolve, reject) => { ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))); setTimeout(resolve, 60000); }); return 'late'; } };";
@@ -426,7 +444,7 @@ async fn the_detached_routes_answer_only_on_their_own_paths(pool: PgPool) {
 
 on_each_chunk_store!(
     a_detached_turn_continues_once_with_both_results,
-    a_detached_turn_denies_approvals_visibly,
+    a_detached_turn_asks_for_approval_and_resumes_once_decided,
     async_status_reads_logs_and_stops_a_detached_call,
     a_turn_requested_over_nats_answers_on_its_reply_subject,
     two_hundred_detached_siblings_continue_the_model_once,

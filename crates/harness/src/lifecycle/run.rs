@@ -23,10 +23,11 @@ use tracing::Instrument;
 
 use super::detacher::{async_meta, job_token, GroupDetacher};
 use super::{AccountStatus, ConversationLease, LeaseError, Lifecycle, LifecycleError};
+use crate::approvals::AskedScope;
 use crate::channels;
 use crate::handoff::{self, TurnScope};
 use crate::ledger::{CallScope, TurnLedger};
-use crate::policy::CallGate;
+use crate::policy::{CallGate, Narrowing};
 use crate::stream::{self, abandoned_turn_chunks, Opens};
 use crate::turn::{launch, pending_output, run_turn, Arrival, Launch, Settled, TurnPlan};
 use crate::ui::{with_interrupted_turn, ToolPart, ToolState, UiMessage, UiPart};
@@ -160,13 +161,17 @@ impl Lifecycle {
             return self.relaunch(job, &account, &checked).await;
         }
         let conversation = ConversationId::from_stored(turn.conversation_id.clone());
-        let stack = self
-            .harness()
-            .policy_stack(&account, Some(&checked.config))
-            .await?;
         // Without a known end user, calls are judged as the account's own
         // (`User::""`).
         let end_user = async_turns::end_user(pool, turn.id).await?;
+        let narrowing = Narrowing {
+            user: end_user.as_deref(),
+            conversation: Some(conversation.as_str()),
+        };
+        let stack = self
+            .harness()
+            .policy_stack(&account, Some(&checked.config), narrowing)
+            .await?;
         let gate = CallGate::new(stack, end_user.clone(), CallPath::Turn)
             .in_turn(agent_id.to_string(), Some(conversation.to_string()));
         checked.registry = checked.registry.with_gate(gate);
@@ -244,11 +249,14 @@ impl Lifecycle {
                 agent: Some(agent_id.as_uuid()),
                 conversation: Some(conversation.to_string()),
                 turn: Some(turn.id.to_string()),
-                subject: end_user,
+                subject: end_user.clone(),
                 ..CallScope::direct(account.clone(), CallPath::Turn)
             },
         });
         let channel_event = self.channel_event(&turn).await?;
+        // A chat channel's thread cannot take a decision (and would not hear
+        // the resumed turn): there, calls that need one are refused.
+        plan.can_ask_approval = channel_event.is_none();
         async_turns::mark_running(pool, turn.id).await?;
         let renewal = AbortOnDropHandle::new(lease.keep_renewed());
         let recording = stream::record(
@@ -264,6 +272,14 @@ impl Lifecycle {
         let registry = checked.registry.in_scope(scope);
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         drop(renewal);
+        let asking = AskedScope {
+            account: account.clone(),
+            agent: agent_id.as_uuid(),
+            conversation: turn.conversation_id.clone(),
+            message: outcome.assistant.id.clone(),
+            subject: end_user,
+        };
+        self.record_asked(&asking, &outcome.asked).await?;
         let added = outcome
             .assistant
             .parts

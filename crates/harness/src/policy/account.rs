@@ -1,13 +1,15 @@
 //! An account's policies as the server uses them: the schema policy text is
 //! checked against when it is saved (the account's uploaded tools and the
 //! built-ins this server runs), and the stack of layers a call is judged
-//! by (the account's, then the agent's).
+//! by (the account's, the agent's, then the end user's and the
+//! conversation's).
 
 use std::sync::Arc;
 
 use cedar_policy::Schema;
 use sqlx::PgPool;
 use toolserver_domain::AccountId;
+use toolserver_store::scoped_policies::{self, PolicyScope};
 use toolserver_store::{tools, StoreError};
 
 use super::layer::{Layer, LayerError};
@@ -68,24 +70,48 @@ pub async fn check_layer(
     Ok(layer)
 }
 
+/// Whom a call is made for and where: the end user's and the
+/// conversation's own layers narrow it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Narrowing<'a> {
+    /// The end user (a token's `sub`).
+    pub user: Option<&'a str>,
+    /// The conversation, inside a turn.
+    pub conversation: Option<&'a str>,
+}
+
 /// The layers a call of `account` is judged by: the account's as stored
-/// now, then `agent`'s (its config's `policies`), each parsed once.
+/// now, then `agent`'s (its config's `policies`), then those `narrowing`
+/// names, each parsed once per text.
 pub async fn stack_of(
     cache: &PolicyCache,
     pool: &PgPool,
     account: &AccountId,
     agent: Option<&str>,
+    narrowing: Narrowing<'_>,
 ) -> Result<PolicyStack, StoreError> {
-    let stack =
+    let mut stack =
         PolicyStack::default().with(LayerName::Account, cache.account(pool, account).await?);
-    Ok(match agent {
-        None => stack,
-        Some(text) => {
-            let layer = cache.agent(text).unwrap_or_else(|err| {
-                tracing::error!(%account, error = %err, "an agent's stored policies no longer parse; its calls are denied");
-                Arc::new(deny_all())
-            });
-            stack.with(LayerName::Agent, layer)
-        }
+    if let Some(text) = agent {
+        stack = stack.with(LayerName::Agent, parsed(cache, account, text));
+    }
+    let scoped =
+        scoped_policies::for_call(pool, account, narrowing.user, narrowing.conversation).await?;
+    for (scope, text) in scoped {
+        let name = match scope {
+            PolicyScope::User => LayerName::User,
+            PolicyScope::Conversation => LayerName::Conversation,
+        };
+        stack = stack.with(name, parsed(cache, account, &text));
+    }
+    Ok(stack)
+}
+
+/// The layer of stored `text` (valid when saved); one that no longer
+/// parses denies every call, with an error logged.
+fn parsed(cache: &PolicyCache, account: &AccountId, text: &str) -> Arc<Layer> {
+    cache.agent(text).unwrap_or_else(|err| {
+        tracing::error!(%account, error = %err, "stored policies no longer parse; the calls they judge are denied");
+        Arc::new(deny_all())
     })
 }

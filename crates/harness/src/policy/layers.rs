@@ -1,5 +1,5 @@
 //! Layers of policies, from the widest to the narrowest: the account's,
-//! then the agent's. Each layer with policies decides alone; the call gets the most restrictive
+//! then the agent's, then the end user's and the conversation's. Each layer with policies decides alone; the call gets the most restrictive
 //! of their decisions (deny > ask > allow), so a lower layer can narrow
 //! what the one above allows but never widen it. Layers without policies
 //! have no say; with no layer at all, every call runs as configured.
@@ -21,6 +21,10 @@ pub enum LayerName {
     Account,
     /// The agent's (its config's `policies`).
     Agent,
+    /// The end user's (`PUT /policies/users/{user}`).
+    User,
+    /// The conversation's (`PUT /conversations/{conversationId}/policies`).
+    Conversation,
 }
 
 impl LayerName {
@@ -29,6 +33,8 @@ impl LayerName {
         match self {
             Self::Account => "account",
             Self::Agent => "agent",
+            Self::User => "user",
+            Self::Conversation => "conversation",
         }
     }
 }

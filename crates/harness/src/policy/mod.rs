@@ -20,7 +20,8 @@
 //! A permit that asks may name who approves: `@approvers("ann, bob")`
 //! (end users, the `sub` of their tokens); see [`crate::approvals`].
 //!
-//! Layers (the account's, then the agent's) each decide alone;
+//! Layers (the account's, then the agent's, then the end user's and the
+//! conversation's) each decide alone;
 //! the call gets the most restrictive answer (deny > ask > allow), so a
 //! lower layer can only narrow ([`layers`]). A layer without policies has
 //! no say; without any, calls run as they did before policies existed.
@@ -34,7 +35,7 @@ mod store;
 
 use std::fmt;
 
-pub use account::{check_layer, schema_of, stack_of, CheckError};
+pub use account::{check_layer, schema_of, stack_of, CheckError, Narrowing};
 pub use evaluate::CallFacts;
 pub use layer::{Layer, LayerError};
 pub use layers::{CallGate, LayerName, PolicyStack};

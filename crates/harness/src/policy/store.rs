@@ -1,6 +1,7 @@
 //! Parsed policies, kept so a call is never judged by re-parsing text: an
 //! account's layer per account, checked against its stored version (one
-//! small read) and parsed again only when it changed; an agent's layer by
+//! small read) and parsed again only when it changed; an agent's (or an end
+//! user's, or a conversation's) layer by
 //! its text. Text stored before that no longer parses (it was valid when
 //! saved) denies every call, fail closed, with an error logged.
 
@@ -14,7 +15,7 @@ use toolserver_store::StoreError;
 
 use super::layer::{Layer, LayerError};
 
-/// Most agents' layers kept.
+/// Most layers kept by their text (agents', end users', conversations').
 const MAX_AGENT_LAYERS: usize = 4096;
 
 /// An account's parsed policies at one version.
@@ -63,7 +64,8 @@ impl PolicyCache {
         })
     }
 
-    /// The layer of an agent's `text`, parsed once.
+    /// The layer of `text` (an agent's, an end user's or a conversation's),
+    /// parsed once.
     pub fn agent(&self, text: &str) -> Result<Arc<Layer>, LayerError> {
         let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(layer) = agents.get(text) {

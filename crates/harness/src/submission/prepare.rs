@@ -11,7 +11,7 @@ use super::{Submission, SubmitError};
 use crate::conversation::{prepare_turn, PrepareError};
 use crate::handoff;
 use crate::lifecycle::{ConversationLease, Lifecycle};
-use crate::policy::CallGate;
+use crate::policy::{CallGate, Narrowing};
 use crate::provider::ModelProvider;
 use crate::ui::{ToolState, UiMessage};
 use crate::{CheckedAgent, Harness};
@@ -48,8 +48,12 @@ pub(super) async fn prepare(
     let mut checked = harness
         .load_agent(lifecycle.pool(), &account, agent)
         .await?;
+    let narrowing = Narrowing {
+        user: subject.as_deref(),
+        conversation: Some(conversation.as_str()),
+    };
     let stack = harness
-        .policy_stack(&account, Some(&checked.config))
+        .policy_stack(&account, Some(&checked.config), narrowing)
         .await?;
     let gate = CallGate::new(stack, subject, CallPath::Turn)
         .in_turn(agent.to_string(), Some(conversation.to_string()));

@@ -1,7 +1,8 @@
 //! `POST /agents/{agentId}/async` and `GET /async/{statusId}`: a turn that
-//! runs in the background. Nothing can answer approvals there, so calls that
-//! need one are denied with a visible error; uploaded async tools detach and
-//! complete through `POST /sandbox-jobs/{id}/complete`.
+//! runs in the background. A call that needs approval stops it with a
+//! recorded approval (see `docs/approvals.md`); deciding it resumes the
+//! turn as another detached turn. Uploaded async tools detach and complete
+//! through `POST /sandbox-jobs/{id}/complete`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

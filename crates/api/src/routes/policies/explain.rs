@@ -5,9 +5,10 @@
 use axum::extract::State;
 use axum::Json;
 use toolserver_domain::{
-    refuse_nul_text, AccountId, AgentId, BuiltinTool, CallPath, ToolEffects, ValidationError,
+    refuse_nul_text, AccountId, AgentId, BuiltinTool, CallPath, ConversationId, ToolEffects,
+    ValidationError,
 };
-use toolserver_harness::policy::CallGate;
+use toolserver_harness::policy::{CallGate, Narrowing};
 use toolserver_store::{tools, StoreError};
 
 use super::wire::{ExplainBody, ExplainView};
@@ -22,10 +23,10 @@ use crate::state::AppState;
     request_body = ExplainBody,
     responses(
         (status = 200, description = "The decision (`allow`, `ask`, `deny`), the policies that made it and why", body = ExplainView),
-        (status = 400, description = "Malformed body or unknown field", body = ErrorBody),
+        (status = 400, description = "Malformed body, conversation id or unknown field", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such agent in this account", body = ErrorBody),
-        (status = 422, description = "No tool of this name (in the account, or among the agent's enabled tools), or the agent's config is no longer valid", body = ErrorBody),
+        (status = 422, description = "No tool of this name (in the account, or among the agent's enabled tools), the agent's config is no longer valid, or a `conversationId` without `agentId`", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn explain_policies(
@@ -61,10 +62,30 @@ pub async fn explain_policies(
             None,
         ),
     };
-    let stack = harness.policy_stack(&account, config.as_ref()).await?;
     let user = Some(body.user).filter(|user| !user.is_empty());
+    let conversation = match (&body.conversation_id, agent) {
+        (Some(raw), Some(_)) => Some(ConversationId::parse("conversationId", raw)?),
+        (Some(_), None) => {
+            return Err(ValidationError::new(
+                "conversationId",
+                "a conversation holds an agent's turns: name the agent too",
+            )
+            .into())
+        }
+        (None, _) => None,
+    };
+    let narrowing = Narrowing {
+        user: user.as_deref(),
+        conversation: conversation.as_ref().map(ConversationId::as_str),
+    };
+    let stack = harness
+        .policy_stack(&account, config.as_ref(), narrowing)
+        .await?;
     let gate = match agent {
-        Some(agent) => CallGate::new(stack, user, CallPath::Turn).in_turn(agent.to_string(), None),
+        Some(agent) => CallGate::new(stack, user, CallPath::Turn).in_turn(
+            agent.to_string(),
+            conversation.map(|c| c.as_str().to_owned()),
+        ),
         None => CallGate::new(stack, user, CallPath::Invoke),
     };
     Ok(Json(gate.decide(&body.tool, effects, &body.input).into()))

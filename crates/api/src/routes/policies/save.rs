@@ -79,7 +79,7 @@ async fn webhook_url(state: &AppState, raw: &str) -> Result<String, ApiError> {
 }
 
 /// A refused text is a 422 naming `policies`, with Cedar's message.
-fn check_error(err: CheckError) -> ApiError {
+pub(super) fn check_error(err: CheckError) -> ApiError {
     match err {
         CheckError::Refused(refused) => {
             ValidationError::new("policies", refused.to_string()).into()

@@ -5,6 +5,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use toolserver_harness::policy::Verdict;
 use toolserver_store::policies::PolicyRecord;
+use toolserver_store::scoped_policies::ScopedPolicyRecord;
 use utoipa::ToSchema;
 
 /// The account's policies, replaced whole.
@@ -63,6 +64,9 @@ pub struct ExplainBody {
     /// The agent whose turn makes the call; its policies and its tools'
     /// effects count. Without it, the call is a direct one (`invoke`).
     pub agent_id: Option<String>,
+    /// The conversation the agent's turn runs in (with `agentId`): its
+    /// own policies count.
+    pub conversation_id: Option<String>,
     /// The tool's model-facing name.
     pub tool: String,
     /// The call's arguments.
@@ -75,7 +79,8 @@ pub struct ExplainBody {
 pub struct ExplainView {
     /// `allow`, `ask` or `deny`.
     pub decision: String,
-    /// The policies that decided, as `<layer>:<id>` (`account` or `agent`).
+    /// The policies that decided, as `<layer>:<id>` (`account`, `agent`,
+    /// `user` or `conversation`).
     pub policies: Vec<String>,
     /// One sentence per layer that decided.
     pub reasons: Vec<String>,
@@ -87,6 +92,47 @@ impl From<Verdict> for ExplainView {
             decision: verdict.decision.as_str().to_owned(),
             policies: verdict.policies,
             reasons: verdict.reasons,
+        }
+    }
+}
+
+/// The policies narrowing one end user's or one conversation's calls,
+/// replaced whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScopedPoliciesBody {
+    /// Cedar policy text; empty: this layer has no say.
+    pub policies: String,
+}
+
+/// A layer of policies narrowing one end user's or one conversation's
+/// calls, as stored.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScopedPoliciesView {
+    /// Cedar policy text (empty when none were ever saved).
+    pub policies: String,
+    /// Saves so far (0: never saved).
+    pub version: i64,
+    /// When they were last saved.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub updated_at: Option<OffsetDateTime>,
+}
+
+impl From<Option<ScopedPolicyRecord>> for ScopedPoliciesView {
+    fn from(record: Option<ScopedPolicyRecord>) -> Self {
+        match record {
+            Some(record) => Self {
+                policies: record.text,
+                version: record.version,
+                updated_at: Some(record.updated_at),
+            },
+            None => Self {
+                policies: String::new(),
+                version: 0,
+                updated_at: None,
+            },
         }
     }
 }

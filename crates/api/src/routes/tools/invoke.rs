@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use toolserver_domain::tool::violations;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ToolId, ValidationError};
 use toolserver_harness::ledger::{Attempt, CallPlace, CallScope, CalledTool};
-use toolserver_harness::policy::{CallGate, Decision};
+use toolserver_harness::policy::{CallGate, Decision, Narrowing};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
 use toolserver_harness::tools::{Failure, FailureKind};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
@@ -231,7 +231,14 @@ async fn judge(
     tool: &ToolRecord,
     input: &Value,
 ) -> ApiResult<()> {
-    let stack = state.harness().policy_stack(&scope.account, None).await?;
+    let narrowing = Narrowing {
+        user: scope.subject.as_deref(),
+        conversation: None,
+    };
+    let stack = state
+        .harness()
+        .policy_stack(&scope.account, None, narrowing)
+        .await?;
     let gate = CallGate::new(stack, scope.subject.clone(), CallPath::Invoke);
     let verdict = gate.decide(&tool.name, tool.effects, input);
     let code = match verdict.decision {
