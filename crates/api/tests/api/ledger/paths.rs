@@ -329,6 +329,25 @@ async fn refused_calls_are_recorded_without_running(pool: PgPool) {
     let agent = app.agent(ACCOUNT_A, "ledger-refused", tools).await;
     let id = start_async(&app, &agent, "conv-refused", "try").await;
     wait_for_status(&app, &id, "completed").await;
+    let (_, page) = app
+        .request(
+            reqwest::Method::GET,
+            "/approvals?status=pending&conversationId=conv-refused",
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    let approval = page["approvals"][0]["id"].as_str().unwrap().to_owned();
+    let (status, decided) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/approvals/{approval}"),
+            ACCOUNT_A,
+            Some(json!({"approved": false, "reason": "not today"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    wait_for_status(&app, decided["statusId"].as_str().unwrap(), "completed").await;
 
     let calls = ended_calls(&app, ACCOUNT_A, "conversationId=conv-refused", 3).await;
     assert_eq!(calls.len(), 3, "{calls:?}");
