@@ -4,7 +4,8 @@
 //! call's tool is sent on its way as its start is queued. A start is held
 //! for a moment (`hold`) before it is written: a call that ends within it
 //! is written once, as one finished row, rather than inserted and then
-//! updated. While the database cannot be reached every queued row is kept,
+//! updated; when the oldest held start is due, every finished one goes in
+//! the same statement, so calls in a row share their writes. While the database cannot be reached every queued row is kept,
 //! in order, and tried again; a row that fails alone for any other reason
 //! is given up (logged) so it cannot hold up the others.
 
@@ -164,19 +165,26 @@ impl Pending {
         self.due.front().map(|(_, due)| *due)
     }
 
-    /// The held rows to write now, in the order they came: every one due,
-    /// and all of them when `all`.
+    /// The held rows to write now, in the order they came: once the first
+    /// is due, every one due and every one finished (its end came, so
+    /// holding it longer saves nothing, and it rides in the same
+    /// statement); all of them when `all`; none before the first is due.
     fn ready(&mut self, all: bool) -> Vec<AttemptRow> {
         let now = Instant::now();
-        let due = self
-            .due
-            .iter()
-            .take_while(|(_, due)| all || *due <= now)
-            .count();
-        self.due
-            .drain(..due)
-            .filter_map(|(id, _)| self.held.remove(&id))
-            .collect()
+        if !all && self.next_due().is_none_or(|due| due > now) {
+            return Vec::new();
+        }
+        let mut rows = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.due.len());
+        for (id, due) in self.due.drain(..) {
+            let finished = self.held.get(&id).is_some_and(|row| row.end.is_some());
+            match all || due <= now || finished {
+                true => rows.extend(self.held.remove(&id)),
+                false => kept.push_back((id, due)),
+            }
+        }
+        self.due = kept;
+        rows
     }
 
     /// Holds `rows` again (they could not be written), due at once.
@@ -386,5 +394,19 @@ mod tests {
         assert_eq!(ids(&pending.ready(false)), order[..2]);
         assert_eq!(ids(&pending.ready(true)), order[2..]);
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn once_the_oldest_start_is_due_finished_rows_ride_along_and_running_ones_wait() {
+        let mut pending = Pending::default();
+        let (oldest, finished, running) = (start(), start(), start());
+        let ids_in = [id_of(&oldest), id_of(&finished), id_of(&running)];
+        pending.take(oldest, Duration::ZERO);
+        pending.take(finished, Duration::from_secs(60));
+        pending.take(running, Duration::from_secs(60));
+        pending.take(end_of(ids_in[1]), Duration::ZERO);
+        assert_eq!(ids(&pending.ready(false)), ids_in[..2]);
+        assert!(pending.ready(false).is_empty(), "the running call is held");
+        assert_eq!(ids(&pending.ready(true)), ids_in[2..]);
     }
 }
