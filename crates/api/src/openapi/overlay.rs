@@ -90,10 +90,12 @@ fn type_parameters(operation: &mut Map<String, Value>, tables: [&Map<String, Val
     }
 }
 
-/// Every operation that reads a JSON body can refuse its media type (415)
-/// and its syntax (400); every operation with parameters can refuse them
-/// (400); every operation but the liveness probe can time out (408) or find
-/// a dependency down (503).
+/// Every operation that reads a JSON body can refuse its media type (415),
+/// its syntax (400) and its size (413, past `TOOLSERVER_MAX_REQUEST_BYTES`);
+/// every operation with parameters can refuse them (400); every operation
+/// can refuse a URL past `TOOLSERVER_MAX_URI_BYTES` (414); every operation
+/// but the liveness probe can time out (408) or find a dependency down
+/// (503).
 fn document_refusals(operation: &mut Map<String, Value>) {
     let operation_id = operation
         .get("operationId")
@@ -129,7 +131,13 @@ fn document_refusals(operation: &mut Map<String, Value>) {
         responses
             .entry("415")
             .or_insert_with(|| error("The body is not `application/json`"));
+        responses.entry("413").or_insert_with(|| {
+            error("The body is over the request size limit (`TOOLSERVER_MAX_REQUEST_BYTES`)")
+        });
     }
+    responses.entry("414").or_insert_with(|| {
+        error("The URL is over its length limit (`TOOLSERVER_MAX_URI_BYTES`)")
+    });
     let is_liveness = operation_id == "healthz";
     if !is_liveness {
         responses
