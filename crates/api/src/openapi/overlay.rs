@@ -135,9 +135,9 @@ fn document_refusals(operation: &mut Map<String, Value>) {
             error("The body is over the request size limit (`TOOLSERVER_MAX_REQUEST_BYTES`)")
         });
     }
-    responses.entry("414").or_insert_with(|| {
-        error("The URL is over its length limit (`TOOLSERVER_MAX_URI_BYTES`)")
-    });
+    responses
+        .entry("414")
+        .or_insert_with(|| error("The URL is over its length limit (`TOOLSERVER_MAX_URI_BYTES`)"));
     let is_liveness = operation_id == "healthz";
     if !is_liveness {
         responses
