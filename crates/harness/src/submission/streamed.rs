@@ -54,7 +54,7 @@ pub(super) async fn launch(
             agent: Some(turn.lease.agent().as_uuid()),
             conversation: Some(turn.lease.conversation_id().to_string()),
             turn: Some(plan.assistant.id.clone()),
-            subject,
+            subject: subject.clone(),
             ..CallScope::direct(account.clone(), CallPath::Turn)
         },
     });
@@ -64,7 +64,7 @@ pub(super) async fn launch(
         agent: turn.lease.agent().as_uuid(),
         conversation: turn.lease.conversation_id().to_string(),
         message: plan.assistant.id.clone(),
-        subject: plan.ledger.as_ref().and_then(|l| l.scope.subject.clone()),
+        subject,
     };
     let recorder = lifecycle.clone();
     let scope = TurnScope {
