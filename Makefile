@@ -49,6 +49,7 @@ fuzz-api: test-deps
 	bash scripts/fuzz-api.sh $(CARGO_TARGET_DIR)/release/toolserver $(FUZZ_EXAMPLES) $(FUZZ_SECONDS)
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
+## an HTTP tool vs the same request made straight to its upstream,
 ## job claims against history, ledger pages against 1,000,000 attempts, turns, one account's flood against another's
 ## calls and turns (noisy neighbour), the Kubernetes exec transport vs local sockets,
 ## and judging one call by 100 policies.

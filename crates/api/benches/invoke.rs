@@ -5,7 +5,10 @@
 //!     stateless, JSON answer),
 //!   - the same call made straight to the worker's unix socket (the floor),
 //!   - their ratios and differences,
-//!   - the cold-start time of a new runner (spawn → ready → healthy).
+//!   - the cold-start time of a new runner (spawn → ready → healthy),
+//!   - an HTTP tool (the server makes the request, a secret filled into a
+//!     header) against a loopback upstream, beside the same request made
+//!     straight to that upstream: what the server adds to an API call.
 //!
 //! Needs `DATABASE_URL` (a server where it may create a scratch database).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -93,8 +96,13 @@ async fn main() {
                 base_url: url::Url::parse("https://api.tavily.com").unwrap(),
                 fallback_api_key: None,
             },
+            sealer: SecretBox::new(&[7; 32]),
+            fetch_url: None,
             http: reqwest::Client::new(),
-            policy: OutboundPolicy::default(),
+            // The HTTP tool's upstream listens on loopback.
+            policy: OutboundPolicy {
+                allow_private: true,
+            },
             default_tool_timeout: Duration::from_secs(25),
             breakers: std::sync::Arc::new(toolserver_harness::tools::Breakers::new(
                 toolserver_harness::tools::BreakerSettings::DEFAULT,
@@ -108,7 +116,6 @@ async fn main() {
                 .unwrap(),
             ),
         },
-        SecretBox::new(&[7; 32]),
         HarnessSettings::default(),
     );
     let state = AppState::new(
@@ -142,6 +149,38 @@ async fn main() {
         .await
         .unwrap();
     let tool_id = created["toolId"].as_str().unwrap().to_owned();
+    let upstream = upstream().await;
+    let http_tool = http_tool(&client, &base, &token, &upstream).await;
+    let http_tool_url = format!("{base}/accounts/me/tools/{http_tool}/invoke");
+    let http_tool_call = || async {
+        let started = Instant::now();
+        let reply: Value = client
+            .post(&http_tool_url)
+            .bearer_auth(&token)
+            .json(&json!({"input": {"n": 1}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(reply["output"], json!({"n": "1"}), "{reply}");
+        started.elapsed()
+    };
+    let upstream_call = || async {
+        let started = Instant::now();
+        let reply: Value = client
+            .get(format!("{upstream}/echo?n=1"))
+            .bearer_auth("bench-secret")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"n": "1"}));
+        started.elapsed()
+    };
     let invoke_url = format!("{base}/accounts/me/tools/{tool_id}/invoke");
     let body = json!({"input": {"n": 1}});
 
@@ -206,6 +245,7 @@ async fn main() {
         async_meta: None,
         egress_allow: None,
         egress_token: None,
+        fetch: None,
         traceparent: None,
     };
     let socket_call = |i: usize| {
@@ -230,17 +270,19 @@ async fn main() {
         api_call().await;
         mcp_call(i).await;
         socket_call(i).await;
+        http_tool_call().await;
+        upstream_call().await;
     }
-    // Interleave the three so all see the same machine state.
-    let (mut api, mut mcp, mut floor) = (
-        Vec::with_capacity(SAMPLES),
-        Vec::with_capacity(SAMPLES),
-        Vec::with_capacity(SAMPLES),
-    );
+    // Interleave them all so all see the same machine state.
+    let samples = || Vec::with_capacity(SAMPLES);
+    let (mut api, mut mcp, mut floor) = (samples(), samples(), samples());
+    let (mut http, mut direct_http) = (samples(), samples());
     for i in 0..SAMPLES {
         api.push(api_call().await);
         mcp.push(mcp_call(WARMUP + i).await);
         floor.push(socket_call(WARMUP + i).await);
+        http.push(http_tool_call().await);
+        direct_http.push(upstream_call().await);
     }
 
     let mut cold = Vec::with_capacity(COLD_STARTS);
@@ -261,6 +303,8 @@ async fn main() {
     let (mcp_p50, mcp_p99) = summary("same call as MCP tools/call", mcp);
     let (floor_p50, floor_p99) = summary("same call on worker socket (floor)", floor);
     summary("cold start of a new runner", cold);
+    let (http_p50, http_p99) = summary("HTTP tool via HTTP API", http);
+    let (direct_p50, direct_p99) = summary("same request straight to the upstream", direct_http);
     println!(
         "API / floor: p50 ratio {:.2}x (+{:.3} ms), p99 ratio {:.2}x (+{:.3} ms)",
         api_p50.as_secs_f64() / floor_p50.as_secs_f64(),
@@ -276,7 +320,76 @@ async fn main() {
         ms(mcp_p99) - ms(api_p99),
     );
 
+    println!(
+        "HTTP tool / upstream: p50 ratio {:.2}x (+{:.3} ms), p99 ratio {:.2}x (+{:.3} ms)",
+        http_p50.as_secs_f64() / direct_p50.as_secs_f64(),
+        ms(http_p50.saturating_sub(direct_p50)),
+        http_p99.as_secs_f64() / direct_p99.as_secs_f64(),
+        ms(http_p99.saturating_sub(direct_p99)),
+    );
+    println!(
+        "HTTP tool / uploaded tool: p50 ratio {:.2}x ({:+.3} ms)",
+        http_p50.as_secs_f64() / api_p50.as_secs_f64(),
+        ms(http_p50) - ms(api_p50),
+    );
+
     executor.stop(&key).await.unwrap();
     pool.close().await;
     database.drop_now().await;
+}
+
+/// A loopback API whose `GET /echo` answers its query as JSON when the
+/// bearer is the bench's secret; its base URL.
+async fn upstream() -> String {
+    use axum::extract::Query;
+    use axum::http::{HeaderMap, StatusCode};
+    let app = axum::Router::new().route(
+        "/echo",
+        axum::routing::get(
+            |headers: HeaderMap, Query(query): Query<Map<String, Value>>| async move {
+                let authorized = headers
+                    .get("authorization")
+                    .is_some_and(|value| value == "Bearer bench-secret");
+                match authorized {
+                    true => (StatusCode::OK, axum::Json(Value::Object(query))),
+                    false => (StatusCode::UNAUTHORIZED, axum::Json(Value::Null)),
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// Sets the secret and creates the HTTP tool calling `upstream`; its id.
+async fn http_tool(client: &reqwest::Client, base: &str, token: &str, upstream: &str) -> String {
+    let status = client
+        .put(format!("{base}/accounts/me/secrets/BENCH"))
+        .bearer_auth(token)
+        .json(&json!({"value": "bench-secret"}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    let created: Value = client
+        .post(format!("{base}/accounts/me/tools"))
+        .bearer_auth(token)
+        .json(&json!({
+            "name": "bench_http", "description": "echoes n", "kind": "http",
+            "inputSchema": {"type": "object"},
+            "http": {
+                "method": "GET", "url": format!("{upstream}/echo{{?n}}"),
+                "headers": {"Authorization": "Bearer {{secret.BENCH}}"},
+            },
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["toolId"].as_str().unwrap().to_owned()
 }

@@ -37,6 +37,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::sandbox_jobs::routes())
         .merge(routes::operator::routes())
         .merge(routes::accounts::routes())
+        .merge(routes::secrets::routes())
+        .merge(routes::runner_fetch::routes())
         .merge(routes::channels::routes())
         .merge(routes::tool_calls::routes())
         .merge(routes::policies::routes())

@@ -7,6 +7,7 @@ pub mod conversation;
 pub mod digest;
 pub mod effects;
 pub mod egress;
+pub mod http_tool;
 pub mod job_token;
 pub mod ledger;
 pub mod lifecycle;

@@ -18,6 +18,12 @@ pub struct ToolLimits {
     pub max_schema_bytes: usize,
     /// Largest accepted `defaultConfig`, in bytes of compact JSON.
     pub max_config_bytes: usize,
+    /// Largest value of one account secret, in bytes.
+    pub max_secret_bytes: usize,
+    /// Most secrets one account may keep.
+    pub max_secrets: usize,
+    /// Largest OpenAPI document an import fetches, in bytes.
+    pub max_import_bytes: usize,
 }
 
 impl ToolLimits {
@@ -27,6 +33,9 @@ impl ToolLimits {
         max_description_chars: 4096,
         max_schema_bytes: 65_536,
         max_config_bytes: 65_536,
+        max_secret_bytes: 16_384,
+        max_secrets: 200,
+        max_import_bytes: 8 * 1024 * 1024,
     };
 }
 

@@ -183,7 +183,6 @@ impl Default for HarnessSettings {
 /// Checks agents and prepares what their turns run with.
 pub struct Harness {
     sources: ToolSources,
-    sealer: SecretBox,
     settings: HarnessSettings,
     policies: PolicyCache,
 }
@@ -198,10 +197,9 @@ pub struct CheckedAgent {
 
 impl Harness {
     /// Bundles the harness's parts.
-    pub fn new(sources: ToolSources, sealer: SecretBox, settings: HarnessSettings) -> Self {
+    pub fn new(sources: ToolSources, settings: HarnessSettings) -> Self {
         Self {
             sources,
-            sealer,
             settings,
             policies: PolicyCache::default(),
         }
@@ -237,9 +235,9 @@ impl Harness {
         &self.settings
     }
 
-    /// Seals and opens agent credentials.
+    /// Seals and opens agent credentials and account secrets.
     pub fn sealer(&self) -> &SecretBox {
-        &self.sealer
+        &self.sources.sealer
     }
 
     /// Parses `config` (credentials in place) and builds its tool registry:
@@ -371,7 +369,7 @@ impl Harness {
         account: &AccountId,
         agent: AgentId,
     ) -> Result<Value, SealError> {
-        let secrets: Secrets = self.sealer.open(sealed, account, agent)?;
+        let secrets: Secrets = self.sources.sealer.open(sealed, account, agent)?;
         let mut config = stored.clone();
         secrets.restore(&mut config);
         Ok(config)

@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod channels;
 pub mod conversation;
 pub mod engine;
+pub mod fetch_grant;
 pub mod handoff;
 pub mod ledger;
 pub mod lifecycle;

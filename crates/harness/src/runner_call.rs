@@ -8,8 +8,10 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Map, Value};
 use toolserver_bundles::{BundleError, BundleStore};
-use toolserver_sandbox::{BundleRef, Executor, Frame, FrameStream, InvokeRequest, ReservationKey};
-use toolserver_store::ToolRecord;
+use toolserver_sandbox::{
+    BundleRef, Executor, FetchAccess, Frame, FrameStream, InvokeRequest, ReservationKey,
+};
+use toolserver_store::{ToolBody, ToolRecord};
 use tracing::Instrument;
 
 use crate::trace_context;
@@ -48,6 +50,8 @@ pub struct CallSpec {
     pub timeout: Duration,
     /// Detached-completion metadata, when the call runs in the background.
     pub async_meta: Option<Value>,
+    /// Where the tool's `ctx.fetch` goes, if it is offered.
+    pub fetch: Option<FetchAccess>,
 }
 
 /// Builds the runner request for `tool`.
@@ -57,8 +61,11 @@ pub async fn build_request(
     tool: &ToolRecord,
     spec: CallSpec,
 ) -> Result<InvokeRequest, BundleError> {
-    let sha256 = tool.bundle_sha256;
-    let bundle = if (tool.bundle_size as u64) <= settings.inline_bundle_max_bytes {
+    let ToolBody::Bundle { sha256, size } = tool.body else {
+        // An HTTP tool has no bundle: the server makes its request itself.
+        return Err(BundleError::NotFound);
+    };
+    let bundle = if (size as u64) <= settings.inline_bundle_max_bytes {
         let bytes = bundles.get(&sha256).await?;
         BundleRef {
             sha256: sha256.to_hex(),
@@ -90,6 +97,7 @@ pub async fn build_request(
         egress_allow: tool.egress_allow.clone(),
         egress_token: None,
         traceparent: None,
+        fetch: spec.fetch,
     })
 }
 

@@ -78,6 +78,8 @@ async fn harness(pool: PgPool, tavily: url::Url) -> (Harness, tempfile::TempDir)
             base_url: tavily,
             fallback_api_key: Some("tvly-server".into()),
         },
+        sealer: SecretBox::new(&[1; 32]),
+        fetch_url: None,
         http: outbound::client(&policy, Duration::from_secs(2)).unwrap(),
         policy,
         default_tool_timeout: Duration::from_secs(10),
@@ -93,14 +95,7 @@ async fn harness(pool: PgPool, tavily: url::Url) -> (Harness, tempfile::TempDir)
             .unwrap(),
         ),
     };
-    (
-        Harness::new(
-            sources,
-            SecretBox::new(&[1; 32]),
-            HarnessSettings::default(),
-        ),
-        dir,
-    )
+    (Harness::new(sources, HarnessSettings::default()), dir)
 }
 
 async fn turn(

@@ -53,6 +53,7 @@ fn request() -> InvokeRequest {
         async_meta: None,
         egress_allow: None,
         egress_token: None,
+        fetch: None,
         traceparent: None,
     }
 }

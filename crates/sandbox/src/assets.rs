@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-const FILES: [(&str, &str); 9] = [
+const FILES: [(&str, &str); 10] = [
     ("runtime.mjs", include_str!("../worker/runtime.mjs")),
     ("callbacks.mjs", include_str!("../worker/callbacks.mjs")),
     ("worker.mjs", include_str!("../worker/worker.mjs")),
@@ -16,6 +16,7 @@ const FILES: [(&str, &str); 9] = [
     ("hold.mjs", include_str!("../worker/hold.mjs")),
     ("egress.mjs", include_str!("../worker/egress.mjs")),
     ("channel.mjs", include_str!("../worker/channel.mjs")),
+    ("fetch.mjs", include_str!("../worker/fetch.mjs")),
 ];
 
 /// The worker sources installed on disk.

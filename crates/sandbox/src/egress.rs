@@ -10,7 +10,8 @@
 //! - for the server's own job-callback origin, and the origin of a bundle URL
 //!   the runner was handed ([`EgressScope::admit`]), serves HTTP inside the
 //!   tunnel and forwards only those requests (`POST
-//!   …/sandbox-jobs/{id}/complete|heartbeat`, `GET` of the exact bundle URL);
+//!   …/sandbox-jobs/{id}/complete|heartbeat`, `POST …/runner/fetch`, `GET`
+//!   of the exact bundle URL);
 //! - refuses anything else with `403` and the reason as the body, logged
 //!   with the runner, account and tool.
 //!

@@ -34,6 +34,6 @@ pub use executor::{
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};
 pub use limits::{CallWatch, Limit, LimitBreach, PendingChecks, RunnerLimits, Settling};
 pub use local::{IsolationMode, LocalExecutor, LocalSettings};
-pub use protocol::{BundleRef, Frame, InvokeRequest};
+pub use protocol::{BundleRef, FetchAccess, Frame, InvokeRequest};
 pub use relay::{forward_frames, spawn_relay, RunnerControl, WorkerAnswer};
 pub use reservation::ReservationKey;

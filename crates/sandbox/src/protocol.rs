@@ -52,6 +52,19 @@ pub struct InvokeRequest {
     /// `ctx.traceparent` so its own requests can join the trace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Where the tool's `ctx.fetch` asks the server to make requests for
+    /// it; without it, `ctx.fetch` is not offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fetch: Option<FetchAccess>,
+}
+
+/// The server's fetch route and the grant a call presents to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FetchAccess {
+    /// The route's absolute URL.
+    pub url: String,
+    /// The signed grant, sent as `x-fetch-grant`.
+    pub grant: String,
 }
 
 impl InvokeRequest {

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { format, inspect } from 'node:util';
+import { serverFetch } from './fetch.mjs';
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 // A W3C trace context: the caller's trace, for a tool's own outbound requests.
@@ -92,6 +93,9 @@ export function parseInvokeRequest(text) {
   if (body.egressToken !== undefined && !isNonEmptyString(body.egressToken)) {
     throw new RequestError('egressToken must be a non-empty string');
   }
+  if (body.fetch !== undefined && (!isObject(body.fetch) || !isHttpUrl(body.fetch.url) || !isNonEmptyString(body.fetch.grant))) {
+    throw new RequestError('fetch must be {url: an http(s) URL, grant: a non-empty string}');
+  }
   if (body.traceparent !== undefined && !TRACEPARENT.test(body.traceparent)) {
     throw new RequestError('traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)');
   }
@@ -122,6 +126,7 @@ export function parseInvokeRequest(text) {
     async: body.async ?? null,
     egressToken: body.egressToken,
     traceparent: body.traceparent,
+    fetch: body.fetch,
   };
 }
 
@@ -365,6 +370,7 @@ export class Call {
         log: (...args) => logTo(this, 'info', args),
       };
       if (this.#request.traceparent !== undefined) ctx.traceparent = this.#request.traceparent;
+      if (this.#request.fetch !== undefined) ctx.fetch = serverFetch(this.#request.fetch, this.#controller.signal);
       if (this.#request.async !== null) ctx.asyncTool = { ...this.#request.async, ...this.#asyncTool };
 
       const result = await tool.execute(ctx, input);

@@ -3,6 +3,7 @@
 //! it, so another account's rows are indistinguishable from missing ones.
 
 pub mod account_limits;
+pub mod account_secrets;
 pub mod account_usage;
 pub mod accounts;
 pub mod agents;
@@ -35,4 +36,4 @@ pub use agents::{AgentRecord, AgentWrite};
 pub use conversations::ConversationRecord;
 pub use error::StoreError;
 pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
-pub use tools::{NewTool, ToolPatch, ToolRecord};
+pub use tools::{NewTool, ToolBody, ToolPatch, ToolRecord};

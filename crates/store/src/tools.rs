@@ -1,8 +1,10 @@
-//! The `tools` table: uploaded tool manifests and the bundle each points at.
+//! The `tools` table: account tool manifests and what each runs (a bundle,
+//! or an HTTP request).
 
 use serde_json::Value;
 use sqlx::{FromRow, PgPool};
 use time::OffsetDateTime;
+use toolserver_domain::http_tool::HttpTool;
 use toolserver_domain::{
     AccountId, EgressAllowList, InputSchema, RetrySpec, Sha256Digest, ToolConfig, ToolDescription,
     ToolEffects, ToolId, ToolName,
@@ -34,10 +36,8 @@ pub struct ToolRecord {
     pub effects: ToolEffects,
     /// The `retry` its manifest declares (see [`RetrySpec::policy`]).
     pub retry: RetrySpec,
-    /// Content address of the current bundle.
-    pub bundle_sha256: Sha256Digest,
-    /// Size of the current bundle in bytes.
-    pub bundle_size: i64,
+    /// What a call runs: a bundle or an HTTP request.
+    pub body: ToolBody,
     /// Starts at 1; every update adds one.
     pub version: i32,
     /// When the tool was uploaded.
@@ -63,10 +63,48 @@ pub struct NewTool {
     pub effects: ToolEffects,
     /// The declared retry policy (checked against `effects`).
     pub retry: RetrySpec,
-    /// Content address of the stored bundle.
-    pub bundle_sha256: Sha256Digest,
-    /// Size of the stored bundle in bytes.
-    pub bundle_size: i64,
+    /// What a call runs.
+    pub body: ToolBody,
+}
+
+/// What a tool's call runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolBody {
+    /// Uploaded code, run on the tool's runner.
+    Bundle {
+        /// Content address of the bundle.
+        sha256: Sha256Digest,
+        /// Its size in bytes.
+        size: i64,
+    },
+    /// One HTTP request the server makes itself.
+    Http(Box<HttpTool>),
+}
+
+impl ToolBody {
+    /// `bundle` or `http`, as the `kind` column and the API spell it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Bundle { .. } => "bundle",
+            Self::Http(_) => "http",
+        }
+    }
+
+    /// The bundle's content address, for a bundle tool.
+    pub fn bundle_sha256(&self) -> Option<&Sha256Digest> {
+        match self {
+            Self::Bundle { sha256, .. } => Some(sha256),
+            Self::Http(_) => None,
+        }
+    }
+
+    /// The columns that hold it: kind, bundle digest and size, HTTP spec.
+    fn columns(&self) -> (&'static str, Option<String>, Option<i64>, Option<Value>) {
+        match self {
+            Self::Bundle { sha256, size } => ("bundle", Some(sha256.to_hex()), Some(*size), None),
+            Self::Http(tool) => ("http", None, None, serde_json::to_value(tool.spec()).ok()),
+        }
+    }
 }
 
 /// Validated changes to a tool; `None` leaves a field as it is.
@@ -86,8 +124,8 @@ pub struct ToolPatch {
     pub effects: Option<ToolEffects>,
     /// New declared retry policy (replaces the old one whole).
     pub retry: Option<RetrySpec>,
-    /// New bundle: its content address and size.
-    pub bundle: Option<(Sha256Digest, i64)>,
+    /// New body (a new bundle, or a new HTTP request).
+    pub body: Option<ToolBody>,
 }
 
 #[derive(FromRow)]
@@ -102,8 +140,10 @@ struct ToolRow {
     retry_max_attempts: Option<i32>,
     retry_initial_backoff_ms: Option<i32>,
     retry_max_backoff_ms: Option<i32>,
-    bundle_sha256: String,
-    bundle_size: i64,
+    kind: String,
+    bundle_sha256: Option<String>,
+    bundle_size: Option<i64>,
+    http_spec: Option<Value>,
     version: i32,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
@@ -111,8 +151,8 @@ struct ToolRow {
 
 const COLUMNS: &str = "id, name, description, input_schema, default_config, egress_allow, \
                        effects, retry_max_attempts, retry_initial_backoff_ms, \
-                       retry_max_backoff_ms, bundle_sha256, bundle_size, version, created_at, \
-                       updated_at";
+                       retry_max_backoff_ms, kind, bundle_sha256, bundle_size, http_spec, version, \
+                       created_at, updated_at";
 
 impl TryFrom<ToolRow> for ToolRecord {
     type Error = StoreError;
@@ -123,8 +163,24 @@ impl TryFrom<ToolRow> for ToolRecord {
                 format!("tool {}: stored {what} is malformed", row.id).into(),
             ))
         };
-        let bundle_sha256 =
-            Sha256Digest::parse(&row.bundle_sha256).map_err(|_| corrupt("bundle_sha256"))?;
+        let body = match (
+            row.kind.as_str(),
+            row.bundle_sha256,
+            row.bundle_size,
+            row.http_spec,
+        ) {
+            ("bundle", Some(sha256), Some(size), None) => ToolBody::Bundle {
+                sha256: Sha256Digest::parse(&sha256).map_err(|_| corrupt("bundle_sha256"))?,
+                size,
+            },
+            ("http", None, None, Some(spec)) => {
+                let spec = serde_json::from_value(spec).map_err(|_| corrupt("http_spec"))?;
+                ToolBody::Http(Box::new(
+                    HttpTool::parse(spec).map_err(|_| corrupt("http_spec"))?,
+                ))
+            }
+            _ => return Err(corrupt("kind")),
+        };
         let default_config = match row.default_config {
             Value::Object(map) => ToolConfig::from_stored(map),
             _ => return Err(corrupt("default_config")),
@@ -149,8 +205,7 @@ impl TryFrom<ToolRow> for ToolRecord {
                 row.retry_initial_backoff_ms,
                 row.retry_max_backoff_ms,
             ),
-            bundle_sha256,
-            bundle_size: row.bundle_size,
+            body,
             version: row.version,
             created_at: row.created_at,
             updated_at: row.updated_at,
@@ -166,13 +221,16 @@ pub async fn insert(
     account: &AccountId,
     tool: NewTool,
 ) -> Result<ToolRecord, StoreError> {
+    let (kind, sha256, size, http_spec) = tool.body.columns();
     let mut tx = pool.begin().await?;
     accounts::ensure(&mut *tx, account).await?;
     let row: ToolRow = sqlx::query_as(&format!(
         "INSERT INTO tools (id, account_id, name, description, input_schema, default_config, \
                             bundle_sha256, bundle_size, egress_allow, effects, \
-                            retry_max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {COLUMNS}"
+                            retry_max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms, \
+                            kind, http_spec) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         RETURNING {COLUMNS}"
     ))
     .bind(ToolId::generate().as_uuid())
     .bind(account.as_str())
@@ -180,13 +238,15 @@ pub async fn insert(
     .bind(tool.description.as_str())
     .bind(tool.input_schema.as_value())
     .bind(tool.default_config.to_value())
-    .bind(tool.bundle_sha256.to_hex())
-    .bind(tool.bundle_size)
+    .bind(sha256)
+    .bind(size)
     .bind(tool.egress_allow.as_ref().map(EgressAllowList::patterns))
     .bind(tool.effects.as_str())
     .bind(stored_count(tool.retry.max_attempts()))
     .bind(stored_count(tool.retry.initial_backoff_ms()))
     .bind(stored_count(tool.retry.max_backoff_ms()))
+    .bind(kind)
+    .bind(http_spec)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -258,17 +318,23 @@ pub async fn update(
     id: ToolId,
     patch: ToolPatch,
 ) -> Result<ToolRecord, StoreError> {
-    let (sha, size) = patch
-        .bundle
-        .map_or((None, None), |(sha, size)| (Some(sha.to_hex()), Some(size)));
+    let (kind, sha, size, http_spec) = match &patch.body {
+        Some(body) => {
+            let (kind, sha, size, spec) = body.columns();
+            (Some(kind), sha, size, spec)
+        }
+        None => (None, None, None, None),
+    };
     let row: ToolRow = sqlx::query_as(&format!(
         "UPDATE tools SET \
              name = COALESCE($3, name), \
              description = COALESCE($4, description), \
              input_schema = COALESCE($5, input_schema), \
              default_config = COALESCE($6, default_config), \
-             bundle_sha256 = COALESCE($7, bundle_sha256), \
-             bundle_size = COALESCE($8, bundle_size), \
+             kind = COALESCE($16, kind), \
+             bundle_sha256 = CASE WHEN $16 IS NULL THEN bundle_sha256 ELSE $7 END, \
+             bundle_size = CASE WHEN $16 IS NULL THEN bundle_size ELSE $8 END, \
+             http_spec = CASE WHEN $16 IS NULL THEN http_spec ELSE $17 END, \
              egress_allow = CASE WHEN $9 THEN $10 ELSE egress_allow END, \
              effects = COALESCE($11, effects), \
              retry_max_attempts = CASE WHEN $12 THEN $13 ELSE retry_max_attempts END, \
@@ -310,6 +376,8 @@ pub async fn update(
             .retry
             .and_then(|retry| stored_count(retry.max_backoff_ms())),
     )
+    .bind(kind)
+    .bind(http_spec)
     .fetch_one(pool)
     .await?;
     row.try_into()

@@ -24,7 +24,7 @@ use crate::error::{ErrorBody, ErrorDetail};
     components(schemas(ErrorBody, ErrorDetail)),
     modifiers(&BearerAuth),
     tags(
-        (name = "tools", description = "Account-owned uploaded tools"),
+        (name = "tools", description = "Account-owned tools: uploaded code, or HTTP requests the server makes (written, or imported from OpenAPI)"),
         (name = "agents", description = "Agents, their turns (AI SDK UI message streams) and conversations"),
         (name = "bundles", description = "Signed bundle downloads"),
         (name = "async", description = "Completion of detached async tool calls"),
@@ -32,6 +32,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "policies", description = "The account's policies: which tool calls may run (allow, ask, deny), as Cedar"),
         (name = "approvals", description = "Tool calls waiting for a person's decision, decided from any client or a one-time link"),
         (name = "accounts", description = "The calling account's limits and usage"),
+        (name = "secrets", description = "The account's named secrets, which HTTP tools use as `{{secret.NAME}}`; set and listed, never read back"),
         (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),
         (name = "mcp", description = "The account as an MCP server (streamable HTTP), and its OAuth protected-resource metadata"),

@@ -9,6 +9,8 @@ pub mod conversations;
 pub mod health;
 pub mod operator;
 pub mod policies;
+pub mod runner_fetch;
 pub mod sandbox_jobs;
+pub mod secrets;
 pub mod tool_calls;
 pub mod tools;

@@ -403,13 +403,15 @@ fn harness(
             base_url: tavily.unwrap_or_else(|| url::Url::parse("http://127.0.0.1:9/").unwrap()),
             fallback_api_key: None,
         },
+        sealer: SecretBox::new(&[42; 32]),
+        fetch_url: settings.public_url.join("runner/fetch").ok(),
         http: outbound::client(&policy, Duration::from_secs(5)).unwrap(),
         mcp: Arc::new(McpClients::with_defaults(policy.clone()).unwrap()),
         policy,
         default_tool_timeout: Duration::from_secs(25),
         breakers: Arc::new(Breakers::new(breakers)),
     };
-    Harness::new(sources, SecretBox::new(&[42; 32]), settings)
+    Harness::new(sources, settings)
 }
 
 /// The runners behind the app.

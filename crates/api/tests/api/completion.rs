@@ -434,6 +434,7 @@ async fn the_runner_itself_posts_a_detached_result_to_the_completion_route(pool:
                 "completeUrl": format!("{}{path}", app.base()),
                 "completionToken": call.token,
             })),
+            fetch: None,
         };
         let settings = RunnerCallSettings {
             inline_bundle_max_bytes: 65_536,

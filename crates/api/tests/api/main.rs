@@ -20,6 +20,7 @@ mod contract;
 mod contract_rules;
 mod detached;
 mod fake_tavily;
+mod http_tools;
 mod idempotent_invoke;
 mod invoke;
 mod ledger;

@@ -350,7 +350,7 @@ impl Ledger {
             tool_name: tool.name.to_owned(),
             tool_id: tool.tool_id.map(|id| id.as_uuid()),
             tool_version: tool.version.as_ref().map(|v| v.number),
-            bundle_sha256: tool.version.map(|v| v.bundle_sha256),
+            bundle_sha256: tool.version.and_then(|v| v.bundle_sha256),
             attempt: place.attempt,
             payload_limit: i32::try_from(self.settings.payload_bytes).unwrap_or(i32::MAX),
             input: self.payload(input),

@@ -41,7 +41,22 @@ impl FailureKind {
             "RunnerCrashed" | "RunnerRefused" | "RunnerError" | "WorkerProtocolError" => {
                 Self::RunnerLost
             }
+            "Unreachable" => Self::Unreachable,
+            "CircuitOpen" => Self::CircuitOpen,
             _ => Self::Tool,
+        }
+    }
+
+    /// The error name a direct call reports for a failure of this class
+    /// (read back by [`Self::of_runner_error`]).
+    pub fn error_name(self) -> &'static str {
+        match self {
+            Self::Tool => "ToolError",
+            Self::Timeout => "DeadlineExceeded",
+            Self::RunnerLost => "RunnerError",
+            Self::Unreachable => "Unreachable",
+            Self::CircuitOpen => "CircuitOpen",
+            Self::LimitExceeded => "LimitExceeded",
         }
     }
 
@@ -100,6 +115,7 @@ mod tests {
             ("LimitExceeded", AttemptStatus::LimitExceeded),
             ("RunnerCrashed", AttemptStatus::RunnerLost),
             ("TypeError", AttemptStatus::ToolError),
+            ("Unreachable", AttemptStatus::RunnerLost),
         ];
         for (name, status) in cases {
             assert_eq!(
@@ -107,6 +123,16 @@ mod tests {
                 status,
                 "{name}"
             );
+        }
+        for kind in [
+            FailureKind::Tool,
+            FailureKind::Timeout,
+            FailureKind::RunnerLost,
+            FailureKind::Unreachable,
+            FailureKind::CircuitOpen,
+            FailureKind::LimitExceeded,
+        ] {
+            assert_eq!(FailureKind::of_runner_error(kind.error_name()), kind);
         }
     }
 }

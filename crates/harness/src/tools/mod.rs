@@ -5,8 +5,10 @@
 mod breaker;
 mod effects;
 mod failure;
+mod http;
 mod mcp;
 mod registry;
+mod stored;
 mod tavily;
 mod uploaded;
 
@@ -20,8 +22,10 @@ use toolserver_domain::{RetryPolicy, ToolEffects};
 pub use breaker::{Breaker, BreakerSettings, Breakers};
 pub use effects::ConfigSource;
 pub use failure::{Failure, FailureKind};
+pub use http::{proxy, HttpToolContext, ProxyError, ProxyRequest, ProxyResponse, Redactor};
 pub use mcp::McpClients;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
+pub use stored::{fetch_minter, http_context, server_call};
 pub use tavily::TavilySettings;
 
 use crate::metrics::CallMeter;
@@ -110,13 +114,13 @@ pub struct DetachedLimits {
     pub timeout: Option<Duration>,
 }
 
-/// The version of an uploaded tool a call runs.
+/// The version of an account's tool a call runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolVersion {
     /// The tool's version number.
     pub number: i32,
-    /// Its bundle's SHA-256 (hex).
-    pub bundle_sha256: String,
+    /// Its bundle's SHA-256 (hex); `None` for an HTTP tool.
+    pub bundle_sha256: Option<String>,
 }
 
 impl ToolVersion {
@@ -124,7 +128,7 @@ impl ToolVersion {
     pub fn of(record: &toolserver_store::ToolRecord) -> Self {
         Self {
             number: record.version,
-            bundle_sha256: record.bundle_sha256.to_hex(),
+            bundle_sha256: record.body.bundle_sha256().map(|sha| sha.to_hex()),
         }
     }
 }

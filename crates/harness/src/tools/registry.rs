@@ -25,14 +25,15 @@ use toolserver_store::{tools, StoreError, ToolRecord};
 
 use super::effects::{self, Conduct, ConfigSource, Declared};
 use super::mcp::{McpClients, RemoteTool};
+use super::stored;
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
-use super::uploaded::UploadedTool;
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::policy::{CallGate, Verdict};
 use crate::provider::ToolSpec;
 use crate::runner_call::RunnerCallSettings;
+use crate::sealing::SecretBox;
 
 /// What building a registry needs.
 #[derive(Clone)]
@@ -47,6 +48,11 @@ pub struct ToolSources {
     pub runner: RunnerCallSettings,
     /// Tavily's address and fallback key.
     pub tavily: TavilySettings,
+    /// Opens account secrets (HTTP tools) and signs fetch grants.
+    pub sealer: SecretBox,
+    /// The server's `POST /runner/fetch` as runners reach it: bundle
+    /// tools' `ctx.fetch` (`None`: not offered).
+    pub fetch_url: Option<url::Url>,
     /// Outbound HTTP client (SSRF-guarded).
     pub http: reqwest::Client,
     /// Outbound address policy.
@@ -184,22 +190,12 @@ impl ToolRegistry {
                         Err(err) => return Err(RegistryError::Store(err)),
                     };
                     version = Some(ToolVersion::of(&record));
-                    let tool = UploadedTool {
-                        account: account.clone(),
-                        options: setting.options.clone(),
-                        executor: sources.executor.clone(),
-                        bundles: sources.bundles.clone(),
-                        settings: sources.runner.clone(),
-                        record: record.clone(),
-                    };
                     let declared = Declared::uploaded(&record);
-                    (
-                        record.name,
-                        record.description,
-                        record.input_schema.as_value().clone(),
-                        Arc::new(tool),
-                        declared,
-                    )
+                    let name = record.name.clone();
+                    let description = record.description.clone();
+                    let schema = record.input_schema.as_value().clone();
+                    let tool = stored::implementation(sources, account, &setting.options, record);
+                    (name, description, schema, tool, declared)
                 }
             };
             let tool_id = match key {
@@ -358,14 +354,7 @@ impl ToolRegistry {
                 version: Some(ToolVersion::of(&record)),
                 description: record.description.clone(),
                 schema: record.input_schema.as_value().clone(),
-                implementation: Arc::new(UploadedTool {
-                    account: account.clone(),
-                    options: setting.options.clone(),
-                    executor: sources.executor.clone(),
-                    bundles: sources.bundles.clone(),
-                    settings: sources.runner.clone(),
-                    record,
-                }),
+                implementation: stored::implementation(sources, account, &setting.options, record),
                 conduct: declared.as_declared(),
             };
             registry.insert(sources, &field, &setting, described)?;

@@ -11,6 +11,7 @@ use toolserver_sandbox::{Executor, Frame, ReservationKey};
 use toolserver_store::ToolRecord;
 
 use super::{Failure, FailureKind, Invocation, ToolEvent, ToolEvents, ToolImpl};
+use crate::fetch_grant::FetchMinter;
 use crate::runner_call::{build_request, CallSpec, RunnerCall, RunnerCallSettings};
 
 /// An account's uploaded tool, bound to its runner.
@@ -22,6 +23,7 @@ pub struct UploadedTool {
     pub(super) executor: Arc<dyn Executor>,
     pub(super) bundles: Arc<dyn BundleStore>,
     pub(super) settings: RunnerCallSettings,
+    pub(super) fetch: Option<FetchMinter>,
 }
 
 impl ToolImpl for UploadedTool {
@@ -58,6 +60,10 @@ impl UploadedTool {
             options: self.options.clone(),
             timeout: invocation.timeout,
             async_meta,
+            fetch: self
+                .fetch
+                .as_ref()
+                .map(|minter| minter.access(&self.account, self.record.id, invocation.timeout)),
         };
         let request =
             match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {

@@ -107,6 +107,7 @@ pub(crate) fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
         async_meta: None,
         egress_allow: None,
         egress_token: None,
+        fetch: None,
         traceparent: None,
     }
 }

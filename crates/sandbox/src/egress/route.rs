@@ -82,8 +82,9 @@ async fn resolve(
 }
 
 /// Refuses a request inside an inspected tunnel to `host:port` unless it is
-/// a job callback (`POST <callback base>sandbox-jobs/{id}/complete|heartbeat`)
-/// or a `GET` of an admitted bundle URL.
+/// a callback to the server (`POST <callback base>sandbox-jobs/{id}/complete|heartbeat`,
+/// or `POST <callback base>runner/fetch`, a tool's `ctx.fetch`) or a `GET`
+/// of an admitted bundle URL.
 pub(super) fn admit_request(
     settings: &EgressSettings,
     scope: &EgressScope,
@@ -106,27 +107,29 @@ pub(super) fn admit_request(
         .callback_base
         .as_ref()
         .filter(|base| same_origin(base, host, port))
-        .is_some_and(|base| is_job_callback(base, &url));
+        .is_some_and(|base| is_server_callback(base, &url));
     if (request.method() == Method::POST && callback)
         || (request.method() == Method::GET && scope.admits(&url))
     {
         return Ok(());
     }
     Err(format!(
-        "{} {} is neither a job callback nor a bundle this runner was sent",
+        "{} {} is neither a callback to the server nor a bundle this runner was sent",
         request.method(),
         url.path()
     ))
 }
 
-/// Whether `url` is `<base>sandbox-jobs/<id>/complete` or `…/heartbeat`.
-fn is_job_callback(base: &Url, url: &Url) -> bool {
+/// Whether `url` is `<base>sandbox-jobs/<id>/complete` or `…/heartbeat`,
+/// or `<base>runner/fetch`.
+fn is_server_callback(base: &Url, url: &Url) -> bool {
     let Some(rest) = url.path().strip_prefix(base.path()) else {
         return false;
     };
     let parts: Vec<&str> = rest.split('/').collect();
     url.query().is_none()
-        && matches!(parts.as_slice(), ["sandbox-jobs", id, "complete" | "heartbeat"] if !id.is_empty())
+        && (matches!(parts.as_slice(), ["sandbox-jobs", id, "complete" | "heartbeat"] if !id.is_empty())
+            || parts.as_slice() == ["runner", "fetch"])
 }
 
 /// Whether `url` is served at `host:port`.
@@ -159,22 +162,28 @@ mod tests {
     fn job_callbacks_are_the_two_routes_under_the_base() {
         let base = Url::parse("http://127.0.0.1:8080/api/").unwrap();
         let at = |path: &str| Url::parse(&format!("http://127.0.0.1:8080{path}")).unwrap();
-        assert!(is_job_callback(
+        assert!(is_server_callback(
             &base,
             &at("/api/sandbox-jobs/abc/complete")
         ));
-        assert!(is_job_callback(
+        assert!(is_server_callback(
             &base,
             &at("/api/sandbox-jobs/abc/heartbeat")
         ));
-        assert!(!is_job_callback(&base, &at("/api/sandbox-jobs//complete")));
-        assert!(!is_job_callback(
+        assert!(!is_server_callback(
+            &base,
+            &at("/api/sandbox-jobs//complete")
+        ));
+        assert!(!is_server_callback(
             &base,
             &at("/api/sandbox-jobs/abc/complete?x=1")
         ));
-        assert!(!is_job_callback(&base, &at("/api/agents")));
-        assert!(!is_job_callback(&base, &at("/sandbox-jobs/abc/complete")));
-        assert!(!is_job_callback(
+        assert!(!is_server_callback(&base, &at("/api/agents")));
+        assert!(!is_server_callback(
+            &base,
+            &at("/sandbox-jobs/abc/complete")
+        ));
+        assert!(!is_server_callback(
             &base,
             &at("/api/sandbox-jobs/a/b/complete")
         ));

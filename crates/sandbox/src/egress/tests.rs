@@ -143,6 +143,9 @@ async fn only_job_callbacks_and_admitted_bundles_reach_the_servers_own_origin() 
     let cases = [
         ("POST /sandbox-jobs/r1/complete", true),
         ("POST /sandbox-jobs/r1/heartbeat", true),
+        ("POST /runner/fetch", true),
+        ("GET /runner/fetch", false),
+        ("POST /runner/fetch/x", false),
         ("GET /bundles/abc?sig=1", true),
         ("GET /bundles/abc?sig=2", false),
         ("GET /sandbox-jobs/r1/complete", false),
@@ -164,7 +167,7 @@ async fn only_job_callbacks_and_admitted_bundles_reach_the_servers_own_origin() 
         } else {
             assert!(reply.starts_with("HTTP/1.1 403"), "{line}: {reply}");
             assert!(
-                reply.contains("neither a job callback nor a bundle"),
+                reply.contains("neither a callback to the server nor a bundle"),
                 "{line}: {reply}"
             );
         }

@@ -79,6 +79,7 @@ fn request(async_meta: Option<Value>) -> InvokeRequest {
         async_meta,
         egress_allow: None,
         egress_token: None,
+        fetch: None,
         traceparent: None,
     }
 }

@@ -71,6 +71,7 @@ pub fn request(bundle: BundleRef, input: Value) -> InvokeRequest {
         async_meta: None,
         egress_allow: None,
         egress_token: None,
+        fetch: None,
         traceparent: None,
     }
 }

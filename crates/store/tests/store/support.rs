@@ -17,7 +17,7 @@ use toolserver_store::async_results::{self, NewAsyncResult, PassOwner};
 use toolserver_store::async_turns::{self, NewTurn};
 use toolserver_store::conversations::{self, Begun, LeaseTerms};
 use toolserver_store::jobs::{ClaimTerms, Job, JobKind};
-use toolserver_store::{agents, processes, tools, AgentWrite, NewTool};
+use toolserver_store::{agents, processes, tools, AgentWrite, NewTool, ToolBody};
 use uuid::Uuid;
 
 /// One account's rows.
@@ -50,8 +50,10 @@ pub async fn tenant(pool: &PgPool, name: &str) -> Tenant {
         egress_allow: None,
         effects: ToolEffects::default(),
         retry: RetrySpec::default(),
-        bundle_sha256: Sha256Digest::of(b"bundle"),
-        bundle_size: 6,
+        body: ToolBody::Bundle {
+            sha256: Sha256Digest::of(b"bundle"),
+            size: 6,
+        },
     };
     let tool = tools::insert(pool, &account, tool).await.unwrap().id;
     Tenant {

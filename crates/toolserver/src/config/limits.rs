@@ -39,6 +39,32 @@ pub struct LimitsConfig {
         default_value_t = ToolLimits::DEFAULT.max_config_bytes
     )]
     pub max_config_bytes: usize,
+    /// Largest value of one account secret, in bytes.
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_SECRET_BYTES",
+        default_value_t = ToolLimits::DEFAULT.max_secret_bytes,
+        value_parser = within::<usize>(1..)
+    )]
+    pub max_secret_bytes: usize,
+    /// Most secrets one account may keep.
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_SECRETS_PER_ACCOUNT",
+        default_value_t = ToolLimits::DEFAULT.max_secrets,
+        value_parser = within::<usize>(1..)
+    )]
+    pub max_secrets: usize,
+    /// Largest OpenAPI document `POST /accounts/me/tools/import` fetches
+    /// from a URL, in bytes (a document sent in the body is bounded by
+    /// the request size limit).
+    #[arg(
+        long,
+        env = "TOOLSERVER_MAX_IMPORT_BYTES",
+        default_value_t = ToolLimits::DEFAULT.max_import_bytes,
+        value_parser = within::<usize>(1..)
+    )]
+    pub max_import_bytes: usize,
     /// Largest request body in bytes. Unset: room for a base64 bundle of the
     /// largest size plus its manifest (about 1.6 MB with the defaults).
     #[arg(long, env = "TOOLSERVER_MAX_REQUEST_BYTES")]

@@ -63,6 +63,8 @@ pub(super) fn build(
             base_url: agents.tavily_base_url.clone(),
             fallback_api_key: agents.tavily_api_key.clone(),
         },
+        sealer,
+        fetch_url: public_url.join("runner/fetch").ok(),
         http,
         mcp: Arc::new(mcp),
         policy,
@@ -113,7 +115,7 @@ pub(super) fn build(
         },
         ledger: config.ledger.settings(),
     };
-    Ok(Harness::new(sources, sealer, settings))
+    Ok(Harness::new(sources, settings))
 }
 
 /// The key sealing agent credentials: the configured one, else one kept

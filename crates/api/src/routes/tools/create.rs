@@ -9,11 +9,13 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::Value;
+use toolserver_domain::http_tool::{HttpRequestSpec, HttpTool};
 use toolserver_domain::{
     EgressAllowList, InputSchema, RetrySpec, ToolConfig, ToolDescription, ToolEffects, ToolLimits,
     ToolName, ValidationError,
 };
-use toolserver_store::{tools, NewTool};
+use toolserver_harness::outbound;
+use toolserver_store::{tools, NewTool, ToolBody};
 
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{CreateToolForm, CreateToolJson, ToolEgress, ToolManifest, ToolView};
@@ -33,8 +35,10 @@ impl WithBase64Bundle for CreateToolJson {
             egress: self.egress,
             effects: self.effects,
             retry: self.retry,
+            kind: self.kind,
+            http: self.http,
         };
-        (manifest, Some(self.bundle))
+        (manifest, self.bundle)
     }
 }
 
@@ -54,6 +58,24 @@ pub struct ValidManifest {
     pub effects: ToolEffects,
     /// The declared retry policy, allowed for `effects`.
     pub retry: RetrySpec,
+    /// The request, for an `http` tool.
+    pub http: Option<HttpTool>,
+}
+
+impl ValidManifest {
+    /// The tool to insert: this manifest, running `body`.
+    pub fn into_new_tool(self, body: ToolBody) -> NewTool {
+        NewTool {
+            name: self.name,
+            description: self.description,
+            input_schema: self.input_schema,
+            default_config: self.default_config,
+            egress_allow: self.egress_allow,
+            effects: self.effects,
+            retry: self.retry,
+            body,
+        }
+    }
 }
 
 /// Validates every manifest field, reporting the first that fails (422);
@@ -65,6 +87,11 @@ pub fn validate_manifest(m: ToolManifest, limits: &ToolLimits) -> Result<ValidMa
     if let Err(refused) = retry.check_for(effects) {
         return Err(effects_conflict(&refused, "change one of them"));
     }
+    let http = http_request(m.kind.as_deref(), m.http)?;
+    let egress_allow = match &http {
+        Some(http) => Some(http_egress(http, egress_allow(m.egress)?)?),
+        None => egress_allow(m.egress)?,
+    };
     Ok(ValidManifest {
         name: ToolName::parse(&m.name)?,
         description: ToolDescription::parse(&m.description, limits)?,
@@ -73,10 +100,78 @@ pub fn validate_manifest(m: ToolManifest, limits: &ToolLimits) -> Result<ValidMa
             Some(value) => ToolConfig::parse(value, limits)?,
             None => ToolConfig::default(),
         },
-        egress_allow: egress_allow(m.egress)?,
+        egress_allow,
         effects,
         retry,
+        http,
     })
+}
+
+/// The request of a manifest of `kind` (`bundle` unless said, or `http`
+/// when only `http` is sent), checked.
+fn http_request(
+    kind: Option<&str>,
+    http: Option<HttpRequestSpec>,
+) -> Result<Option<HttpTool>, ValidationError> {
+    match (kind, http) {
+        (None | Some("http"), Some(spec)) => HttpTool::parse(spec).map(Some),
+        (Some("http"), None) => Err(ValidationError::new(
+            "http",
+            "an `http` tool needs its request: method and url at least",
+        )),
+        (None | Some("bundle"), None) => Ok(None),
+        (Some("bundle"), Some(_)) => Err(ValidationError::new(
+            "http",
+            "only an `http` tool has a request; a `bundle` tool's code makes its own",
+        )),
+        (Some(other), _) => Err(ValidationError::new(
+            "kind",
+            format!("{other:?} is not a tool kind: `bundle` or `http`"),
+        )),
+    }
+}
+
+/// Refuses (422 naming `http.url`) an HTTP tool whose host is not one the
+/// server may reach now: an address that is not public, or a name that
+/// resolves to one, unless the server allows private destinations. Every
+/// call is judged again when it connects.
+pub async fn check_http_destination(state: &AppState, http: &HttpTool) -> Result<(), ApiError> {
+    let harness = state.harness();
+    let origin = http
+        .url
+        .origin()
+        .map_err(|reason| ValidationError::new("http.url", reason))?;
+    outbound::check_destination(
+        &origin,
+        &harness.sources().policy,
+        harness.settings().outbound_resolve_timeout,
+    )
+    .await
+    .map_err(|reason| ValidationError::new("http.url", reason).into())
+}
+
+/// The egress allow list of an HTTP tool: as sent, which must allow the
+/// URL's host, or else that host alone.
+pub fn http_egress(
+    http: &HttpTool,
+    sent: Option<EgressAllowList>,
+) -> Result<EgressAllowList, ValidationError> {
+    let host = http.url.host();
+    match sent {
+        Some(allow) if allow.allows(host) => Ok(allow),
+        Some(_) => Err(ValidationError::new(
+            "egress.allow",
+            format!("does not allow {host}, the host of http.url"),
+        )),
+        None => EgressAllowList::parse(&[host.to_owned()]).map_err(|_| {
+            ValidationError::new(
+                "http.url",
+                format!(
+                    "{host} cannot be an egress host name; name the allowed hosts in egress.allow"
+                ),
+            )
+        }),
+    }
 }
 
 /// The effects an `effects` field states, if it states them.
@@ -100,7 +195,8 @@ pub fn egress_allow(
         .transpose()
 }
 
-/// Uploads a tool: an already-bundled ESM module plus its manifest.
+/// Creates a tool: an already-bundled ESM module plus its manifest, or a
+/// manifest of `kind: http` describing the request the server makes.
 #[utoipa::path(post, path = "/accounts/me/tools", tag = "tools",
     security(("bearer" = [])),
     request_body(content(
@@ -127,28 +223,36 @@ pub async fn create_tool(
     let manifest = upload.manifest.ok_or_else(|| {
         crate::error::ApiError::bad_field("manifest", "the `manifest` part is required")
     })?;
-    let bundle = upload.bundle.ok_or_else(|| {
-        crate::error::ApiError::bad_field("bundle", "the `bundle` part is required")
-    })?;
     let manifest = validate_manifest(manifest, &state.settings().limits)?;
-    let stored = state.bundles().put(bundle).await?;
-    let record = tools::insert(
-        state.pool(),
-        &account,
-        NewTool {
-            name: manifest.name,
-            description: manifest.description,
-            input_schema: manifest.input_schema,
-            default_config: manifest.default_config,
-            egress_allow: manifest.egress_allow,
-            effects: manifest.effects,
-            retry: manifest.retry,
-            bundle_sha256: stored.sha256,
-            bundle_size: stored.size as i64,
-        },
-    )
-    .await?;
-    tracing::info!(tool.id = %record.id, bundle.sha256 = %stored.sha256, bundle.newly_stored = stored.newly_stored, "tool uploaded");
+    if let Some(http) = &manifest.http {
+        check_http_destination(&state, http).await?;
+    }
+    let body = match (manifest.http.clone(), upload.bundle) {
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::new(
+                "bundle",
+                "an `http` tool has no bundle: the server makes its request",
+            )
+            .into())
+        }
+        (Some(http), None) => ToolBody::Http(Box::new(http)),
+        (None, Some(bundle)) => {
+            let stored = state.bundles().put(bundle).await?;
+            tracing::info!(bundle.sha256 = %stored.sha256, bundle.newly_stored = stored.newly_stored, "bundle stored");
+            ToolBody::Bundle {
+                sha256: stored.sha256,
+                size: stored.size as i64,
+            }
+        }
+        (None, None) => {
+            return Err(ApiError::bad_field(
+                "bundle",
+                "the `bundle` part is required (or send `kind: http` with its `http` request)",
+            ))
+        }
+    };
+    let record = tools::insert(state.pool(), &account, manifest.into_new_tool(body)).await?;
+    tracing::info!(tool.id = %record.id, tool.kind = record.body.kind(), "tool created");
     let location = format!("/accounts/me/tools/{}", record.id);
     Ok((
         StatusCode::CREATED,

@@ -4,12 +4,13 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Json;
-use toolserver_store::tools;
+use toolserver_domain::Sha256Digest;
+use toolserver_store::{tools, ToolRecord};
 
 use super::wire::BundleUrlView;
 use super::{parse_tool_id, tool_not_found};
 use crate::auth::Account;
-use crate::error::{ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::routes::bundles::bundle_response;
 use crate::state::AppState;
 
@@ -20,7 +21,7 @@ use crate::state::AppState;
     responses(
         (status = 200, description = "Bundle bytes", content_type = "text/javascript", body = Vec<u8>),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 404, description = "No such tool in this account", body = ErrorBody),
+        (status = 404, description = "No such tool in this account, or the tool is an `http` tool, which has no bundle", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(tool.id = %tool_id))]
 pub async fn download_bundle(
@@ -32,8 +33,9 @@ pub async fn download_bundle(
     let record = tools::get(state.pool(), &account, id)
         .await
         .map_err(tool_not_found)?;
-    let bytes = state.bundles().get(&record.bundle_sha256).await?;
-    Ok(bundle_response(&record.bundle_sha256, bytes))
+    let sha256 = bundle_of(&record)?;
+    let bytes = state.bundles().get(sha256).await?;
+    Ok(bundle_response(sha256, bytes))
 }
 
 /// Mints a short-lived download link for the current bundle of one of the caller's tools.
@@ -43,7 +45,7 @@ pub async fn download_bundle(
     responses(
         (status = 200, description = "A signed link", body = BundleUrlView),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 404, description = "No such tool in this account", body = ErrorBody),
+        (status = 404, description = "No such tool in this account, or the tool is an `http` tool, which has no bundle", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all, fields(tool.id = %tool_id))]
 pub async fn bundle_url(
@@ -55,13 +57,22 @@ pub async fn bundle_url(
     let record = tools::get(state.pool(), &account, id)
         .await
         .map_err(tool_not_found)?;
+    let sha256 = bundle_of(&record)?;
     let signed = state
         .bundles()
-        .signed_url(&record.bundle_sha256, state.settings().signed_url_ttl)
+        .signed_url(sha256, state.settings().signed_url_ttl)
         .await?;
     Ok(Json(BundleUrlView {
         url: signed.url.to_string(),
         expires_at: signed.expires_at,
-        bundle_sha256: record.bundle_sha256.to_hex(),
+        bundle_sha256: sha256.to_hex(),
     }))
+}
+
+/// The bundle of `record`; an `http` tool has none (404).
+fn bundle_of(record: &ToolRecord) -> ApiResult<&Sha256Digest> {
+    record
+        .body
+        .bundle_sha256()
+        .ok_or(ApiError::NotFound("bundle"))
 }

@@ -1,11 +1,11 @@
-//! `POST /accounts/me/tools/{toolId}/invoke`: run an uploaded tool directly.
+//! `POST /accounts/me/tools/{toolId}/invoke`: run an account's tool directly.
 //!
 //! Sequence: load the tool (404 if not the caller's; read and compiled once,
 //! then from the tool cache while it is current) → validate the input
 //! against its `inputSchema` (422) → put the call to the account's
 //! policies (403 when they deny it or ask a person) → merge `config` over `defaultConfig` →
 //! hand the bundle to the runner (inline up to the configured size, otherwise
-//! a signed URL) → answer with the result as JSON, or, with `Accept:
+//! a signed URL; an HTTP tool's request is made by the server instead) → answer with the result as JSON, or, with `Accept:
 //! text/event-stream`, stream `log` and `chunk` events as they happen and end
 //! with a `result` or `error` event. A failing tool is a result (`error`),
 //! not an HTTP failure. A client that goes away cancels its call. With an
@@ -13,6 +13,9 @@
 //! answered from it (see `idempotency`).
 
 use std::convert::Infallible;
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use axum::extract::{Path, State};
 use axum::http::header::ACCEPT;
@@ -28,9 +31,11 @@ use toolserver_domain::{AccountId, AttemptStatus, CallPath, LimitKind, ToolId, V
 use toolserver_harness::ledger::{Attempt, CallPlace, CallScope, CalledTool};
 use toolserver_harness::policy::{CallGate, Decision, Narrowing};
 use toolserver_harness::runner_call::{self, CallSpec, RunnerCall, RunnerCallSettings};
-use toolserver_harness::tools::{Failure, FailureKind};
+use toolserver_harness::tools::{
+    fetch_minter, server_call, Failure, FailureKind, Invocation, ToolEvent, ToolEvents,
+};
 use toolserver_sandbox::{Frame, InvokeRequest, ReservationKey, SandboxError};
-use toolserver_store::ToolRecord;
+use toolserver_store::{ToolBody, ToolRecord};
 use utoipa::ToSchema;
 
 use super::{parse_tool_id, tool_not_found};
@@ -158,10 +163,10 @@ pub async fn invoke_tool(
     }
 }
 
-/// A call its runner took, with its place among the account's calls and
-/// its attempt in the ledger.
+/// A call its runner took (or the server runs, for an HTTP tool), with
+/// its place among the account's calls and its attempt in the ledger.
 struct Started {
-    call: RunnerCall,
+    call: Running,
     permit: Permit,
     attempt: Attempt,
 }
@@ -200,7 +205,29 @@ async fn start_call(
     let input = body.input.clone();
     let place = CallPlace::direct(call_id.clone(), idempotency_key.clone());
     judge(state, scope, &place, tool, &input).await?;
-    let request = build_request(state, tool, body, call_id, idempotency_key).await?;
+    let timeout = call_timeout(state, &body)?;
+    if let ToolBody::Http(_) = tool.body {
+        let attempt = state
+            .lifecycle()
+            .ledger()
+            .begin(scope, &place, CalledTool::from(tool), &input)
+            .map_err(ApiError::Unavailable)?;
+        let invocation = Invocation {
+            tool_call_id: call_id.clone(),
+            idempotency_key,
+            input,
+            timeout,
+        };
+        let events = server_call(state.harness().sources(), account, tool, invocation)
+            .ok_or_else(|| ApiError::Unavailable("the tool has no server call".into()))?;
+        return Ok(Started {
+            call: Running::Server { call_id, events },
+            permit,
+            attempt,
+        });
+    }
+    let call = (call_id, idempotency_key, timeout);
+    let request = build_request(state, account, tool, body, call).await?;
     let attempt = state
         .lifecycle()
         .ledger()
@@ -209,7 +236,7 @@ async fn start_call(
     let key = ReservationKey::new(account.clone(), tool.id);
     match RunnerCall::start(state.executor().clone(), key, request).await {
         Ok(call) => Ok(Started {
-            call,
+            call: Running::Runner(call),
             permit,
             attempt,
         }),
@@ -306,18 +333,12 @@ fn refusal_status(error: &ApiError) -> AttemptStatus {
     }
 }
 
-async fn build_request(
-    state: &AppState,
-    tool: &ToolRecord,
-    body: InvokeBody,
-    call_id: String,
-    idempotency_key: String,
-) -> ApiResult<InvokeRequest> {
+/// The deadline `body` asks for, within the server's bounds.
+fn call_timeout(state: &AppState, body: &InvokeBody) -> ApiResult<Duration> {
     let settings = state.settings();
-    let timeout = body.timeout_ms.map_or(
-        settings.default_tool_timeout,
-        std::time::Duration::from_millis,
-    );
+    let timeout = body
+        .timeout_ms
+        .map_or(settings.default_tool_timeout, Duration::from_millis);
     if timeout.is_zero() || timeout > settings.max_tool_timeout {
         return Err(ApiError::bad_field(
             "timeoutMs",
@@ -327,6 +348,19 @@ async fn build_request(
             ),
         ));
     }
+    Ok(timeout)
+}
+
+/// The runner request of a call `(call id, idempotency key, deadline)` of
+/// `account`'s bundle tool `tool`.
+async fn build_request(
+    state: &AppState,
+    account: &AccountId,
+    tool: &ToolRecord,
+    body: InvokeBody,
+    (call_id, idempotency_key, timeout): (String, String, Duration),
+) -> ApiResult<InvokeRequest> {
+    let settings = state.settings();
     let runner = RunnerCallSettings {
         inline_bundle_max_bytes: settings.inline_bundle_max_bytes,
         signed_url_ttl: settings.signed_url_ttl,
@@ -339,6 +373,8 @@ async fn build_request(
         options: body.config.unwrap_or_default(),
         timeout,
         async_meta: None,
+        fetch: fetch_minter(state.harness().sources())
+            .map(|minter| minter.access(account, tool.id, timeout)),
     };
     Ok(runner_call::build_request(state.bundles(), &runner, tool, spec).await?)
 }
@@ -378,7 +414,7 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
 /// calls, its idempotency key's claim and its attempt in the ledger;
 /// cancelled on the runner (and in the ledger) if dropped before its end.
 struct Call {
-    call: RunnerCall,
+    call: Running,
     outcome: Outcome,
     claim: Claim,
     attempt: Option<Attempt>,
@@ -416,6 +452,44 @@ impl Call {
     async fn into_result(mut self) -> InvokeResult {
         while self.next().await.is_some() {}
         self.outcome.into_result()
+    }
+}
+
+/// A call in progress on its runner, or in the server.
+enum Running {
+    /// Frames from the tool's runner.
+    Runner(RunnerCall),
+    /// Events of a tool the server runs, read as frames.
+    Server {
+        /// The call's id.
+        call_id: String,
+        /// Its events.
+        events: ToolEvents,
+    },
+}
+
+impl Running {
+    fn call_id(&self) -> &str {
+        match self {
+            Self::Runner(call) => call.call_id(),
+            Self::Server { call_id, .. } => call_id,
+        }
+    }
+
+    async fn next(&mut self) -> Option<Frame> {
+        match self {
+            Self::Runner(call) => call.next().await,
+            Self::Server { events, .. } => Some(match events.next().await? {
+                ToolEvent::Log { level, message } => Frame::Log { level, message },
+                ToolEvent::Snapshot(value) => Frame::Chunk { value },
+                ToolEvent::Output(value) => Frame::Final { value },
+                ToolEvent::Failed(failure) => Frame::Error {
+                    name: failure.kind.error_name().to_owned(),
+                    message: failure.message,
+                },
+                ToolEvent::Launched => Frame::Launched,
+            }),
+        }
     }
 }
 

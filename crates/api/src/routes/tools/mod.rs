@@ -5,6 +5,7 @@
 mod create;
 mod delete;
 mod download;
+mod import;
 mod invoke;
 pub(crate) mod list;
 mod read;
@@ -19,10 +20,11 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub use import::{ImportBody, ImportView, ImportedTool, SkippedOperationView};
 pub use invoke::{InvokeBody, InvokeResult, ToolError};
 pub use list::ListParams;
 pub use wire::{
-    BundleUrlView, CreateToolForm, CreateToolJson, ToolManifest, ToolPage, ToolView,
+    BundleUrlView, CreateToolForm, CreateToolJson, ToolKind, ToolManifest, ToolPage, ToolView,
     UpdateManifest, UpdateToolForm, UpdateToolJson,
 };
 
@@ -38,6 +40,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(download::download_bundle))
         .routes(routes!(download::bundle_url))
         .routes(routes!(invoke::invoke_tool))
+        .routes(routes!(import::import_tools))
 }
 
 /// Parses a tool id from a path; a malformed id is simply not found.

@@ -4,12 +4,15 @@
 
 use axum::extract::{Path, Request, State};
 use axum::Json;
+use toolserver_domain::http_tool::HttpTool;
 use toolserver_domain::{
     InputSchema, ToolConfig, ToolDescription, ToolLimits, ToolName, ValidationError,
 };
-use toolserver_store::{tools, ToolPatch, ToolRecord};
+use toolserver_store::{tools, ToolBody, ToolPatch, ToolRecord};
 
-use super::create::{effects_conflict, egress_allow, parse_effects, parse_retry};
+use super::create::{
+    check_http_destination, effects_conflict, egress_allow, http_egress, parse_effects, parse_retry,
+};
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
 use super::{parse_tool_id, tool_not_found};
@@ -29,6 +32,7 @@ impl WithBase64Bundle for UpdateToolJson {
             egress: self.egress,
             effects: self.effects,
             retry: self.retry,
+            http: self.http,
         };
         (manifest, self.bundle)
     }
@@ -56,7 +60,11 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
             .transpose()?,
         effects: parse_effects(m.effects.as_deref())?,
         retry: parse_retry(m.retry.as_ref())?,
-        bundle: None,
+        body: m
+            .http
+            .map(HttpTool::parse)
+            .transpose()?
+            .map(|http| ToolBody::Http(Box::new(http))),
     })
 }
 
@@ -85,6 +93,46 @@ fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), Api
     Ok(())
 }
 
+/// Refuses a patch that would change what kind of tool `current` is (409
+/// `tool_kind_conflict`), and keeps an HTTP tool's egress allow list
+/// covering its URL's host: a new request without a new list allows its
+/// own host when the kept list does not.
+fn settle_kind(
+    patch: &mut ToolPatch,
+    current: &ToolRecord,
+    new_bundle: bool,
+) -> Result<(), ApiError> {
+    let conflict = |message: &str| ApiError::Conflict {
+        code: "tool_kind_conflict",
+        message: message.to_owned(),
+    };
+    match (&current.body, &patch.body) {
+        (ToolBody::Http(_), _) if new_bundle => Err(conflict(
+            "this is an `http` tool: it has no bundle; send `http` to change its request",
+        )),
+        (ToolBody::Bundle { .. }, Some(ToolBody::Http(_))) => Err(conflict(
+            "this is a `bundle` tool: it has no `http` request; create an `http` tool instead",
+        )),
+        (ToolBody::Http(kept), new) => {
+            let http = match new {
+                Some(ToolBody::Http(http)) => http,
+                _ => kept,
+            };
+            let sent = match patch.egress_allow.take() {
+                Some(sent) => sent,
+                None if new.is_none() => return Ok(()),
+                None => current
+                    .egress_allow
+                    .clone()
+                    .filter(|allow| allow.allows(http.url.host())),
+            };
+            patch.egress_allow = Some(Some(http_egress(http, sent)?));
+            Ok(())
+        }
+        (ToolBody::Bundle { .. }, _) => Ok(()),
+    }
+}
+
 /// Changes one of the caller's tools.
 #[utoipa::path(patch, path = "/accounts/me/tools/{toolId}", tag = "tools",
     security(("bearer" = [])),
@@ -98,7 +146,7 @@ fn settle_effects(patch: &mut ToolPatch, current: &ToolRecord) -> Result<(), Api
         (status = 400, description = "Malformed body, unknown field, or no change", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such tool in this account", body = ErrorBody),
-        (status = 409, description = "New name already used in this account (`tool_name_taken`), or new `effects` or `retry` that conflict with the other as the tool keeps it (`tool_effects_conflict`: a `side_effect` tool may not try a call more than once), in the patch or with what the tool keeps", body = ErrorBody),
+        (status = 409, description = "New name already used in this account (`tool_name_taken`), a bundle for an `http` tool or a request for a `bundle` tool (`tool_kind_conflict`), or new `effects` or `retry` that conflict with the other as the tool keeps it (`tool_effects_conflict`: a `side_effect` tool may not try a call more than once), in the patch or with what the tool keeps", body = ErrorBody),
         (status = 413, description = "Bundle or body over its limit", body = ErrorBody),
         (status = 415, description = "Unsupported content type", body = ErrorBody),
         (status = 422, description = "A field breaks a rule", body = ErrorBody),
@@ -123,6 +171,7 @@ pub async fn update_tool(
         && patch.egress_allow.is_none()
         && patch.effects.is_none()
         && patch.retry.is_none()
+        && patch.body.is_none()
         && upload.bundle.is_none();
     // Check the tool is the caller's before storing any bytes for it.
     let current = tools::get(state.pool(), &account, id)
@@ -133,9 +182,16 @@ pub async fn update_tool(
         return Ok(Json(current.into()));
     }
     settle_effects(&mut patch, &current)?;
+    settle_kind(&mut patch, &current, upload.bundle.is_some())?;
+    if let Some(ToolBody::Http(http)) = &patch.body {
+        check_http_destination(&state, http).await?;
+    }
     if let Some(bundle) = upload.bundle {
         let stored = state.bundles().put(bundle).await?;
-        patch.bundle = Some((stored.sha256, stored.size as i64));
+        patch.body = Some(ToolBody::Bundle {
+            sha256: stored.sha256,
+            size: stored.size as i64,
+        });
     }
     let updated = tools::update(state.pool(), &account, id, patch).await;
     state.tools().invalidate(id);

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
+use toolserver_domain::http_tool::HttpRequestSpec;
 use toolserver_domain::{RetryPolicy, ToolEffects};
-use toolserver_store::ToolRecord;
+use toolserver_store::{ToolBody, ToolRecord};
 use utoipa::ToSchema;
 
 /// A tool as the API shows it.
@@ -30,10 +31,17 @@ pub struct ToolView {
     /// The retry policy in force: the declared `retry`, defaults for the
     /// rest (one attempt for a `side_effect` tool).
     pub retry: RetryView,
-    /// SHA-256 of the current bundle (hex).
-    pub bundle_sha256: String,
-    /// Size of the current bundle in bytes.
-    pub bundle_size: i64,
+    /// What a call runs: `bundle` (code) or `http` (a request).
+    pub kind: ToolKind,
+    /// SHA-256 of the current bundle (hex); bundle tools only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle_sha256: Option<String>,
+    /// Size of the current bundle in bytes; bundle tools only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle_size: Option<i64>,
+    /// The request an `http` tool makes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpRequestSpec>,
     /// 1 on upload, plus one per update.
     pub version: i32,
     /// Upload time (RFC 3339).
@@ -60,11 +68,39 @@ impl From<ToolRecord> for ToolView {
             },
             effects: tool.effects.into(),
             retry: retry.into(),
-            bundle_sha256: tool.bundle_sha256.to_hex(),
-            bundle_size: tool.bundle_size,
+            kind: ToolKind::of(&tool.body),
+            bundle_sha256: tool.body.bundle_sha256().map(|sha| sha.to_hex()),
+            bundle_size: match &tool.body {
+                ToolBody::Bundle { size, .. } => Some(*size),
+                ToolBody::Http(_) => None,
+            },
+            http: match tool.body {
+                ToolBody::Http(http) => Some(http.spec().clone()),
+                ToolBody::Bundle { .. } => None,
+            },
             version: tool.version,
             created_at: tool.created_at,
             updated_at: tool.updated_at,
+        }
+    }
+}
+
+/// What a tool's call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Uploaded code, run on the tool's runner.
+    Bundle,
+    /// One HTTP request, made by the server.
+    Http,
+}
+
+impl ToolKind {
+    /// The kind of `body`.
+    pub fn of(body: &ToolBody) -> Self {
+        match body {
+            ToolBody::Bundle { .. } => Self::Bundle,
+            ToolBody::Http(_) => Self::Http,
         }
     }
 }
@@ -153,9 +189,16 @@ pub struct ToolManifest {
     /// `idempotent` tools, 1 for `side_effect` ones).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
+    /// `bundle` (the default: code run on the tool's runner) or `http`
+    /// (one HTTP request the server makes, described by `http`).
+    #[schema(value_type = Option<ToolKind>)]
+    pub kind: Option<String>,
+    /// The request of an `http` tool.
+    pub http: Option<HttpRequestSpec>,
 }
 
-/// Upload as JSON: the manifest plus the bundle in base64.
+/// Upload as JSON: the manifest plus the bundle in base64 (or, for an
+/// `http` tool, its request and no bundle).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateToolJson {
@@ -181,8 +224,15 @@ pub struct CreateToolJson {
     /// `idempotent` tools, 1 for `side_effect` ones).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
-    /// The bundled ESM module, base64 (standard alphabet, padded).
-    pub bundle: String,
+    /// `bundle` (the default: code run on the tool's runner) or `http`
+    /// (one HTTP request the server makes, described by `http`).
+    #[schema(value_type = Option<ToolKind>)]
+    pub kind: Option<String>,
+    /// The request of an `http` tool.
+    pub http: Option<HttpRequestSpec>,
+    /// The bundled ESM module, base64 (standard alphabet, padded); not
+    /// sent for an `http` tool.
+    pub bundle: Option<String>,
 }
 
 /// Upload as `multipart/form-data`.
@@ -218,7 +268,9 @@ pub struct UpdateToolJson {
     /// New retry policy (replaces the declared one whole).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
-    /// New bundle, base64.
+    /// New request of an `http` tool (replaces the old one whole).
+    pub http: Option<HttpRequestSpec>,
+    /// New bundle, base64 (bundle tools).
     pub bundle: Option<String>,
 }
 
@@ -280,4 +332,6 @@ pub struct UpdateManifest {
     /// New retry policy (replaces the declared one whole).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
+    /// New request of an `http` tool (replaces the old one whole).
+    pub http: Option<HttpRequestSpec>,
 }
