@@ -123,7 +123,7 @@ async fn uploaded_code_reaches_only_public_hosts_through_the_proxy_and_sees_none
     }
     assert!(
         field("server").starts_with("ok: 403 egress to 127.0.0.1:")
-            && field("server").contains("neither a job callback nor a bundle"),
+            && field("server").contains("neither a callback to the server nor a bundle"),
         "{out:#}"
     );
     for name in ["tcpPostgres", "tcpNats"] {
