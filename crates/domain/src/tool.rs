@@ -18,8 +18,8 @@ pub struct ToolLimits {
     pub max_schema_bytes: usize,
     /// Largest accepted `defaultConfig`, in bytes of compact JSON.
     pub max_config_bytes: usize,
-    /// Largest value of one account secret, in bytes.
-    pub max_secret_bytes: usize,
+    /// Longest value of one account secret, in characters.
+    pub max_secret_chars: usize,
     /// Most secrets one account may keep.
     pub max_secrets: usize,
     /// Largest OpenAPI document an import fetches, in bytes.
@@ -33,7 +33,7 @@ impl ToolLimits {
         max_description_chars: 4096,
         max_schema_bytes: 65_536,
         max_config_bytes: 65_536,
-        max_secret_bytes: 16_384,
+        max_secret_chars: 8192,
         max_secrets: 200,
         max_import_bytes: 8 * 1024 * 1024,
     };

@@ -25,7 +25,7 @@ use crate::state::AppState;
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretValue {
-    /// The value: 1 byte up to the server's limit (`TOOLSERVER_MAX_SECRET_BYTES`).
+    /// The value: 1 character up to the server's limit (`TOOLSERVER_MAX_SECRET_CHARS`).
     pub value: String,
 }
 
@@ -111,7 +111,7 @@ pub async fn put_secret(
         return Err(ValidationError::new("name", "must be 1-64 letters, digits or '_'").into());
     }
     let limits = &state.settings().limits;
-    check_value(&body.value, limits.max_secret_bytes)?;
+    check_value(&body.value, limits.max_secret_chars)?;
     let pool = state.pool();
     let kept = account_secrets::count(pool, &account).await?;
     if usize::try_from(kept).unwrap_or(usize::MAX) >= limits.max_secrets
@@ -171,10 +171,11 @@ fn check_value(value: &str, max: usize) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new("value", "must not be empty"));
     }
-    if value.len() > max {
+    let chars = value.chars().count();
+    if chars > max {
         return Err(ValidationError::new(
             "value",
-            format!("is {} bytes; the limit is {max}", value.len()),
+            format!("is {chars} characters; the limit is {max}"),
         ));
     }
     refuse_nul_text("value", value)

@@ -39,14 +39,14 @@ pub struct LimitsConfig {
         default_value_t = ToolLimits::DEFAULT.max_config_bytes
     )]
     pub max_config_bytes: usize,
-    /// Largest value of one account secret, in bytes.
+    /// Longest value of one account secret, in characters.
     #[arg(
         long,
-        env = "TOOLSERVER_MAX_SECRET_BYTES",
-        default_value_t = ToolLimits::DEFAULT.max_secret_bytes,
+        env = "TOOLSERVER_MAX_SECRET_CHARS",
+        default_value_t = ToolLimits::DEFAULT.max_secret_chars,
         value_parser = within::<usize>(1..)
     )]
-    pub max_secret_bytes: usize,
+    pub max_secret_chars: usize,
     /// Most secrets one account may keep.
     #[arg(
         long,

@@ -51,7 +51,7 @@ fn tool_limits(limits: &LimitsConfig) -> ToolLimits {
         max_description_chars: limits.max_description_chars,
         max_schema_bytes: limits.max_schema_bytes,
         max_config_bytes: limits.max_config_bytes,
-        max_secret_bytes: limits.max_secret_bytes,
+        max_secret_chars: limits.max_secret_chars,
         max_secrets: limits.max_secrets,
         max_import_bytes: limits.max_import_bytes,
     }
