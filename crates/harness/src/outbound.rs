@@ -111,6 +111,36 @@ pub async fn check_destination(
     Ok(())
 }
 
+/// Why an answer's body was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// It is larger than the cap.
+    #[error("more than {0} bytes")]
+    TooLarge(u64),
+    /// It broke off.
+    #[error("the answer broke off: {0}")]
+    Broken(reqwest::Error),
+}
+
+/// The body of `response`, refused once it passes `cap` bytes (at once
+/// when its `Content-Length` says so).
+pub async fn read_capped(response: reqwest::Response, cap: u64) -> Result<Vec<u8>, BodyError> {
+    use futures::StreamExt;
+    if response.content_length().is_some_and(|length| length > cap) {
+        return Err(BodyError::TooLarge(cap));
+    }
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(BodyError::Broken)?;
+        if (body.len() + chunk.len()) as u64 > cap {
+            return Err(BodyError::TooLarge(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The reason a request failed if the resolver of [`client`] refused its
 /// host, `None` for any other failure.
 pub fn refusal(err: &reqwest::Error) -> Option<String> {

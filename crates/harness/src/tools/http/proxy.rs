@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use reqwest::header::{HeaderName, HeaderValue};
 use toolserver_domain::http_tool::{is_header_name, Part, Template};
 use toolserver_domain::{AccountId, EgressAllowList};
@@ -14,7 +13,7 @@ use url::Url;
 
 use super::secrets;
 use super::HttpToolContext;
-use crate::outbound::{check_url, refusal};
+use crate::outbound::{check_url, read_capped, refusal};
 
 /// What the tool's code asked for.
 #[derive(Debug, Clone)]
@@ -116,19 +115,9 @@ pub async fn proxy(
             (name.as_str().to_owned(), redactor.text(&value))
         })
         .collect();
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk
-            .map_err(|err| ProxyError::Upstream(format!("{host}: the answer broke off: {err}")))?;
-        if (body.len() + chunk.len()) as u64 > context.max_output_bytes {
-            return Err(ProxyError::Upstream(format!(
-                "{host} answered more than {} bytes",
-                context.max_output_bytes
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = read_capped(response, context.max_output_bytes)
+        .await
+        .map_err(|err| ProxyError::Upstream(format!("{host}: {err}")))?;
     Ok(ProxyResponse {
         status,
         headers,

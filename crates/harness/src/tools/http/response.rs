@@ -4,12 +4,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 use toolserver_domain::http_tool::Projection;
 
 use super::super::{Failure, FailureKind};
-use crate::outbound::refusal;
+use crate::outbound::{read_capped, refusal, BodyError};
 use crate::retry_after::retry_after;
 
 /// Most bytes of an error answer quoted to the model.
@@ -52,7 +51,7 @@ pub(super) async fn send(
             let essence = value.split(';').next().unwrap_or_default().trim();
             essence == "application/json" || essence.ends_with("+json")
         });
-    let body = read_capped(response, cap, &target).await?;
+    let body = read_body(response, cap, &target).await?;
     if !status.is_success() {
         let excerpt = String::from_utf8_lossy(&body[..body.len().min(ERROR_EXCERPT_BYTES)]);
         let mut message = format!("{target} answered {status}: {excerpt}");
@@ -85,37 +84,22 @@ pub(super) async fn send(
     }
 }
 
-/// The answer's body, refused once it passes `cap` bytes.
-async fn read_capped(
+/// The answer's body within `cap` bytes, or the failure of the call.
+async fn read_body(
     response: reqwest::Response,
     cap: u64,
     target: &str,
 ) -> Result<Vec<u8>, Failure> {
-    if response.content_length().is_some_and(|length| length > cap) {
-        return Err(too_large(target, cap));
-    }
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|err| {
-            Failure::new(
-                FailureKind::RunnerLost,
-                format!("{target}: the answer broke off: {err}"),
-            )
-        })?;
-        if (body.len() + chunk.len()) as u64 > cap {
-            return Err(too_large(target, cap));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-fn too_large(target: &str, cap: u64) -> Failure {
-    Failure::new(
-        FailureKind::LimitExceeded,
-        format!("{target} answered more than {cap} bytes, the tool's limit"),
-    )
+    read_capped(response, cap).await.map_err(|err| match err {
+        BodyError::TooLarge(cap) => Failure::new(
+            FailureKind::LimitExceeded,
+            format!("{target} answered more than {cap} bytes, the tool's limit"),
+        ),
+        BodyError::Broken(err) => Failure::new(
+            FailureKind::RunnerLost,
+            format!("{target}: the answer broke off: {err}"),
+        ),
+    })
 }
 
 /// The URL without its query, which may carry a credential.

@@ -1,10 +1,9 @@
 //! The document of an import: sent in the body (an object, or JSON or
 //! YAML text), or fetched from a public URL through the outbound client.
 
-use futures::StreamExt;
 use serde_json::Value;
 use toolserver_domain::ValidationError;
-use toolserver_harness::outbound;
+use toolserver_harness::outbound::{self, BodyError};
 use url::Url;
 
 use crate::error::ApiError;
@@ -57,21 +56,12 @@ pub(super) async fn from_url(
     if !status.is_success() {
         return Err(refuse(format!("{url} answered {status}")));
     }
-    if response
-        .content_length()
-        .is_some_and(|length| length > max_bytes as u64)
-    {
-        return Err(refuse(too_large(max_bytes)));
-    }
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|err| refuse(format!("{url} broke off: {err}")))?;
-        if body.len() + chunk.len() > max_bytes {
-            return Err(refuse(too_large(max_bytes)));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = outbound::read_capped(response, max_bytes as u64)
+        .await
+        .map_err(|err| match err {
+            BodyError::TooLarge(_) => refuse(too_large(max_bytes)),
+            BodyError::Broken(err) => refuse(format!("{url} broke off: {err}")),
+        })?;
     let text =
         String::from_utf8(body).map_err(|_| refuse("the document is not UTF-8 text".into()))?;
     Ok((parse_text("url", &text)?, url))
