@@ -3,7 +3,8 @@
 # 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
 # binary, Node.js, the AI SDK client test's packages, Chromium and the
 # browser test's packages, the tool CLI's packages, the MCP clients (the
-# TypeScript SDK's packages and a virtualenv with the Python SDK), the
+# TypeScript SDK's packages and a virtualenv with the Python SDK), a
+# virtualenv with the OAuth authorization server's packages, the
 # official Anthropic and Google Gen AI SDKs (they check the scripted model's
 # wire formats), kubectl (the manifest
 # tests render deploy/kubernetes with `kubectl kustomize`), bubblewrap (it
@@ -132,23 +133,32 @@ ensure_provider_sdks() {
   ensure_npm_client providers @anthropic-ai/sdk @google/genai
 }
 
-# The official MCP Python SDK client that drives /mcp in the tests, pinned
-# (clients/mcp-python/requirements.txt), in a virtualenv of its own; made
+# A virtualenv at $1 with the pinned packages of requirements file $2; made
 # again when the requirements change.
-MCP_PYTHON_ENV="$TOOLS_ROOT/mcp-python"
-ensure_mcp_python_client() {
-  local requirements="$REPO_ROOT/clients/mcp-python/requirements.txt"
-  local installed="$MCP_PYTHON_ENV/requirements.txt"
-  if [ -x "$MCP_PYTHON_ENV/bin/python" ] && cmp -s "$requirements" "$installed"; then
+ensure_python_env() {
+  local env="$1" requirements="$2"
+  if [ -x "$env/bin/python" ] && cmp -s "$requirements" "$env/requirements.txt"; then
     return
   fi
   if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
     apt_install python3-venv
   fi
-  rm -rf "$MCP_PYTHON_ENV"
-  python3 -m venv "$MCP_PYTHON_ENV"
-  "$MCP_PYTHON_ENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$installed"
+  rm -rf "$env"
+  python3 -m venv "$env"
+  "$env/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$env/requirements.txt"
+}
+
+# The official MCP Python SDK client that drives /mcp in the tests, pinned
+# (clients/mcp-python/requirements.txt).
+ensure_mcp_python_client() {
+  ensure_python_env "$TOOLS_ROOT/mcp-python" "$REPO_ROOT/clients/mcp-python/requirements.txt"
+}
+
+# The OAuth 2.1 authorization server the per-user connection tests run
+# against (clients/oauth-server: Authlib and Flask, pinned).
+ensure_oauth_server() {
+  ensure_python_env "$TOOLS_ROOT/oauth-server" "$REPO_ROOT/clients/oauth-server/requirements.txt"
 }
 
 # Bubblewrap isolates runners: the servers the tests start with a JWT secret
@@ -214,7 +224,8 @@ ensure_cli
 ensure_mcp_client
 ensure_provider_sdks
 ensure_mcp_python_client
+ensure_oauth_server
 ensure_bubblewrap
 ensure_schemathesis
 ensure_helm_sdk
-echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP clients, the provider SDKs, bubblewrap, schemathesis and the Helm library are ready"
+echo "test-services: postgres, kubectl, s3s-fs, node, NATS, the AI SDK, the browser test, the CLI, the MCP clients, the provider SDKs, the OAuth server, bubblewrap, schemathesis and the Helm library are ready"

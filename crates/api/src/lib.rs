@@ -38,6 +38,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(routes::operator::routes())
         .merge(routes::accounts::routes())
         .merge(routes::secrets::routes())
+        .merge(routes::connections::routes())
         .merge(routes::runner_fetch::routes())
         .merge(routes::channels::routes())
         .merge(routes::tool_calls::routes())

@@ -1,7 +1,8 @@
 //! What a turn request means for a stored conversation. The stored messages
 //! are the record; from the client's messages only the newest one is taken:
 //! a new user message, or the assistant message carrying approval decisions.
-//! Everything else the client sends is ignored, so a client cannot rewrite
+//! (A turn resumed after its calls' authorizations names those calls in its
+//! trigger instead.) Everything else the client sends is ignored, so a client cannot rewrite
 //! tool results it was shown.
 //!
 //! Only user messages are the client's to write. A new conversation may start
@@ -22,7 +23,33 @@ pub enum TurnTrigger {
         /// The assistant message to replace.
         message_id: Option<String>,
     },
+    /// Carry on the last assistant message, whose calls waited for their
+    /// end user to authorize a connection: run those authorized, fail the
+    /// others.
+    Authorized {
+        /// The assistant message whose calls waited.
+        message_id: String,
+        /// How each waiting call's authorization ended.
+        calls: Vec<AuthorizedCall>,
+    },
 }
+
+/// How the authorization a call waited on ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizedCall {
+    /// The call.
+    pub tool_call_id: String,
+    /// The authorization it waited on.
+    pub authorization_id: String,
+    /// `Ok` (with what happened) when the call may run now; `Err` with why
+    /// it fails.
+    pub outcome: Result<String, String>,
+}
+
+/// What a call left waiting for an authorization says when the conversation
+/// moves on without it.
+pub const AUTHORIZATION_ABANDONED: &str =
+    "the conversation went on before the end user authorized this call";
 
 /// The conversation a turn runs on.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +90,13 @@ pub fn prepare_turn(
     trigger: TurnTrigger,
     new_message_id: String,
 ) -> Result<PreparedTurn, PrepareError> {
+    if let TurnTrigger::Authorized { message_id, calls } = trigger {
+        let assistant = apply_authorizations(&mut stored, &message_id, &calls)?;
+        return Ok(PreparedTurn {
+            history: stored,
+            assistant,
+        });
+    }
     if let TurnTrigger::Regenerate { message_id } = trigger {
         let position = match message_id {
             Some(id) => stored
@@ -105,6 +139,7 @@ pub fn prepare_turn(
             if last.text().trim().is_empty() {
                 return Err(invalid("messages", "the new user message has no text"));
             }
+            abandon_waiting_calls(&mut stored);
             stored.push(last);
             Ok(PreparedTurn {
                 history: stored,
@@ -122,6 +157,71 @@ pub fn prepare_turn(
             "messages",
             format!("the last message has role {other:?}; expected user or assistant"),
         )),
+    }
+}
+
+/// Continues the last stored assistant message `message_id` with `calls`:
+/// each one, still waiting, becomes decided (it runs, as an approved call
+/// does) or fails with why.
+fn apply_authorizations(
+    stored: &mut Vec<UiMessage>,
+    message_id: &str,
+    calls: &[AuthorizedCall],
+) -> Result<UiMessage, PrepareError> {
+    let mismatch = |message: String| PrepareError::ApprovalMismatch(message);
+    match stored.last() {
+        Some(last) if last.id == message_id && last.role == "assistant" => {}
+        _ => {
+            return Err(mismatch(format!(
+                "message {message_id:?} is no longer the conversation's last assistant message"
+            )))
+        }
+    }
+    let mut assistant = stored
+        .pop()
+        .ok_or_else(|| mismatch("no waiting call".into()))?;
+    let mut answered = 0;
+    for call in calls {
+        let Some(part) = assistant
+            .tool_part_mut(&call.tool_call_id)
+            .filter(|part| part.state == ToolState::InputAvailable)
+        else {
+            continue;
+        };
+        match &call.outcome {
+            Ok(reason) => {
+                part.state = ToolState::ApprovalResponded;
+                part.approval = Some(Approval {
+                    id: call.authorization_id.clone(),
+                    approved: Some(true),
+                    reason: Some(reason.clone()),
+                });
+            }
+            Err(error) => part.fail(error.clone()),
+        }
+        answered += 1;
+    }
+    if answered == 0 {
+        stored.push(assistant);
+        return Err(mismatch(
+            "none of the calls still waits for its authorization".into(),
+        ));
+    }
+    Ok(assistant)
+}
+
+/// Fails the calls of the last assistant message still waiting for an
+/// authorization: the user wrote again instead.
+fn abandon_waiting_calls(stored: &mut [UiMessage]) {
+    let Some(last) = stored.last_mut().filter(|m| m.role == "assistant") else {
+        return;
+    };
+    for part in &mut last.parts {
+        if let UiPart::Tool(tool) = part {
+            if tool.state == ToolState::InputAvailable {
+                tool.fail(AUTHORIZATION_ABANDONED.to_owned());
+            }
+        }
     }
 }
 
@@ -247,6 +347,90 @@ mod tests {
                 {"type": "tool-rm", "toolCallId": "c1", "state": "approval-requested", "input": {}, "approval": {"id": "apr_1"}},
             ]},
         ]))
+    }
+
+    fn waiting_conversation() -> Vec<UiMessage> {
+        messages(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "my repos?"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-repos", "toolCallId": "c1", "state": "input-available", "input": {}},
+                {"type": "tool-mail", "toolCallId": "c2", "state": "input-available", "input": {}},
+                {"type": "data-authorization", "id": "auth_1", "data": {}},
+            ]},
+        ]))
+    }
+
+    fn authorized(message_id: &str) -> TurnTrigger {
+        TurnTrigger::Authorized {
+            message_id: message_id.into(),
+            calls: vec![
+                AuthorizedCall {
+                    tool_call_id: "c1".into(),
+                    authorization_id: "auth_1".into(),
+                    outcome: Ok("connected to github".into()),
+                },
+                AuthorizedCall {
+                    tool_call_id: "c2".into(),
+                    authorization_id: "auth_2".into(),
+                    outcome: Err("nobody authorized mail in time".into()),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn authorized_calls_run_and_the_others_fail_naming_why() {
+        let prepared = prepare_turn(
+            waiting_conversation(),
+            vec![],
+            authorized("a1"),
+            "new".into(),
+        )
+        .unwrap();
+        assert_eq!(prepared.history.len(), 1);
+        let run = prepared.assistant.tool_parts().next().unwrap();
+        assert_eq!(run.state, ToolState::ApprovalResponded);
+        assert!(run.is_approved());
+        let failed = prepared.assistant.tool_parts().nth(1).unwrap();
+        assert_eq!(failed.state, ToolState::OutputError);
+        assert_eq!(
+            failed.error_text.as_deref(),
+            Some("nobody authorized mail in time")
+        );
+    }
+
+    #[test]
+    fn an_authorization_of_a_message_that_moved_on_resumes_nothing() {
+        let err = prepare_turn(
+            waiting_conversation(),
+            vec![],
+            authorized("other"),
+            "new".into(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, PrepareError::ApprovalMismatch(_)), "{err}");
+        let mut settled = waiting_conversation();
+        abandon_waiting_calls(&mut settled);
+        let err = prepare_turn(settled, vec![], authorized("a1"), "new".into()).unwrap_err();
+        assert!(matches!(err, PrepareError::ApprovalMismatch(_)), "{err}");
+    }
+
+    #[test]
+    fn writing_again_fails_the_calls_left_waiting() {
+        let sent = messages(json!([
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "never mind"}]},
+        ]));
+        let prepared = prepare_turn(
+            waiting_conversation(),
+            sent,
+            TurnTrigger::Submit,
+            "new".into(),
+        )
+        .unwrap();
+        let waited = prepared.history[1].tool_parts().next().unwrap();
+        assert_eq!(waited.state, ToolState::OutputError);
+        assert_eq!(waited.error_text.as_deref(), Some(AUTHORIZATION_ABANDONED));
     }
 
     fn decision(approval_id: &str, approved: bool) -> Vec<UiMessage> {

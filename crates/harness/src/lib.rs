@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod channels;
+pub mod connections;
 pub mod conversation;
 pub mod engine;
 pub mod fetch_grant;

@@ -138,6 +138,7 @@ async fn turn(
         stop: Default::default(),
         ledger: None,
         restate_decided: false,
+        authorizer: None,
     };
     let (sender, mut receiver) = mpsc::channel(256);
     let collector = tokio::spawn(async move {

@@ -14,6 +14,7 @@ pub mod fixtures;
 pub mod http;
 pub mod kube;
 pub mod net;
+pub mod oauth_server;
 pub mod s3;
 pub mod scripted_model;
 pub mod server_env;
@@ -21,5 +22,6 @@ pub mod tools;
 pub mod wait;
 
 pub use kube::FakeCluster;
+pub use oauth_server::OAuthServer;
 pub use s3::S3Server;
 pub use scripted_model::{Reply, ScriptedModel};

@@ -33,6 +33,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         (name = "approvals", description = "Tool calls waiting for a person's decision, decided from any client or a one-time link"),
         (name = "accounts", description = "The calling account's limits and usage"),
         (name = "secrets", description = "The account's named secrets, which HTTP tools use as `{{secret.NAME}}`; set and listed, never read back"),
+        (name = "connections", description = "Per-user OAuth connections: the account's OAuth providers, end users' connections (tokens sealed, refreshed, never shown), and the redirect that completes an authorization"),
         (name = "operator", description = "Per-account limits, for the operator (the operator key, never a tenant token)"),
         (name = "health", description = "Probes"),
         (name = "mcp", description = "The account as an MCP server (streamable HTTP), and its OAuth protected-resource metadata"),

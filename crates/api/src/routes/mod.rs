@@ -5,6 +5,7 @@ pub mod agents;
 pub mod approvals;
 pub mod bundles;
 pub mod channels;
+pub mod connections;
 pub mod conversations;
 pub mod health;
 pub mod operator;

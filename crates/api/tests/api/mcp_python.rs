@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use toolserver_testsupport::clients::client_dir;
+use toolserver_testsupport::clients::{client_dir, venv_python};
 
 use crate::app::{spawn_live_app, TestApp};
 use crate::support::*;
@@ -21,17 +21,9 @@ const SLOW: &str = "export default { async execute(ctx, input) { await new Promi
 
 /// The virtualenv's Python: `MCP_PYTHON`, else where the test setup puts it.
 fn python() -> PathBuf {
-    match std::env::var_os("MCP_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let root = std::env::var_os("TOOLSERVER_TOOLS_ROOT")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/toolserver")
-                });
-            root.join("mcp-python/bin/python")
-        }
-    }
+    std::env::var_os("MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| venv_python("mcp-python"))
 }
 
 /// Runs the Python client's `command` as `account` (no token with `None`).

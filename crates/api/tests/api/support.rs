@@ -86,6 +86,16 @@ pub fn token(account: &str) -> String {
     )
 }
 
+/// A token of account A acting for end user `sub`.
+pub fn user_token(sub: &str) -> String {
+    sign(
+        Algorithm::HS256,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+        serde_json::json!({"account_id": ACCOUNT_A, "sub": sub, "exp": now() + 3600}),
+        None,
+    )
+}
+
 pub fn sign(alg: Algorithm, key: &EncodingKey, claims: Value, kid: Option<&str>) -> String {
     let mut header = Header::new(alg);
     header.kid = kid.map(str::to_owned);

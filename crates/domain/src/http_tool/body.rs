@@ -15,14 +15,12 @@ pub(super) fn check(body: &Value) -> Result<(), ValidationError> {
     }
 }
 
-/// The secrets `body` names.
-pub(super) fn secrets(body: &Value) -> Vec<String> {
+/// The templates of `body`'s strings.
+pub(super) fn templates(body: &Value) -> Vec<Template> {
     match body {
-        Value::String(source) => Template::parse("http.body", source)
-            .map(|template| template.secrets().map(str::to_owned).collect())
-            .unwrap_or_default(),
-        Value::Array(items) => items.iter().flat_map(secrets).collect(),
-        Value::Object(entries) => entries.values().flat_map(secrets).collect(),
+        Value::String(source) => Template::parse("http.body", source).into_iter().collect(),
+        Value::Array(items) => items.iter().flat_map(templates).collect(),
+        Value::Object(entries) => entries.values().flat_map(templates).collect(),
         Value::Null | Value::Bool(_) | Value::Number(_) => Vec::new(),
     }
 }
@@ -68,6 +66,9 @@ mod tests {
         fn secret(&self, _: &str) -> Option<&str> {
             Some("s3cr3t")
         }
+        fn connection(&self, _: &str) -> Option<&str> {
+            None
+        }
     }
 
     #[test]
@@ -79,6 +80,10 @@ mod tests {
             Some(json!({"pet": {"name": "rex"}, "n": 2, "sig": "s3cr3t", "fixed": [1]}))
         );
         assert_eq!(render_body(&json!("{{input.body}}"), &values), None);
-        assert_eq!(secrets(&body), ["K"]);
+        let named: Vec<String> = templates(&body)
+            .iter()
+            .flat_map(|template| template.secrets().map(str::to_owned))
+            .collect();
+        assert_eq!(named, ["K"]);
     }
 }

@@ -89,6 +89,8 @@ pub struct HttpTool {
     pub projection: Option<Projection>,
     /// The tool's own cap on the answer, if it sets one.
     pub max_response_bytes: Option<u64>,
+    secrets: Vec<String>,
+    connection: Option<String>,
     spec: HttpRequestSpec,
 }
 
@@ -188,6 +190,26 @@ impl HttpTool {
                 "must be at least 1",
             ));
         }
+        let named: Vec<Template> = query
+            .iter()
+            .chain(&headers)
+            .map(|(_, template)| template.clone())
+            .chain(spec.body.iter().flat_map(body::templates))
+            .collect();
+        let secrets = distinct(named.iter().flat_map(Template::secrets));
+        let connection = match distinct(named.iter().flat_map(Template::connections)).as_slice() {
+            [] => None,
+            [one] => Some(one.clone()),
+            many => {
+                return Err(ValidationError::new(
+                    "http",
+                    format!(
+                        "names the connections {}; a tool acts through one connection",
+                        many.join(" and ")
+                    ),
+                ))
+            }
+        };
         Ok(Self {
             method,
             url,
@@ -197,6 +219,8 @@ impl HttpTool {
             body_type: spec.body_type.unwrap_or_default(),
             projection,
             max_response_bytes: spec.max_response_bytes,
+            secrets,
+            connection,
             spec,
         })
     }
@@ -207,18 +231,22 @@ impl HttpTool {
     }
 
     /// Every secret its templates name, once each, in name order.
-    pub fn secrets(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .query
-            .iter()
-            .chain(&self.headers)
-            .flat_map(|(_, template)| template.secrets().map(str::to_owned))
-            .chain(self.body.iter().flat_map(body::secrets))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
     }
+
+    /// The OAuth provider whose end-user connection its templates use.
+    pub fn connection(&self) -> Option<&str> {
+        self.connection.as_deref()
+    }
+}
+
+/// `names` once each, in order.
+fn distinct<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut names: Vec<String> = names.map(str::to_owned).collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn templates(
@@ -287,6 +315,26 @@ mod tests {
         assert_eq!(tool.method, http_method::Method::Post);
         assert_eq!(tool.url.host(), "api.test");
         assert_eq!(tool.secrets(), ["API_KEY", "TOKEN"]);
+        assert_eq!(tool.connection(), None);
+    }
+
+    #[test]
+    fn a_tool_acts_through_one_connection() {
+        let tool = HttpTool::parse(spec(json!({
+            "method": "GET",
+            "url": "https://api.test/me",
+            "headers": {"Authorization": "Bearer {{connection.github.access_token}}"},
+        })))
+        .unwrap();
+        assert_eq!(tool.connection(), Some("github"));
+        let two = HttpTool::parse(spec(json!({
+            "method": "POST",
+            "url": "https://api.test/me",
+            "headers": {"Authorization": "Bearer {{connection.github.access_token}}"},
+            "body": {"other": "{{connection.gitlab.access_token}}"},
+        })))
+        .unwrap_err();
+        assert_eq!(two.field, "http");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Value templates of HTTP tools: text with `{{input.KEY}}` and
-//! `{{secret.NAME}}` placeholders, parsed once when a tool is saved.
+//! Value templates of HTTP tools: text with `{{input.KEY}}`,
+//! `{{secret.NAME}}` and `{{connection.PROVIDER.access_token}}`
+//! placeholders, parsed once when a tool is saved.
 
 use std::fmt::Write as _;
 
@@ -16,10 +17,15 @@ pub enum Part {
     Input(String),
     /// The account secret of this name, resolved in the server at call time.
     Secret(String),
+    /// The access token of the end user's connection to this OAuth
+    /// provider, resolved (and refreshed) in the server at call time.
+    Connection(String),
 }
 
 /// Text with placeholders: `{{input.KEY}}` (KEY: any characters up to the
-/// closing braces) and `{{secret.NAME}}` (NAME: 1-64 letters, digits, `_`).
+/// closing braces), `{{secret.NAME}}` and
+/// `{{connection.PROVIDER.access_token}}` (NAME, PROVIDER: 1-64 letters,
+/// digits, `_`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     source: String,
@@ -33,6 +39,9 @@ pub trait Values {
     /// The secret `name`'s value; every secret a template names was
     /// resolved before rendering.
     fn secret(&self, name: &str) -> Option<&str>;
+    /// The access token of the connection to `provider`; every connection
+    /// a template names was resolved before rendering.
+    fn connection(&self, provider: &str) -> Option<&str>;
 }
 
 impl Template {
@@ -89,6 +98,14 @@ impl Template {
         })
     }
 
+    /// The OAuth providers whose connections it names.
+    pub fn connections(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Connection(provider) => Some(provider.as_str()),
+            _ => None,
+        })
+    }
+
     /// The text with every placeholder filled: `None` when an input it
     /// names is absent or null (the header or parameter is then left out)
     /// or a secret is unknown. Strings are inserted as they are; other
@@ -106,6 +123,7 @@ impl Template {
                     }
                 },
                 Part::Secret(name) => text.push_str(values.secret(name)?),
+                Part::Connection(provider) => text.push_str(values.connection(provider)?),
             }
         }
         Some(text)
@@ -139,10 +157,20 @@ fn placeholder(field: &str, inner: &str) -> Result<Part, ValidationError> {
         }
         return Ok(Part::Secret(name.to_owned()));
     }
+    if let Some(rest) = inner.strip_prefix("connection.") {
+        let provider = rest.strip_suffix(".access_token").unwrap_or_default();
+        if !is_secret_name(provider) {
+            return Err(ValidationError::new(
+                field,
+                format!("`{{{{connection.{rest}}}}}`: write `{{{{connection.PROVIDER.access_token}}}}`, PROVIDER being 1-64 letters, digits or '_'"),
+            ));
+        }
+        return Ok(Part::Connection(provider.to_owned()));
+    }
     Err(ValidationError::new(
         field,
         format!(
-            "`{{{{{inner}}}}}` is not a placeholder: use `{{{{input.KEY}}}}` or `{{{{secret.NAME}}}}`"
+            "`{{{{{inner}}}}}` is not a placeholder: use `{{{{input.KEY}}}}`, `{{{{secret.NAME}}}}` or `{{{{connection.PROVIDER.access_token}}}}`"
         ),
     ))
 }
@@ -164,6 +192,19 @@ mod tests {
         fn secret(&self, name: &str) -> Option<&str> {
             self.1.get(name).copied()
         }
+        fn connection(&self, provider: &str) -> Option<&str> {
+            (provider == "github").then_some("gho_user")
+        }
+    }
+
+    #[test]
+    fn connection_placeholders_name_their_provider() {
+        let template = Template::parse("h", "Bearer {{connection.github.access_token}}").unwrap();
+        assert_eq!(template.connections().collect::<Vec<_>>(), ["github"]);
+        let values = Fixed(json!({}), HashMap::new());
+        assert_eq!(template.render(&values).as_deref(), Some("Bearer gho_user"));
+        let other = Template::parse("h", "{{connection.gitlab.access_token}}").unwrap();
+        assert_eq!(other.render(&values), None);
     }
 
     #[test]
@@ -206,6 +247,9 @@ mod tests {
             "{{input.}}",
             "{{secret.a-b}}",
             "{{env.HOME}}",
+            "{{connection.github}}",
+            "{{connection.git-hub.access_token}}",
+            "{{connection.github.refresh_token}}",
             "open {{input.x",
         ] {
             let err = Template::parse("headers.x", bad).unwrap_err();

@@ -35,6 +35,8 @@ pub struct TurnScope {
     /// The server's public URL, under which announcements link to the
     /// conversation.
     pub public_url: Url,
+    /// The end user the turn acts for (`None`: the account itself).
+    pub user: Option<String>,
 }
 
 /// The `handoff` tool's options from an agent config (checked when the

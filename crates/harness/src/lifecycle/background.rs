@@ -22,6 +22,7 @@ use uuid::Uuid;
 use super::Lifecycle;
 use crate::approvals::ApprovalSweep;
 use crate::channels::ChannelPoster;
+use crate::connections::AuthorizationSweep;
 use crate::{metrics, webhooks};
 
 /// Rows one reaper step handles at most.
@@ -56,6 +57,9 @@ pub struct ReapReport {
     /// Approvals that expired undecided, and turns resumed after their
     /// resumption was lost.
     pub approvals: ApprovalSweep,
+    /// Authorizations that lapsed, turns resumed after their resumption
+    /// was lost, and connections refreshed (or refused) ahead of expiry.
+    pub authorizations: AuthorizationSweep,
 }
 
 impl ReapReport {
@@ -73,6 +77,13 @@ impl ReapReport {
         metrics::reaped("recovered_conversation", self.recovered_conversations);
         metrics::reaped("expired_approval", self.approvals.expired);
         metrics::reaped("resumed_approval", self.approvals.resumed);
+        metrics::reaped("expired_authorization", self.authorizations.expired);
+        metrics::reaped("resumed_authorization", self.authorizations.resumed);
+        metrics::reaped(
+            "refreshed_connection",
+            self.authorizations.refresh.refreshed,
+        );
+        metrics::reaped("failed_connection", self.authorizations.refresh.failed);
     }
 }
 
@@ -229,6 +240,7 @@ impl Lifecycle {
         let recovered_conversations = self.recover_dead_holders(REAP_BATCH).await?;
         processes::purge_dead(pool, self.0.harness.settings().streams.retention).await?;
         let approvals = self.reap_approvals().await?;
+        let authorizations = self.reap_authorizations().await?;
         Ok(ReapReport {
             expired,
             relaunched,
@@ -241,6 +253,7 @@ impl Lifecycle {
             purged_invoke_keys,
             recovered_conversations,
             approvals,
+            authorizations,
         })
     }
 

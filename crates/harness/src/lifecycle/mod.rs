@@ -121,8 +121,15 @@ pub struct LifecycleSettings {
     /// An approval undecided this long expires: the call is denied.
     pub approval_ttl: Duration,
     /// A turn whose approvals were all decided this long ago without
-    /// resuming is resumed by the reaper.
+    /// resuming is resumed by the reaper (likewise a turn whose calls'
+    /// authorizations all completed).
     pub approval_resume_grace: Duration,
+    /// An authorization a call waits on lapses this long after it was
+    /// asked for: the call fails.
+    pub authorization_ttl: Duration,
+    /// Connections whose access tokens lapse within this long are
+    /// refreshed by the reaper.
+    pub connection_refresh_ahead: Duration,
 }
 
 impl LifecycleSettings {
@@ -144,6 +151,8 @@ impl LifecycleSettings {
         stuck_turn_grace: Duration::from_secs(60),
         approval_ttl: Duration::from_secs(24 * 3600),
         approval_resume_grace: Duration::from_secs(10),
+        authorization_ttl: Duration::from_secs(3600),
+        connection_refresh_ahead: Duration::from_secs(300),
     };
 }
 

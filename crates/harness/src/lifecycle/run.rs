@@ -242,7 +242,13 @@ impl Lifecycle {
             agent: agent_id,
             conversation: conversation.clone(),
             public_url: self.0.harness.settings().public_url.clone(),
+            user: end_user.clone(),
         };
+        plan.authorizer = Some(self.authorizer(
+            &account,
+            (agent_id.as_uuid(), conversation.as_str()),
+            end_user.clone(),
+        ));
         plan.ledger = Some(TurnLedger {
             ledger: self.ledger().clone(),
             scope: CallScope {

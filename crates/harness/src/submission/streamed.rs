@@ -58,6 +58,14 @@ pub(super) async fn launch(
             ..CallScope::direct(account.clone(), CallPath::Turn)
         },
     });
+    plan.authorizer = Some(lifecycle.authorizer(
+        account,
+        (
+            turn.lease.agent().as_uuid(),
+            turn.lease.conversation_id().as_str(),
+        ),
+        subject.clone(),
+    ));
     let on_disconnect = turn.checked.config.on_disconnect;
     let asking = AskedScope {
         account: account.clone(),
@@ -72,6 +80,7 @@ pub(super) async fn launch(
         agent: turn.lease.agent(),
         conversation: turn.lease.conversation_id().clone(),
         public_url: settings.public_url.clone(),
+        user: asking.subject.clone(),
     };
     let (lease, provider, registry, history) = (
         turn.lease,

@@ -101,6 +101,18 @@ pub trait ToolImpl: Send + Sync {
         let _ = (invocation, async_meta);
         None
     }
+
+    /// The OAuth provider whose end-user connection calls act through.
+    fn connection(&self) -> Option<&str> {
+        None
+    }
+
+    /// This tool acting for end user `user` (`""`: the account), when its
+    /// calls depend on who they act for; `None` otherwise.
+    fn for_user(&self, user: &str) -> Option<Arc<dyn ToolImpl>> {
+        let _ = user;
+        None
+    }
 }
 
 /// Bounds of a tool's detached calls, from its agent config. Whether a
@@ -183,6 +195,18 @@ impl RegisteredTool {
                 errors.join("; ")
             )
         })
+    }
+
+    /// The OAuth provider whose end-user connection calls act through.
+    pub fn connection(&self) -> Option<&str> {
+        self.implementation.connection()
+    }
+
+    /// This tool acting for end user `user`.
+    pub(crate) fn act_for(&mut self, user: &str) {
+        if let Some(bound) = self.implementation.for_user(user) {
+            self.implementation = bound;
+        }
     }
 
     /// Whether calls can be detached (uploaded tools).

@@ -28,6 +28,7 @@ use super::mcp::{McpClients, RemoteTool};
 use super::stored;
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
+use crate::connections::ACCOUNT_USER;
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::policy::{CallGate, Verdict};
@@ -425,6 +426,10 @@ impl ToolRegistry {
     /// The registry of a turn of `scope`'s conversation: tools that act on
     /// the conversation (`handoff`) act on this one. Until then they fail.
     pub fn in_scope(mut self, scope: TurnScope) -> Self {
+        let user = scope.user.as_deref().unwrap_or(ACCOUNT_USER);
+        for tool in self.tools.values_mut() {
+            tool.act_for(user);
+        }
         let name = BuiltinTool::Handoff.name();
         if let (Some(handoff), Some(tool)) = (&self.handoff, self.tools.get_mut(name)) {
             tool.implementation = Arc::new(handoff.in_scope(scope));

@@ -10,6 +10,7 @@ use toolserver_store::{ToolBody, ToolRecord};
 use super::http::{HttpToolCall, HttpToolContext};
 use super::uploaded::UploadedTool;
 use super::{Invocation, ToolEvents, ToolImpl, ToolSources};
+use crate::connections::ACCOUNT_USER;
 use crate::fetch_grant::FetchMinter;
 
 /// How `account` calls `record`, with an agent's `options` (bundle tools).
@@ -25,6 +26,7 @@ pub(super) fn implementation(
             account: account.clone(),
             tool: Arc::new(tool.as_ref().clone()),
             egress: record.egress_allow.clone(),
+            user: ACCOUNT_USER.to_owned(),
         }),
         ToolBody::Bundle { .. } => Arc::new(UploadedTool {
             account: account.clone(),

@@ -59,7 +59,51 @@ pub(super) fn place_of(
     }
 }
 
-/// Handles the calls of a pass. Returns whether any call waits for approval.
+/// Whether a call waits for its end user to connect a provider.
+enum Authorization {
+    /// The tool needs no connection, or the end user has it.
+    NotNeeded,
+    /// The end user was asked (a `data-authorization` part); the call waits.
+    Asked,
+    /// The end user cannot be asked; the call fails with this.
+    Unavailable(String),
+}
+
+/// Asks `plan`'s end user to authorize the connection `tool` acts through,
+/// when they have none.
+async fn ask_authorization(
+    emitter: &mut Emitter,
+    plan: &TurnPlan,
+    tool: &RegisteredTool,
+    tool_call_id: &str,
+) -> Result<Authorization, ClientGone> {
+    let (Some(authorizer), Some(provider)) = (&plan.authorizer, tool.connection()) else {
+        return Ok(Authorization::NotNeeded);
+    };
+    let message = emitter.assistant.id.clone();
+    match authorizer
+        .ask(provider, (&message, tool_call_id, &tool.name))
+        .await
+    {
+        Ok(None) => Ok(Authorization::NotNeeded),
+        Ok(Some(asked)) => {
+            emitter
+                .emit(UiChunk::DataAuthorization {
+                    id: asked.started.id.clone(),
+                    data: asked.data(),
+                })
+                .await?;
+            Ok(Authorization::Asked)
+        }
+        Err(err) => Ok(Authorization::Unavailable(format!(
+            "{} acts through a connection to {provider}, which cannot be authorized now: {err}",
+            tool.name
+        ))),
+    }
+}
+
+/// Handles the calls of a pass. Returns whether any call waits for a
+/// person: an approval, or an authorization.
 pub(super) async fn handle_calls(
     emitter: &mut Emitter,
     registry: &ToolRegistry,
@@ -135,6 +179,19 @@ pub(super) async fn handle_calls(
         let verdict = registry.verdict(tool, &input);
         let decision = verdict.as_ref().map_or(Decision::Allow, |v| v.decision);
         let needs_approval = tool.needs_approval || decision == Decision::Ask;
+        if decision != Decision::Deny && !needs_approval {
+            match ask_authorization(emitter, plan, tool, &call.id).await? {
+                Authorization::NotNeeded => {}
+                Authorization::Asked => {
+                    awaiting_approval = true;
+                    continue;
+                }
+                Authorization::Unavailable(error_text) => {
+                    refuse(emitter, ledger, &call.id, tool, &input, error_text).await?;
+                    continue;
+                }
+            }
+        }
         if let (Decision::Deny, Some(verdict)) = (decision, &verdict) {
             let error_text = verdict.explain(&tool.name);
             refuse(emitter, ledger, &call.id, tool, &input, error_text).await?;

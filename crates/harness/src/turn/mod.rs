@@ -33,6 +33,7 @@ use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
 use self::pending::PendingWork;
 use crate::approvals::{asked_in, AskedApproval};
+use crate::connections::Authorizer;
 use crate::ledger::{CalledTool, TurnLedger};
 use crate::policy::Decision;
 use crate::provider::{FinishReason, ModelProvider, ModelRequest};
@@ -84,6 +85,9 @@ pub struct TurnPlan {
     /// clients that never saw the message that asked (the AI SDK starts a
     /// resumed stream's message afresh unless it holds an answered call).
     pub restate_decided: bool,
+    /// Asks the end user to authorize the connections calls need; `None`:
+    /// such calls run and fail without one.
+    pub authorizer: Option<Authorizer>,
 }
 
 impl TurnPlan {
@@ -112,6 +116,7 @@ impl TurnPlan {
             request_key: None,
             stop: CancellationToken::new(),
             ledger: None,
+            authorizer: None,
         }
     }
 }

@@ -118,6 +118,16 @@ pub enum UiChunk {
         #[serde(skip_serializing_if = "Option::is_none")]
         title: Option<String>,
     },
+    /// A call waits for its end user to authorize a connection: where to
+    /// go (a `data-authorization` part of the message).
+    #[serde(rename = "data-authorization")]
+    DataAuthorization {
+        /// The part's id (the authorization's), so a later chunk can
+        /// replace it.
+        id: String,
+        /// `authorizationId`, `toolCallId`, `provider`, `url`, `expiresAt`.
+        data: Value,
+    },
     /// A model pass ended.
     FinishStep,
     /// The turn ended.

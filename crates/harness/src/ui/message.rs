@@ -339,6 +339,13 @@ impl UiMessage {
         match chunk {
             UiChunk::Start { message_id } => self.id.clone_from(message_id),
             UiChunk::StartStep => self.parts.push(UiPart::StepStart),
+            UiChunk::DataAuthorization { id, data } => {
+                self.parts.push(UiPart::Other(serde_json::json!({
+                    "type": "data-authorization",
+                    "id": id,
+                    "data": data,
+                })));
+            }
             UiChunk::TextStart { .. } => self.parts.push(UiPart::Text {
                 text: String::new(),
                 state: Some("streaming".into()),

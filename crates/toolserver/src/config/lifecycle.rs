@@ -156,6 +156,24 @@ pub struct LifecycleConfig {
         default_value_t = secs(LifecycleSettings::DEFAULT.approval_resume_grace)
     )]
     pub approval_resume_grace_secs: u64,
+    /// Seconds a call waits for its end user to authorize a connection
+    /// before the authorization lapses and the call fails.
+    #[arg(
+        long,
+        env = "TOOLSERVER_AUTHORIZATION_TTL_SECS",
+        default_value_t = secs(LifecycleSettings::DEFAULT.authorization_ttl),
+        value_parser = within::<u64>(1..)
+    )]
+    pub authorization_ttl_secs: u64,
+    /// Seconds before an end user's OAuth access token lapses at which
+    /// the reaper refreshes it.
+    #[arg(
+        long,
+        env = "TOOLSERVER_CONNECTION_REFRESH_AHEAD_SECS",
+        default_value_t = secs(LifecycleSettings::DEFAULT.connection_refresh_ahead),
+        value_parser = within::<u64>(1..)
+    )]
+    pub connection_refresh_ahead_secs: u64,
     /// Milliseconds between reaper passes, which expire detached calls past
     /// their deadline, fail calls whose runner went silent, seal groups left
     /// open, and fail exhausted jobs and turns that cannot go on.

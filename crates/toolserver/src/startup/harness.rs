@@ -158,5 +158,7 @@ fn lifecycle_settings(config: &LifecycleConfig) -> LifecycleSettings {
         stuck_turn_grace: Duration::from_secs(config.stuck_turn_grace_secs),
         approval_ttl: Duration::from_secs(config.approval_ttl_secs),
         approval_resume_grace: Duration::from_secs(config.approval_resume_grace_secs),
+        authorization_ttl: Duration::from_secs(config.authorization_ttl_secs),
+        connection_refresh_ahead: Duration::from_secs(config.connection_refresh_ahead_secs),
     }
 }

@@ -214,7 +214,19 @@ impl TestApp {
 
     /// Runs a turn to its end.
     pub async fn turn(&self, account: &str, agent: &str, body: Value) -> Turn {
-        let response = self.start_turn(account, agent, body).await;
+        self.turn_as(&token(account), agent, body).await
+    }
+
+    /// Runs a turn to its end with `bearer` (e.g. a token naming an end user).
+    pub async fn turn_as(&self, bearer: &str, agent: &str, body: Value) -> Turn {
+        let response = self
+            .client
+            .post(format!("{}/agents/{agent}/chat", self.base()))
+            .bearer_auth(bearer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap();

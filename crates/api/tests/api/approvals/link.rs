@@ -7,6 +7,7 @@ use sqlx::PgPool;
 use std::time::Duration;
 
 use super::*;
+use crate::webhook_receiver::Receiver;
 
 /// Points account A's approval announcements at `url`.
 async fn announce_to(app: &TestApp, url: &str) {

@@ -7,14 +7,8 @@
 mod link;
 mod resume;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::{Json, Router};
-use jsonwebtoken::{Algorithm, EncodingKey};
 use serde_json::{json, Value};
 use toolserver_harness::lifecycle::LifecycleSettings;
 use toolserver_harness::webhooks::WebhookSettings;
@@ -134,47 +128,4 @@ async fn approval(app: &TestApp, id: &str) -> Value {
         .await;
     assert_eq!(status, 200, "{body}");
     body
-}
-
-/// A token of account A acting for end user `sub`.
-fn user_token(sub: &str) -> String {
-    sign(
-        Algorithm::HS256,
-        &EncodingKey::from_secret(SECRET.as_bytes()),
-        json!({"account_id": ACCOUNT_A, "sub": sub, "exp": now() + 3600}),
-        None,
-    )
-}
-
-/// A webhook receiver keeping every post's body.
-#[derive(Clone, Default)]
-struct Receiver {
-    posts: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Receiver {
-    async fn start() -> (Self, String) {
-        let receiver = Self::default();
-        let app = Router::new()
-            .route("/hooks/approvals", post(take))
-            .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hooks/approvals", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (receiver, url)
-    }
-
-    /// The posts, once there are `count`.
-    async fn posts(&self, count: usize) -> Vec<Value> {
-        until("the webhook to be posted", || async {
-            self.posts.lock().unwrap().len() >= count
-        })
-        .await;
-        self.posts.lock().unwrap().clone()
-    }
-}
-
-async fn take(State(receiver): State<Receiver>, Json(body): Json<Value>) -> StatusCode {
-    receiver.posts.lock().unwrap().push(body);
-    StatusCode::OK
 }

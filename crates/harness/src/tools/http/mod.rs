@@ -16,7 +16,8 @@ use sqlx::PgPool;
 use toolserver_domain::http_tool::HttpTool;
 use toolserver_domain::{AccountId, EgressAllowList};
 
-use super::{Failure, Invocation, ToolEvent, ToolEvents, ToolImpl};
+use super::{Failure, FailureKind, Invocation, ToolEvent, ToolEvents, ToolImpl};
+use crate::connections::{ConnectionError, Connections};
 use crate::outbound::OutboundPolicy;
 use crate::sealing::SecretBox;
 
@@ -38,6 +39,18 @@ pub struct HttpToolContext {
     pub max_output_bytes: u64,
 }
 
+impl HttpToolContext {
+    /// Where end users' connections are kept and refreshed.
+    pub fn connections(&self) -> Connections {
+        Connections::new(
+            self.pool.clone(),
+            self.sealer.clone(),
+            self.client.clone(),
+            self.policy.clone(),
+        )
+    }
+}
+
 /// One account's HTTP tool.
 #[derive(Clone)]
 pub struct HttpToolCall {
@@ -45,6 +58,8 @@ pub struct HttpToolCall {
     pub(in crate::tools) account: AccountId,
     pub(in crate::tools) tool: Arc<HttpTool>,
     pub(in crate::tools) egress: Option<EgressAllowList>,
+    /// The end user calls act for (`""`: the account).
+    pub(in crate::tools) user: String,
 }
 
 impl ToolImpl for HttpToolCall {
@@ -58,17 +73,38 @@ impl ToolImpl for HttpToolCall {
         })
         .boxed()
     }
+
+    fn connection(&self) -> Option<&str> {
+        self.tool.connection()
+    }
+
+    fn for_user(&self, user: &str) -> Option<Arc<dyn ToolImpl>> {
+        self.tool.connection()?;
+        Some(Arc::new(Self {
+            user: user.to_owned(),
+            ..self.clone()
+        }))
+    }
 }
 
 impl HttpToolCall {
     async fn run(&self, invocation: Invocation) -> Result<serde_json::Value, Failure> {
-        let secrets = secrets::resolve(
+        let mut secrets = secrets::resolve(
             &self.context.pool,
             &self.context.sealer,
             &self.account,
-            &self.tool.secrets(),
+            self.tool.secrets(),
         )
         .await?;
+        if let Some(provider) = self.tool.connection() {
+            let token = self
+                .context
+                .connections()
+                .access_token(&self.account, &self.user, provider)
+                .await
+                .map_err(connection_failure)?;
+            secrets.add_connection(provider, token);
+        }
         let redactor = secrets.redactor();
         let request = request::build(
             &self.context,
@@ -95,5 +131,22 @@ impl HttpToolCall {
         outcome
             .map(|output| redactor.value(output))
             .map_err(|failure| redactor.failure(failure))
+    }
+}
+
+/// A call that cannot act through its connection fails: for good when the
+/// connection is missing or failed (naming how to make it), as unreachable
+/// when the provider could not refresh it now.
+pub(crate) fn connection_failure(err: ConnectionError) -> Failure {
+    match err {
+        ConnectionError::NotConnected { .. } | ConnectionError::Failed { .. } => Failure::tool(format!(
+            "{err}; the end user connects it when a turn asks, or through POST /accounts/me/connections/{{provider}}/authorize"
+        )),
+        ConnectionError::NoProvider(_) | ConnectionError::Refused(_) | ConnectionError::Sealing => {
+            Failure::tool(err.to_string())
+        }
+        ConnectionError::Unreachable(_) | ConnectionError::Store(_) | ConnectionError::UnknownAuthorization => {
+            Failure::new(FailureKind::Unreachable, err.to_string())
+        }
     }
 }

@@ -76,6 +76,14 @@ pub async fn proxy(
     let method = reqwest::Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| ProxyError::Invalid(format!("method {:?} is not valid", request.method)))?;
     let templates = header_templates(&request.headers)?;
+    if let Some((name, _)) = templates
+        .iter()
+        .find(|(_, template)| template.connections().next().is_some())
+    {
+        return Err(ProxyError::Invalid(format!(
+            "header {name}: ctx.fetch fills secrets only; a connection's token is used by HTTP tools"
+        )));
+    }
     let names: Vec<String> = templates
         .iter()
         .flat_map(|(_, template)| template.secrets().map(str::to_owned))

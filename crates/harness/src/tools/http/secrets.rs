@@ -12,9 +12,13 @@ use toolserver_store::account_secrets;
 use super::super::{Failure, FailureKind};
 use crate::sealing::SecretBox;
 
-/// The opened values of the secrets one call names.
+/// The opened values of the secrets one call names, and the access token
+/// of the connection it acts through.
 #[derive(Default)]
-pub(super) struct OpenSecrets(HashMap<String, String>);
+pub(super) struct OpenSecrets {
+    secrets: HashMap<String, String>,
+    connection: Option<(String, String)>,
+}
 
 /// What stands in for a secret's value wherever one would be shown.
 const REDACTED: &str = "[redacted]";
@@ -50,15 +54,19 @@ pub(super) async fn resolve(
             "the secret {missing} is not set in this account (PUT /accounts/me/secrets/{missing})"
         )));
     }
-    Ok(OpenSecrets(open))
+    Ok(OpenSecrets {
+        secrets: open,
+        connection: None,
+    })
 }
 
 impl OpenSecrets {
     /// What scrubs these values from text.
     pub(super) fn redactor(&self) -> Redactor {
         let mut values: Vec<String> = self
-            .0
+            .secrets
             .values()
+            .chain(self.connection.iter().map(|(_, token)| token))
             .filter(|value| !value.is_empty())
             .cloned()
             .collect();
@@ -69,7 +77,20 @@ impl OpenSecrets {
 
     /// The value of `name`, if it was opened.
     pub(super) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.secrets.get(name).map(String::as_str)
+    }
+
+    /// Adds the access token of the connection to `provider`.
+    pub(super) fn add_connection(&mut self, provider: &str, token: String) {
+        self.connection = Some((provider.to_owned(), token));
+    }
+
+    /// The access token of the connection to `provider`, if it was opened.
+    pub(super) fn connection(&self, provider: &str) -> Option<&str> {
+        self.connection
+            .as_ref()
+            .filter(|(opened, _)| opened == provider)
+            .map(|(_, token)| token.as_str())
     }
 }
 
@@ -143,6 +164,10 @@ impl Values for CallValues<'_> {
 
     fn secret(&self, name: &str) -> Option<&str> {
         self.secrets.get(name)
+    }
+
+    fn connection(&self, provider: &str) -> Option<&str> {
+        self.secrets.connection(provider)
     }
 }
 

@@ -214,4 +214,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0024: 24,
     in_flight_work_settles_after_an_upgrade_from_0025: 25,
     in_flight_work_settles_after_an_upgrade_from_0026: 26,
+    in_flight_work_settles_after_an_upgrade_from_0027: 27,
 }

@@ -63,7 +63,7 @@ pub async fn import_tools(
         source_url,
         operations: body.operations,
         secret: body.secret,
-        connection: None,
+        connection: body.connection,
     };
     let conversion = convert(&document, &options)
         .map_err(|err| ApiError::from(ValidationError::new("document", err.to_string())))?;

@@ -25,6 +25,11 @@ pub struct ImportBody {
     /// The account secret that fills the document's bearer or API-key
     /// authentication (`{{secret.NAME}}`); none is sent when absent.
     pub secret: Option<String>,
+    /// The OAuth provider whose end-user connection fills the document's
+    /// OAuth 2 or OpenID Connect authentication
+    /// (`Bearer {{connection.NAME.access_token}}`); without it such
+    /// operations are skipped.
+    pub connection: Option<String>,
 }
 
 /// A tool an import created or updated.

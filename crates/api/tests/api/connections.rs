@@ -1,0 +1,322 @@
+//! Per-user OAuth connections end to end, against a real OAuth 2.1
+//! authorization server (authlib, `clients/oauth-server`): a turn whose
+//! call needs a connection asks its end user to authorize, the test
+//! follows the URL and the redirect as a browser would, and the call runs
+//! with that user's own token; another end user gets their own prompt;
+//! tokens are refreshed before they lapse; a revoked refresh token fails
+//! the connection, which is announced and asked for again.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use toolserver_harness::lifecycle::LifecycleSettings;
+use toolserver_harness::webhooks::WebhookSettings;
+use toolserver_harness::HarnessSettings;
+use toolserver_testsupport::oauth_server::OAuthServer;
+use toolserver_testsupport::wait::until;
+use toolserver_testsupport::Reply;
+
+use crate::app::{fast_lifecycle, TestApp};
+use crate::support::*;
+use crate::webhook_receiver::Receiver;
+
+const CLIENT_ID: &str = "toolserver-test";
+const CLIENT_SECRET: &str = "client-s3cret-value";
+
+/// Settings refreshing tokens that lapse within `refresh_ahead`, with
+/// quick resumption and webhooks.
+fn settings(refresh_ahead: Duration) -> HarnessSettings {
+    let fast = fast_lifecycle();
+    HarnessSettings {
+        lifecycle: LifecycleSettings {
+            approval_resume_grace: Duration::from_millis(300),
+            connection_refresh_ahead: refresh_ahead,
+            ..fast.lifecycle
+        },
+        webhooks: WebhookSettings {
+            first_retry: Duration::from_millis(50),
+            max_retry: Duration::from_millis(200),
+            poll: Duration::from_millis(20),
+            ..WebhookSettings::DEFAULT
+        },
+        ..fast
+    }
+}
+
+/// Configures the provider `demo` at `oauth`, announcing to `webhook`.
+async fn configure(app: &TestApp, oauth: &OAuthServer, webhook: &str) {
+    let (status, body) = app
+        .request(
+            Method::PUT,
+            "/accounts/me/oauth-providers/demo",
+            ACCOUNT_A,
+            Some(json!({
+                "authorizationUrl": oauth.authorization_url(),
+                "tokenUrl": oauth.token_url(),
+                "clientId": CLIENT_ID,
+                "clientSecret": CLIENT_SECRET,
+                "scopes": ["profile"],
+                "webhook": webhook,
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["hasClientSecret"], true);
+    assert!(!body.to_string().contains(CLIENT_SECRET), "{body}");
+}
+
+/// An HTTP tool calling the provider's API as the end user; its id.
+async fn whoami_tool(app: &TestApp, oauth: &OAuthServer) -> String {
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/accounts/me/tools",
+            ACCOUNT_A,
+            Some(json!({
+                "name": "whoami",
+                "description": "Who the end user is at the provider.",
+                "inputSchema": {"type": "object"},
+                "kind": "http",
+                "http": {
+                    "method": "GET",
+                    "url": oauth.resource_url(),
+                    "headers": {"Authorization": "Bearer {{connection.demo.access_token}}"},
+                },
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["toolId"].as_str().unwrap().to_owned()
+}
+
+/// `user`'s turn in `conversation`, which must stop on an authorization;
+/// the authorization URL.
+async fn asks_to_authorize(app: &TestApp, agent: &str, user: &str, conversation: &str) -> String {
+    let turn = app
+        .turn_as(
+            &user_token(user),
+            agent,
+            user_turn(conversation, "who am I?"),
+        )
+        .await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let asked = turn.of_type("data-authorization");
+    assert_eq!(asked.len(), 1, "{}", turn.body);
+    assert!(
+        turn.of_type("tool-output-available").is_empty(),
+        "{}",
+        turn.body
+    );
+    assert_eq!(asked[0]["data"]["provider"], "demo");
+    asked[0]["data"]["url"].as_str().unwrap().to_owned()
+}
+
+/// Follows `url` as `user` would in a browser: the provider's consent,
+/// then its redirect to this server; the redirect's answer.
+async fn authorize(app: &TestApp, oauth: &OAuthServer, url: &str, user: &str) -> Value {
+    let callback = oauth.consent(url, user).await;
+    assert!(callback.starts_with(app.base()), "{callback}");
+    let response = app.client.get(&callback).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["connected"], true, "{answer}");
+    answer
+}
+
+/// Conversation `id` once its assistant message answered after the call.
+async fn answered(app: &TestApp, id: &str) -> Value {
+    let path = format!("/conversations/{id}");
+    until("the resumed turn to answer", || async {
+        let (_, stored) = app.request(Method::GET, &path, ACCOUNT_A, None).await;
+        stored.to_string().contains("Done.")
+    })
+    .await;
+    app.request(Method::GET, &path, ACCOUNT_A, None).await.1
+}
+
+/// The output of the call of `whoami` in a stored conversation.
+fn whoami_output(stored: &Value) -> Value {
+    stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|message| message["parts"].as_array().cloned().unwrap_or_default())
+        .find(|part| part["type"] == "tool-whoami")
+        .map(|part| part["output"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn each_end_user_authorizes_once_and_calls_run_with_their_own_token(pool: PgPool) {
+    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3600).await;
+    let app = TestApp::live(pool)
+        .harness(settings(Duration::from_secs(1)))
+        .spawn()
+        .await;
+    let (_, webhook) = Receiver::start().await;
+    configure(&app, &oauth, &webhook).await;
+    let tool = whoami_tool(&app, &oauth).await;
+    app.model.script(
+        "oauth-users",
+        vec![
+            Reply::tool_call("c_ann", "whoami", json!({})),
+            Reply::text("Done."),
+            Reply::tool_call("c_bob", "whoami", json!({})),
+            Reply::text("Done."),
+            Reply::tool_call("c_ann2", "whoami", json!({})),
+            Reply::text("Done again."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "oauth-users", json!({ &tool: {} }))
+        .await;
+
+    let url = asks_to_authorize(&app, &agent, "ann", "conv-ann").await;
+    let redirect = url::Url::parse(&url).unwrap();
+    let query: Vec<(String, String)> = redirect.query_pairs().into_owned().collect();
+    let param = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(param("code_challenge_method").as_deref(), Some("S256"));
+    assert_eq!(param("client_id").as_deref(), Some(CLIENT_ID));
+    assert_eq!(param("scope").as_deref(), Some("profile"));
+    let answer = authorize(&app, &oauth, &url, "ann").await;
+    assert_eq!(answer["user"], "ann");
+    assert!(answer["resumedTurn"].is_string(), "{answer}");
+    let stored = answered(&app, "conv-ann").await;
+    assert_eq!(whoami_output(&stored)["user"], "ann", "{stored}");
+
+    let url = asks_to_authorize(&app, &agent, "bob", "conv-bob").await;
+    let answer = authorize(&app, &oauth, &url, "bob").await;
+    assert_eq!(answer["user"], "bob");
+    let stored = answered(&app, "conv-bob").await;
+    assert_eq!(whoami_output(&stored)["user"], "bob", "{stored}");
+
+    let again = app
+        .turn_as(
+            &user_token("ann"),
+            &agent,
+            user_turn("conv-ann-2", "and now?"),
+        )
+        .await;
+    assert!(
+        again.of_type("data-authorization").is_empty(),
+        "{}",
+        again.body
+    );
+    let outputs = again.of_type("tool-output-available");
+    assert_eq!(outputs[0]["output"]["user"], "ann", "{}", again.body);
+
+    let used = authorize_again(&app, &oauth, &url).await;
+    assert_eq!(used, 404, "a used state is refused");
+
+    let (status, listed) = app
+        .request(Method::GET, "/accounts/me/connections", ACCOUNT_A, None)
+        .await;
+    assert_eq!(status, 200);
+    let users: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["user"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["ann", "bob"], "{listed}");
+    assert!(listed["connections"][0].get("accessToken").is_none());
+    let status = app
+        .client
+        .get(format!("{}/accounts/me/connections?user=bob", app.base()))
+        .bearer_auth(user_token("ann"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 403, "ann may not list bob's connections");
+    let (_, other) = app
+        .request(Method::GET, "/accounts/me/connections", ACCOUNT_B, None)
+        .await;
+    assert_eq!(other["connections"], json!([]), "another account sees none");
+}
+
+/// Follows the consent at `url` again as ann; the redirect's status.
+async fn authorize_again(app: &TestApp, oauth: &OAuthServer, url: &str) -> u16 {
+    let callback = oauth.consent(url, "ann").await;
+    app.client
+        .get(&callback)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn tokens_refresh_before_they_lapse_and_a_revoked_grant_is_announced(pool: PgPool) {
+    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3).await;
+    let app = TestApp::live(pool)
+        .harness(settings(Duration::from_secs(2)))
+        .spawn()
+        .await;
+    let (receiver, webhook) = Receiver::start().await;
+    configure(&app, &oauth, &webhook).await;
+    let tool = whoami_tool(&app, &oauth).await;
+    app.model.script(
+        "oauth-refresh",
+        vec![
+            Reply::tool_call("c1", "whoami", json!({})),
+            Reply::text("Done."),
+            Reply::tool_call("c2", "whoami", json!({})),
+            Reply::text("Asked again."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "oauth-refresh", json!({ &tool: {} }))
+        .await;
+    let url = asks_to_authorize(&app, &agent, "ann", "conv-refresh").await;
+    authorize(&app, &oauth, &url, "ann").await;
+    answered(&app, "conv-refresh").await;
+
+    until(
+        "the reaper to refresh the token before it lapses",
+        || async { oauth.stats().await["refresh_token"].as_u64().unwrap_or(0) >= 2 },
+    )
+    .await;
+    let (_, listed) = app
+        .request(Method::GET, "/accounts/me/connections", ACCOUNT_A, None)
+        .await;
+    let connection = &listed["connections"][0];
+    assert_eq!(connection["status"], "active", "{listed}");
+    assert!(connection["refreshedAt"].is_string(), "{listed}");
+
+    assert!(oauth.revoke("ann").await >= 1);
+    let posts = receiver.posts(1).await;
+    assert_eq!(posts[0]["type"], "connection.refresh_failed", "{posts:?}");
+    assert_eq!(posts[0]["connection"]["provider"], "demo");
+    assert_eq!(posts[0]["connection"]["user"], "ann");
+    assert!(
+        posts[0]["connection"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_grant"),
+        "{posts:?}"
+    );
+    let (_, listed) = app
+        .request(
+            Method::GET,
+            "/accounts/me/connections?user=ann",
+            ACCOUNT_A,
+            None,
+        )
+        .await;
+    assert_eq!(listed["connections"][0]["status"], "failed", "{listed}");
+    assert!(listed["connections"][0]["lastError"]
+        .as_str()
+        .unwrap()
+        .contains("invalid_grant"));
+
+    asks_to_authorize(&app, &agent, "ann", "conv-refresh-2").await;
+}

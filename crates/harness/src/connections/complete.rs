@@ -1,0 +1,121 @@
+//! Completing an authorization from the provider's redirect: the code is
+//! exchanged (with the PKCE verifier sealed until now), the connection
+//! stored, and the call that waited on it resumed.
+
+use time::OffsetDateTime;
+use toolserver_domain::AccountId;
+use toolserver_store::oauth_authorizations::{self, AuthorizationRecord};
+use toolserver_store::oauth_connections::{self, Tokens};
+use toolserver_store::StoreError;
+use uuid::Uuid;
+
+use super::authorize::state_hash;
+use super::resume::lapsed;
+use super::sealed::{token_name, verifier_name};
+use super::ConnectionError;
+use crate::lifecycle::Lifecycle;
+
+/// An authorization completed by its redirect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedAuthorization {
+    /// The provider connected.
+    pub provider: String,
+    /// The end user (`""`: the account).
+    pub user: String,
+    /// Whether a call waited on it.
+    pub had_waiting_call: bool,
+    /// The detached turn that runs the waiting call, when it resumed now.
+    pub resumed_turn: Option<Uuid>,
+}
+
+impl Lifecycle {
+    /// Completes the authorization whose redirect carries `state` with the
+    /// provider's `answer` (its code, or the error it redirected with):
+    /// stores the connection, then resumes the call that waited on it.
+    pub async fn complete_authorization(
+        &self,
+        state: &str,
+        answer: Result<&str, String>,
+    ) -> Result<CompletedAuthorization, ConnectionError> {
+        let found = oauth_authorizations::by_state(self.pool(), &state_hash(state))
+            .await
+            .map_err(|err| match err {
+                StoreError::NotFound => ConnectionError::UnknownAuthorization,
+                other => ConnectionError::Store(other),
+            })?;
+        let account = AccountId::parse(&found.account_id)
+            .map_err(|_| ConnectionError::UnknownAuthorization)?;
+        if found.status != "pending" {
+            return Err(ConnectionError::UnknownAuthorization);
+        }
+        if found.expires_at <= OffsetDateTime::now_utc() {
+            self.settle(&account, &found, "expired", Some(&lapsed(&found)))
+                .await?;
+            return Err(ConnectionError::UnknownAuthorization);
+        }
+        let connected = match answer {
+            Ok(code) => self.connect(&account, &found, code).await,
+            Err(refusal) => Err(ConnectionError::Refused(refusal)),
+        };
+        let resumed_turn = match &connected {
+            Ok(()) => self.settle(&account, &found, "authorized", None).await?,
+            Err(ConnectionError::Refused(refusal)) => {
+                let error = format!(
+                    "the end user's authorization of {} failed: {refusal}",
+                    found.provider
+                );
+                self.settle(&account, &found, "failed", Some(&error))
+                    .await?
+            }
+            Err(_) => None,
+        };
+        connected?;
+        Ok(CompletedAuthorization {
+            provider: found.provider.clone(),
+            user: found.user_id.clone(),
+            had_waiting_call: found.waiting.is_some(),
+            resumed_turn,
+        })
+    }
+
+    /// Exchanges `code` and stores the connection `found` asked for.
+    async fn connect(
+        &self,
+        account: &AccountId,
+        found: &AuthorizationRecord,
+        code: &str,
+    ) -> Result<(), ConnectionError> {
+        let connections = self.connections();
+        let sealer = &self.harness().sources().sealer;
+        let verifier = sealer
+            .open_account_secret(&found.verifier_sealed, account, &verifier_name(&found.id))
+            .map_err(|_| ConnectionError::Sealing)?;
+        let redirect = self.oauth_redirect();
+        let provider = connections
+            .provider(account, &found.provider, Some(&redirect))
+            .await?;
+        let granted = connections.exchange_code(&provider, code, verifier).await?;
+        let (name, user) = (found.provider.as_str(), found.user_id.as_str());
+        let seal = |value: &str, which: &str| {
+            sealer
+                .seal_account_secret(value, account, &token_name(name, user, which))
+                .ok_or(ConnectionError::Sealing)
+        };
+        let access_sealed = seal(&granted.access, "access")?;
+        let refresh_sealed = granted
+            .refresh
+            .as_deref()
+            .map(|refresh| seal(refresh, "refresh"))
+            .transpose()?;
+        let tokens = Tokens {
+            access_sealed: &access_sealed,
+            refresh_sealed: refresh_sealed.as_deref(),
+            expires_at: granted.expires_at,
+            scopes: &granted.scopes,
+        };
+        let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
+        oauth_connections::upsert(&mut tx, account, name, user, &tokens).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(())
+    }
+}
