@@ -270,6 +270,14 @@ def stats():
         )
 
 
+@app.get("/admin/tokens")
+def issued():
+    """Every access and refresh token issued, so tests can look for them where they must not be."""
+    with lock:
+        secrets = [t.access_token for t in tokens] + [t.refresh_token for t in tokens if t.refresh_token]
+        return jsonify(tokens=secrets)
+
+
 class PlainLog(WSGIRequestHandler):
     """Logs each request as werkzeug does, without terminal colours."""
 

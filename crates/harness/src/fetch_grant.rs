@@ -1,6 +1,7 @@
 //! Fetch grants: what lets an uploaded tool's code ask the server to make
 //! a request for it (`ctx.fetch`), with the account's secrets filled in by
-//! the server. A grant names the account, the tool and when it expires,
+//! the server. A grant names the account, the tool, the end user the call
+//! acts for (whose connection it may use) and when it expires,
 //! signed with a key derived from the server's secrets key, so any server
 //! of the deployment checks it and nothing is stored per call.
 
@@ -20,11 +21,13 @@ pub struct FetchGrant {
     pub account: AccountId,
     /// The tool making them (its egress allow list applies).
     pub tool: ToolId,
+    /// The end user the call acts for (`""`: the account).
+    pub user: String,
     /// Seconds since the Unix epoch after which the grant is refused.
     pub expires_at: u64,
 }
 
-const PREFIX: &str = "fgt1";
+const PREFIX: &str = "fgt2";
 
 /// How long a grant outlives its call's deadline: a detached call may run
 /// on past it while it heartbeats.
@@ -41,8 +44,13 @@ pub struct FetchMinter {
 
 impl FetchMinter {
     /// Access for a call of `account`'s `tool` with deadline `timeout`.
-    pub fn access(&self, account: &AccountId, tool: ToolId, timeout: Duration) -> FetchAccess {
-        let grant = FetchGrant::new(account.clone(), tool, timeout + GRACE);
+    pub fn access(
+        &self,
+        (account, tool, user): (&AccountId, ToolId, &str),
+        timeout: Duration,
+    ) -> FetchAccess {
+        let mut grant = FetchGrant::new(account.clone(), tool, timeout + GRACE);
+        grant.user = user.to_owned();
         FetchAccess {
             url: self.url.to_string(),
             grant: grant.mint(&self.sealer),
@@ -59,6 +67,7 @@ impl FetchGrant {
         Self {
             account,
             tool,
+            user: String::new(),
             expires_at: (now + lifetime).as_secs(),
         }
     }
@@ -80,7 +89,8 @@ impl FetchGrant {
             return None;
         }
         let mut parts = payload.split('~');
-        let (Some(PREFIX), Some(account), Some(tool), Some(expiry), None) = (
+        let (Some(PREFIX), Some(account), Some(tool), Some(user), Some(expiry), None) = (
+            parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
@@ -92,6 +102,7 @@ impl FetchGrant {
         let grant = Self {
             account: AccountId::parse(account).ok()?,
             tool: ToolId::parse(tool)?,
+            user: String::from_utf8(hex::decode(user).ok()?).ok()?,
             expires_at: expiry.parse().ok()?,
         };
         let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
@@ -100,8 +111,11 @@ impl FetchGrant {
 
     fn payload(&self) -> String {
         format!(
-            "{PREFIX}~{}~{}~{}",
-            self.account, self.tool, self.expires_at
+            "{PREFIX}~{}~{}~{}~{}",
+            self.account,
+            self.tool,
+            hex::encode(&self.user),
+            self.expires_at
         )
     }
 }
@@ -114,21 +128,32 @@ mod tests {
     fn a_grant_verifies_only_unchanged_unexpired_and_under_its_key() {
         let sealer = SecretBox::new(&[3; 32]);
         let account = AccountId::parse("acme.eu:team@x").unwrap();
-        let grant = FetchGrant::new(account.clone(), ToolId::generate(), Duration::from_secs(60));
+        let grant = FetchGrant {
+            user: "ann~with~tildes".into(),
+            ..FetchGrant::new(account.clone(), ToolId::generate(), Duration::from_secs(60))
+        };
         let token = grant.mint(&sealer);
         assert_eq!(FetchGrant::verify(&sealer, &token), Some(grant.clone()));
         assert_eq!(FetchGrant::verify(&SecretBox::new(&[4; 32]), &token), None);
-        let other = FetchGrant {
-            account: AccountId::parse("other").unwrap(),
-            ..grant.clone()
-        };
-        let forged = format!("{}~{}", other.payload(), token.rsplit_once('~').unwrap().1);
-        assert_eq!(FetchGrant::verify(&sealer, &forged), None);
+        let mac = token.rsplit_once('~').unwrap().1;
+        for other in [
+            FetchGrant {
+                account: AccountId::parse("other").unwrap(),
+                ..grant.clone()
+            },
+            FetchGrant {
+                user: "bob".into(),
+                ..grant.clone()
+            },
+        ] {
+            let forged = format!("{}~{mac}", other.payload());
+            assert_eq!(FetchGrant::verify(&sealer, &forged), None);
+        }
         let expired = FetchGrant {
             expires_at: 1,
             ..grant
         };
         assert_eq!(FetchGrant::verify(&sealer, &expired.mint(&sealer)), None);
-        assert_eq!(FetchGrant::verify(&sealer, "fgt1~garbage"), None);
+        assert_eq!(FetchGrant::verify(&sealer, "fgt2~garbage"), None);
     }
 }

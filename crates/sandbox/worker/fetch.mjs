@@ -1,9 +1,11 @@
 // ctx.fetch: a request the server makes for the tool. The tool's code
-// names secrets as `{{secret.NAME}}` in header values; the server fills
-// them, makes the request through its own public-only client and the
-// tool's egress allow list, and answers with what came back (any secret
-// value in it replaced), so the code never holds a secret. The call's
-// fetch grant (`x-fetch-grant`) says which account and tool it is for.
+// names secrets as `{{secret.NAME}}` (and the end user's token of the
+// connection it declares as `{{connection.PROVIDER.access_token}}`) in
+// header values; the server fills them, makes the request through its own
+// public-only client and the tool's egress allow list, and answers with
+// what came back (any secret value in it replaced), so the code never
+// holds a secret. The call's fetch grant (`x-fetch-grant`) says which
+// account, tool and end user it is for.
 //
 // Same shape as the global fetch: (input, init) -> Promise<Response>; a
 // request that got no answer rejects with a TypeError saying why.

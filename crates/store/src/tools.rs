@@ -38,6 +38,8 @@ pub struct ToolRecord {
     pub retry: RetrySpec,
     /// What a call runs: a bundle or an HTTP request.
     pub body: ToolBody,
+    /// The OAuth provider whose end-user connection calls act through.
+    pub connection: Option<String>,
     /// Starts at 1; every update adds one.
     pub version: i32,
     /// When the tool was uploaded.
@@ -65,6 +67,8 @@ pub struct NewTool {
     pub retry: RetrySpec,
     /// What a call runs.
     pub body: ToolBody,
+    /// The OAuth provider whose end-user connection calls act through.
+    pub connection: Option<String>,
 }
 
 /// What a tool's call runs.
@@ -126,6 +130,8 @@ pub struct ToolPatch {
     pub retry: Option<RetrySpec>,
     /// New body (a new bundle, or a new HTTP request).
     pub body: Option<ToolBody>,
+    /// New connection (`Some(None)`: none).
+    pub connection: Option<Option<String>>,
 }
 
 #[derive(FromRow)]
@@ -144,6 +150,7 @@ struct ToolRow {
     bundle_sha256: Option<String>,
     bundle_size: Option<i64>,
     http_spec: Option<Value>,
+    connection: Option<String>,
     version: i32,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
@@ -151,8 +158,8 @@ struct ToolRow {
 
 const COLUMNS: &str = "id, name, description, input_schema, default_config, egress_allow, \
                        effects, retry_max_attempts, retry_initial_backoff_ms, \
-                       retry_max_backoff_ms, kind, bundle_sha256, bundle_size, http_spec, version, \
-                       created_at, updated_at";
+                       retry_max_backoff_ms, kind, bundle_sha256, bundle_size, http_spec, connection, \
+                       version, created_at, updated_at";
 
 impl TryFrom<ToolRow> for ToolRecord {
     type Error = StoreError;
@@ -206,6 +213,7 @@ impl TryFrom<ToolRow> for ToolRecord {
                 row.retry_max_backoff_ms,
             ),
             body,
+            connection: row.connection,
             version: row.version,
             created_at: row.created_at,
             updated_at: row.updated_at,
@@ -228,8 +236,8 @@ pub async fn insert(
         "INSERT INTO tools (id, account_id, name, description, input_schema, default_config, \
                             bundle_sha256, bundle_size, egress_allow, effects, \
                             retry_max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms, \
-                            kind, http_spec) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                            kind, http_spec, connection) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
          RETURNING {COLUMNS}"
     ))
     .bind(ToolId::generate().as_uuid())
@@ -247,6 +255,7 @@ pub async fn insert(
     .bind(stored_count(tool.retry.max_backoff_ms()))
     .bind(kind)
     .bind(http_spec)
+    .bind(tool.connection.as_deref())
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -335,6 +344,7 @@ pub async fn update(
              bundle_sha256 = CASE WHEN $16 IS NULL THEN bundle_sha256 ELSE $7 END, \
              bundle_size = CASE WHEN $16 IS NULL THEN bundle_size ELSE $8 END, \
              http_spec = CASE WHEN $16 IS NULL THEN http_spec ELSE $17 END, \
+             connection = CASE WHEN $18 THEN $19 ELSE connection END, \
              egress_allow = CASE WHEN $9 THEN $10 ELSE egress_allow END, \
              effects = COALESCE($11, effects), \
              retry_max_attempts = CASE WHEN $12 THEN $13 ELSE retry_max_attempts END, \
@@ -378,6 +388,8 @@ pub async fn update(
     )
     .bind(kind)
     .bind(http_spec)
+    .bind(patch.connection.is_some())
+    .bind(patch.connection.flatten())
     .fetch_one(pool)
     .await?;
     row.try_into()

@@ -123,6 +123,14 @@ impl OAuthServer {
             .await
     }
 
+    /// Every access and refresh token the server has issued.
+    pub async fn issued_tokens(&self) -> Vec<String> {
+        let answer = self
+            .admin(self.http.get(format!("{}admin/tokens", self.base_url)))
+            .await;
+        serde_json::from_value(answer["tokens"].clone()).unwrap_or_default()
+    }
+
     /// Follows `authorization_url` (as a browser would) as end user `user`: appends `user=`, GETs it without following redirects, and returns the `Location` it redirects to.
     ///
     /// # Panics

@@ -18,7 +18,7 @@ use axum::Json;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use toolserver_harness::fetch_grant::FetchGrant;
-use toolserver_harness::tools::{http_context, proxy, ProxyError, ProxyRequest};
+use toolserver_harness::tools::{http_context, proxy, FetchingTool, ProxyError, ProxyRequest};
 use toolserver_store::{tools, StoreError};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -135,15 +135,13 @@ pub async fn runner_fetch(
         body: request_body,
     };
     let context = http_context(harness.sources());
-    let answer = match proxy(
-        &context,
-        &grant.account,
-        tool.egress_allow.as_ref(),
-        request,
-        FETCH_TIMEOUT,
-    )
-    .await
-    {
+    let fetching = FetchingTool {
+        account: &grant.account,
+        user: &grant.user,
+        egress: tool.egress_allow.as_ref(),
+        connection: tool.connection.as_deref(),
+    };
+    let answer = match proxy(&context, fetching, request, FETCH_TIMEOUT).await {
         Ok(response) => FetchAnswer {
             response: Some(FetchedResponse {
                 status: response.status,

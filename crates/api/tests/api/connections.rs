@@ -138,12 +138,17 @@ async fn answered(app: &TestApp, id: &str) -> Value {
 
 /// The output of the call of `whoami` in a stored conversation.
 fn whoami_output(stored: &Value) -> Value {
+    output_of(stored, "whoami")
+}
+
+/// The output of the call of `tool` in a stored conversation.
+fn output_of(stored: &Value, tool: &str) -> Value {
     stored["messages"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|message| message["parts"].as_array().cloned().unwrap_or_default())
-        .find(|part| part["type"] == "tool-whoami")
+        .find(|part| part["type"] == format!("tool-{tool}"))
         .map(|part| part["output"].clone())
         .unwrap_or(Value::Null)
 }
@@ -240,6 +245,37 @@ async fn each_end_user_authorizes_once_and_calls_run_with_their_own_token(pool: 
         .request(Method::GET, "/accounts/me/connections", ACCOUNT_B, None)
         .await;
     assert_eq!(other["connections"], json!([]), "another account sees none");
+    let (status, _) = app
+        .request(
+            Method::DELETE,
+            "/accounts/me/oauth-providers/demo",
+            ACCOUNT_B,
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "another account's provider is not found");
+
+    let tokens = oauth.issued_tokens().await;
+    assert!(tokens.len() >= 3, "{tokens:?}");
+    let (_, ledger) = app
+        .request(Method::GET, "/tool-calls?limit=100", ACCOUNT_A, None)
+        .await;
+    let mut seen = vec![listed.to_string(), ledger.to_string(), again.body.clone()];
+    for id in ["conv-ann", "conv-bob", "conv-ann-2"] {
+        let path = format!("/conversations/{id}");
+        seen.push(
+            app.request(Method::GET, &path, ACCOUNT_A, None)
+                .await
+                .1
+                .to_string(),
+        );
+    }
+    for token in &tokens {
+        assert!(
+            seen.iter().all(|answer| !answer.contains(token.as_str())),
+            "an issued token appears in an API answer"
+        );
+    }
 }
 
 /// Follows the consent at `url` again as ann; the redirect's status.
@@ -252,6 +288,69 @@ async fn authorize_again(app: &TestApp, oauth: &OAuthServer, url: &str) -> u16 {
         .unwrap()
         .status()
         .as_u16()
+}
+
+/// An uploaded tool whose code calls the provider's API through
+/// `ctx.fetch`, the token filled in by the server.
+fn fetching_tool(resource: &str) -> String {
+    format!(
+        "export default {{ async execute(ctx) {{
+            const answer = await ctx.fetch({resource:?}, {{
+                headers: {{ Authorization: 'Bearer {{{{connection.demo.access_token}}}}' }},
+            }});
+            return {{ status: answer.status, me: await answer.json() }};
+        }} }};"
+    )
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn uploaded_code_acts_for_the_end_user_through_ctx_fetch(pool: PgPool) {
+    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3600).await;
+    let app = TestApp::live(pool)
+        .harness(settings(Duration::from_secs(1)))
+        .spawn()
+        .await;
+    let (_, webhook) = Receiver::start().await;
+    configure(&app, &oauth, &webhook).await;
+    let source = fetching_tool(&oauth.resource_url());
+    let schema = json!({"type": "object"});
+    let undeclared = app
+        .upload(ACCOUNT_A, "undeclared", &source, schema.clone())
+        .await;
+    let (status, refused) = app
+        .invoke(ACCOUNT_A, &undeclared, json!({"input": {}}))
+        .await;
+    assert_eq!(status, 200, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("does not declare the connection demo"),
+        "{refused}"
+    );
+    let tool = app
+        .upload_declaring(
+            ACCOUNT_A,
+            ("profile", &source),
+            schema,
+            json!({"connection": "demo"}),
+        )
+        .await;
+    app.model.script(
+        "oauth-fetch",
+        vec![
+            Reply::tool_call("c_cy", "profile", json!({})),
+            Reply::text("Done."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "oauth-fetch", json!({ &tool: {} }))
+        .await;
+    let url = asks_to_authorize(&app, &agent, "cy", "conv-cy").await;
+    authorize(&app, &oauth, &url, "cy").await;
+    let stored = answered(&app, "conv-cy").await;
+    let output = output_of(&stored, "profile");
+    assert_eq!(output["status"], 200, "{stored}");
+    assert_eq!(output["me"]["user"], "cy", "{stored}");
 }
 
 #[sqlx::test(migrations = "../../migrations")]

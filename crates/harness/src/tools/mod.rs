@@ -22,7 +22,9 @@ use toolserver_domain::{RetryPolicy, ToolEffects};
 pub use breaker::{Breaker, BreakerSettings, Breakers};
 pub use effects::ConfigSource;
 pub use failure::{Failure, FailureKind};
-pub use http::{proxy, HttpToolContext, ProxyError, ProxyRequest, ProxyResponse, Redactor};
+pub use http::{
+    proxy, FetchingTool, HttpToolContext, ProxyError, ProxyRequest, ProxyResponse, Redactor,
+};
 pub use mcp::McpClients;
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
 pub use stored::{fetch_minter, http_context, server_call};

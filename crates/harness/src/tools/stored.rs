@@ -35,6 +35,7 @@ pub(super) fn implementation(
             bundles: sources.bundles.clone(),
             settings: sources.runner.clone(),
             fetch: fetch_minter(sources),
+            user: ACCOUNT_USER.to_owned(),
             record,
         }),
     }
@@ -61,16 +62,18 @@ pub fn http_context(sources: &ToolSources) -> HttpToolContext {
 }
 
 /// The events of a call to `record` that the server runs itself (an HTTP
-/// tool); `None` for a tool whose calls run on a runner.
+/// tool) for `account`'s end user `user`; `None` for a tool whose calls
+/// run on a runner.
 pub fn server_call(
     sources: &ToolSources,
-    account: &AccountId,
+    (account, user): (&AccountId, &str),
     record: &ToolRecord,
     invocation: Invocation,
 ) -> Option<ToolEvents> {
     match record.body {
         ToolBody::Http(_) => {
             let tool = implementation(sources, account, &Map::new(), record.clone());
+            let tool = tool.for_user(user).unwrap_or(tool);
             Some(tool.call(invocation))
         }
         ToolBody::Bundle { .. } => None,

@@ -24,6 +24,8 @@ pub struct UploadedTool {
     pub(super) bundles: Arc<dyn BundleStore>,
     pub(super) settings: RunnerCallSettings,
     pub(super) fetch: Option<FetchMinter>,
+    /// The end user calls act for (`""`: the account).
+    pub(super) user: String,
 }
 
 impl ToolImpl for UploadedTool {
@@ -44,6 +46,18 @@ impl ToolImpl for UploadedTool {
             futures::stream::once(async move { tool.start(invocation, Some(async_meta)).await });
         Some(events.flatten().boxed())
     }
+
+    fn connection(&self) -> Option<&str> {
+        self.record.connection.as_deref()
+    }
+
+    fn for_user(&self, user: &str) -> Option<Arc<dyn ToolImpl>> {
+        self.record.connection.as_ref()?;
+        Some(Arc::new(Self {
+            user: user.to_owned(),
+            ..self.clone()
+        }))
+    }
 }
 
 impl UploadedTool {
@@ -60,10 +74,10 @@ impl UploadedTool {
             options: self.options.clone(),
             timeout: invocation.timeout,
             async_meta,
-            fetch: self
-                .fetch
-                .as_ref()
-                .map(|minter| minter.access(&self.account, self.record.id, invocation.timeout)),
+            fetch: self.fetch.as_ref().map(|minter| {
+                let grantee = (&self.account, self.record.id, self.user.as_str());
+                minter.access(grantee, invocation.timeout)
+            }),
         };
         let request =
             match build_request(self.bundles.as_ref(), &self.settings, &self.record, spec).await {

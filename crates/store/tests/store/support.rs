@@ -54,6 +54,7 @@ pub async fn tenant(pool: &PgPool, name: &str) -> Tenant {
             sha256: Sha256Digest::of(b"bundle"),
             size: 6,
         },
+        connection: None,
     };
     let tool = tools::insert(pool, &account, tool).await.unwrap().id;
     Tenant {

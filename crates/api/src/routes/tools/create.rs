@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::Value;
-use toolserver_domain::http_tool::{HttpRequestSpec, HttpTool};
+use toolserver_domain::http_tool::{is_secret_name, HttpRequestSpec, HttpTool};
 use toolserver_domain::{
     EgressAllowList, InputSchema, RetrySpec, ToolConfig, ToolDescription, ToolEffects, ToolLimits,
     ToolName, ValidationError,
@@ -37,6 +37,7 @@ impl WithBase64Bundle for CreateToolJson {
             retry: self.retry,
             kind: self.kind,
             http: self.http,
+            connection: self.connection,
         };
         (manifest, self.bundle)
     }
@@ -60,6 +61,8 @@ pub struct ValidManifest {
     pub retry: RetrySpec,
     /// The request, for an `http` tool.
     pub http: Option<HttpTool>,
+    /// The connection calls act through.
+    pub connection: Option<String>,
 }
 
 impl ValidManifest {
@@ -74,6 +77,7 @@ impl ValidManifest {
             effects: self.effects,
             retry: self.retry,
             body,
+            connection: self.connection,
         }
     }
 }
@@ -92,6 +96,7 @@ pub fn validate_manifest(m: ToolManifest, limits: &ToolLimits) -> Result<ValidMa
         Some(http) => Some(http_egress(http, egress_allow(m.egress)?)?),
         None => egress_allow(m.egress)?,
     };
+    let connection = tool_connection(m.connection, http.as_ref())?;
     Ok(ValidManifest {
         name: ToolName::parse(&m.name)?,
         description: ToolDescription::parse(&m.description, limits)?,
@@ -104,7 +109,35 @@ pub fn validate_manifest(m: ToolManifest, limits: &ToolLimits) -> Result<ValidMa
         effects,
         retry,
         http,
+        connection,
     })
+}
+
+/// The connection a tool acts through: an `http` tool's templates name it
+/// (a `connection` sent must be that one); a bundle tool's manifest does.
+pub fn tool_connection(
+    sent: Option<String>,
+    http: Option<&HttpTool>,
+) -> Result<Option<String>, ValidationError> {
+    if let Some(name) = &sent {
+        if !is_secret_name(name) {
+            return Err(ValidationError::new(
+                "connection",
+                "must be an OAuth provider's name: 1-64 letters, digits or '_'",
+            ));
+        }
+    }
+    let Some(http) = http else { return Ok(sent) };
+    match (sent, http.connection()) {
+        (Some(sent), named) if named != Some(sent.as_str()) => Err(ValidationError::new(
+            "connection",
+            format!(
+                "is {sent:?}, but the request's templates name {}",
+                named.map_or("no connection".to_owned(), |named| format!("{named:?}"))
+            ),
+        )),
+        (_, named) => Ok(named.map(str::to_owned)),
+    }
 }
 
 /// The request of a manifest of `kind` (`bundle` unless said, or `http`

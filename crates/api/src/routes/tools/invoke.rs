@@ -47,6 +47,7 @@ use crate::sorted::sorted_keys;
 use crate::state::AppState;
 use idempotency::{Begin, Claim};
 use outcome::Outcome;
+use toolserver_harness::connections::ACCOUNT_USER;
 
 mod fingerprint;
 mod idempotency;
@@ -218,7 +219,8 @@ async fn start_call(
             input,
             timeout,
         };
-        let events = server_call(state.harness().sources(), account, tool, invocation)
+        let user = scope.subject.as_deref().unwrap_or(ACCOUNT_USER);
+        let events = server_call(state.harness().sources(), (account, user), tool, invocation)
             .ok_or_else(|| ApiError::Unavailable("the tool has no server call".into()))?;
         return Ok(Started {
             call: Running::Server { call_id, events },
@@ -227,7 +229,8 @@ async fn start_call(
         });
     }
     let call = (call_id, idempotency_key, timeout);
-    let request = build_request(state, account, tool, body, call).await?;
+    let user = scope.subject.as_deref().unwrap_or(ACCOUNT_USER);
+    let request = build_request(state, (account, user), tool, body, call).await?;
     let attempt = state
         .lifecycle()
         .ledger()
@@ -352,10 +355,10 @@ fn call_timeout(state: &AppState, body: &InvokeBody) -> ApiResult<Duration> {
 }
 
 /// The runner request of a call `(call id, idempotency key, deadline)` of
-/// `account`'s bundle tool `tool`.
+/// `account`'s bundle tool `tool`, acting for end user `user`.
 async fn build_request(
     state: &AppState,
-    account: &AccountId,
+    (account, user): (&AccountId, &str),
     tool: &ToolRecord,
     body: InvokeBody,
     (call_id, idempotency_key, timeout): (String, String, Duration),
@@ -374,7 +377,7 @@ async fn build_request(
         timeout,
         async_meta: None,
         fetch: fetch_minter(state.harness().sources())
-            .map(|minter| minter.access(account, tool.id, timeout)),
+            .map(|minter| minter.access((account, tool.id, user), timeout)),
     };
     Ok(runner_call::build_request(state.bundles(), &runner, tool, spec).await?)
 }

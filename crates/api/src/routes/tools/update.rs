@@ -11,7 +11,8 @@ use toolserver_domain::{
 use toolserver_store::{tools, ToolBody, ToolPatch, ToolRecord};
 
 use super::create::{
-    check_http_destination, effects_conflict, egress_allow, http_egress, parse_effects, parse_retry,
+    check_http_destination, effects_conflict, egress_allow, http_egress, parse_effects,
+    parse_retry, tool_connection,
 };
 use super::upload::{read_upload, WithBase64Bundle};
 use super::wire::{ToolView, UpdateManifest, UpdateToolForm, UpdateToolJson};
@@ -33,6 +34,7 @@ impl WithBase64Bundle for UpdateToolJson {
             effects: self.effects,
             retry: self.retry,
             http: self.http,
+            connection: self.connection,
         };
         (manifest, self.bundle)
     }
@@ -60,6 +62,10 @@ fn validate_changes(m: UpdateManifest, limits: &ToolLimits) -> Result<ToolPatch,
             .transpose()?,
         effects: parse_effects(m.effects.as_deref())?,
         retry: parse_retry(m.retry.as_ref())?,
+        connection: m
+            .connection
+            .map(|name| tool_connection(Some(name), None))
+            .transpose()?,
         body: m
             .http
             .map(HttpTool::parse)
@@ -118,6 +124,10 @@ fn settle_kind(
                 Some(ToolBody::Http(http)) => http,
                 _ => kept,
             };
+            let sent = patch.connection.take().flatten();
+            if sent.is_some() || new.is_some() {
+                patch.connection = Some(tool_connection(sent, Some(http))?);
+            }
             let sent = match patch.egress_allow.take() {
                 Some(sent) => sent,
                 None if new.is_none() => return Ok(()),

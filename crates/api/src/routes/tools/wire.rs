@@ -42,6 +42,9 @@ pub struct ToolView {
     /// The request an `http` tool makes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpRequestSpec>,
+    /// The OAuth provider whose end-user connection calls act through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// 1 on upload, plus one per update.
     pub version: i32,
     /// Upload time (RFC 3339).
@@ -78,6 +81,7 @@ impl From<ToolRecord> for ToolView {
                 ToolBody::Http(http) => Some(http.spec().clone()),
                 ToolBody::Bundle { .. } => None,
             },
+            connection: tool.connection,
             version: tool.version,
             created_at: tool.created_at,
             updated_at: tool.updated_at,
@@ -193,6 +197,12 @@ pub struct ToolManifest {
     /// (one HTTP request the server makes, described by `http`).
     #[schema(value_type = Option<ToolKind>)]
     pub kind: Option<String>,
+    /// The OAuth provider whose end-user connection the tool acts through
+    /// (see docs/connections.md): a bundle tool's `ctx.fetch` may then
+    /// fill `{{connection.NAME.access_token}}`; an `http` tool's templates
+    /// name it already (when sent, it must be the one they name). A turn
+    /// asks its end user to authorize it before a call runs.
+    pub connection: Option<String>,
     /// The request of an `http` tool.
     pub http: Option<HttpRequestSpec>,
 }
@@ -228,6 +238,12 @@ pub struct CreateToolJson {
     /// (one HTTP request the server makes, described by `http`).
     #[schema(value_type = Option<ToolKind>)]
     pub kind: Option<String>,
+    /// The OAuth provider whose end-user connection the tool acts through
+    /// (see docs/connections.md): a bundle tool's `ctx.fetch` may then
+    /// fill `{{connection.NAME.access_token}}`; an `http` tool's templates
+    /// name it already (when sent, it must be the one they name). A turn
+    /// asks its end user to authorize it before a call runs.
+    pub connection: Option<String>,
     /// The request of an `http` tool.
     pub http: Option<HttpRequestSpec>,
     /// The bundled ESM module, base64 (standard alphabet, padded); not
@@ -268,6 +284,8 @@ pub struct UpdateToolJson {
     /// New retry policy (replaces the declared one whole).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
+    /// New connection (bundle tools; an `http` tool's follows its request).
+    pub connection: Option<String>,
     /// New request of an `http` tool (replaces the old one whole).
     pub http: Option<HttpRequestSpec>,
     /// New bundle, base64 (bundle tools).
@@ -332,6 +350,8 @@ pub struct UpdateManifest {
     /// New retry policy (replaces the declared one whole).
     #[schema(value_type = Option<RetryView>)]
     pub retry: Option<Value>,
+    /// New connection (bundle tools; an `http` tool's follows its request).
+    pub connection: Option<String>,
     /// New request of an `http` tool (replaces the old one whole).
     pub http: Option<HttpRequestSpec>,
 }

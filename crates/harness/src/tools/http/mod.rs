@@ -21,7 +21,7 @@ use crate::connections::{ConnectionError, Connections};
 use crate::outbound::OutboundPolicy;
 use crate::sealing::SecretBox;
 
-pub use proxy::{proxy, ProxyError, ProxyRequest, ProxyResponse};
+pub use proxy::{proxy, FetchingTool, ProxyError, ProxyRequest, ProxyResponse};
 pub use secrets::Redactor;
 
 /// What HTTP tools of every account share.

@@ -1,6 +1,8 @@
 //! Requests an uploaded tool's code asks the server to make (`ctx.fetch`):
-//! `{{secret.NAME}}` placeholders in its header values are filled here, so
-//! the code never holds a secret; the destination is held to the tool's
+//! `{{secret.NAME}}` and `{{connection.PROVIDER.access_token}}` (the
+//! connection the tool declares, of the end user its call acts for)
+//! placeholders in its header values are filled here, so the code never
+//! holds a secret or a token; the destination is held to the tool's
 //! egress allow list and the server's public-only policy; the answer comes
 //! back capped, with any secret value it echoes replaced.
 
@@ -14,6 +16,19 @@ use url::Url;
 use super::secrets;
 use super::HttpToolContext;
 use crate::outbound::{check_url, read_capped, refusal};
+
+/// The tool a request is made for, and for whom.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchingTool<'a> {
+    /// The account.
+    pub account: &'a AccountId,
+    /// The end user its call acts for (`""`: the account).
+    pub user: &'a str,
+    /// The tool's egress allow list.
+    pub egress: Option<&'a EgressAllowList>,
+    /// The connection the tool declares.
+    pub connection: Option<&'a str>,
+}
 
 /// What the tool's code asked for.
 #[derive(Debug, Clone)]
@@ -54,15 +69,14 @@ pub enum ProxyError {
     Upstream(String),
 }
 
-/// Makes `request` for `account`'s tool whose allow list is `egress`,
-/// within `timeout`.
+/// Makes `request` for `tool` within `timeout`.
 pub async fn proxy(
     context: &HttpToolContext,
-    account: &AccountId,
-    egress: Option<&EgressAllowList>,
+    tool: FetchingTool<'_>,
     request: ProxyRequest,
     timeout: Duration,
 ) -> Result<ProxyResponse, ProxyError> {
+    let (account, egress) = (tool.account, tool.egress);
     let url = Url::parse(&request.url).map_err(|err| ProxyError::Invalid(format!("url: {err}")))?;
     let host = url.host_str().unwrap_or_default().to_owned();
     if let Some(allow) = egress {
@@ -76,21 +90,29 @@ pub async fn proxy(
     let method = reqwest::Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| ProxyError::Invalid(format!("method {:?} is not valid", request.method)))?;
     let templates = header_templates(&request.headers)?;
-    if let Some((name, _)) = templates
-        .iter()
-        .find(|(_, template)| template.connections().next().is_some())
-    {
-        return Err(ProxyError::Invalid(format!(
-            "header {name}: ctx.fetch fills secrets only; a connection's token is used by HTTP tools"
-        )));
-    }
     let names: Vec<String> = templates
         .iter()
         .flat_map(|(_, template)| template.secrets().map(str::to_owned))
         .collect();
-    let opened = secrets::resolve(&context.pool, &context.sealer, account, &names)
+    let mut opened = secrets::resolve(&context.pool, &context.sealer, account, &names)
         .await
         .map_err(|failure| ProxyError::Invalid(failure.message))?;
+    let named = templates
+        .iter()
+        .find_map(|(name, template)| Some((name, template.connections().next()?)));
+    if let Some((header, provider)) = named {
+        if tool.connection != Some(provider) {
+            return Err(ProxyError::Invalid(format!(
+                "header {header}: the tool does not declare the connection {provider} (its manifest's `connection`)"
+            )));
+        }
+        let token = context
+            .connections()
+            .access_token(account, tool.user, provider)
+            .await
+            .map_err(|err| ProxyError::Invalid(err.to_string()))?;
+        opened.add_connection(provider, token);
+    }
     let redactor = opened.redactor();
     let values = secrets::CallValues {
         input: &serde_json::Value::Null,
@@ -98,9 +120,9 @@ pub async fn proxy(
     };
     let mut outbound = context.client.request(method, url).timeout(timeout);
     for (name, template) in &templates {
-        let value = template
-            .render(&values)
-            .ok_or_else(|| ProxyError::Invalid(format!("header {name}: a secret is missing")))?;
+        let value = template.render(&values).ok_or_else(|| {
+            ProxyError::Invalid(format!("header {name}: a secret or connection is missing"))
+        })?;
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|err| ProxyError::Invalid(format!("header {name}: {err}")))?;
         let value = HeaderValue::from_str(&value)
@@ -133,7 +155,7 @@ pub async fn proxy(
     })
 }
 
-/// Each header's value as a template of secrets only.
+/// Each header's value as a template of secrets and connections only.
 fn header_templates(headers: &[(String, String)]) -> Result<Vec<(String, Template)>, ProxyError> {
     headers
         .iter()
@@ -147,7 +169,7 @@ fn header_templates(headers: &[(String, String)]) -> Result<Vec<(String, Templat
                 .map_err(|err| ProxyError::Invalid(err.to_string()))?;
             if template.parts().iter().any(|part| matches!(part, Part::Input(_))) {
                 return Err(ProxyError::Invalid(format!(
-                    "header {name}: only {{{{secret.NAME}}}} placeholders are filled by ctx.fetch"
+                    "header {name}: only {{{{secret.NAME}}}} and {{{{connection.PROVIDER.access_token}}}} placeholders are filled by ctx.fetch"
                 )));
             }
             Ok((name.clone(), template))

@@ -215,4 +215,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0025: 25,
     in_flight_work_settles_after_an_upgrade_from_0026: 26,
     in_flight_work_settles_after_an_upgrade_from_0027: 27,
+    in_flight_work_settles_after_an_upgrade_from_0028: 28,
 }

@@ -185,6 +185,7 @@ fn patch(manifest: ValidManifest, body: ToolBody) -> ToolPatch {
         egress_allow: Some(manifest.egress_allow),
         effects: Some(manifest.effects),
         retry: Some(manifest.retry),
+        connection: Some(manifest.connection),
     }
 }
 
