@@ -28,6 +28,7 @@ const MAX_USER_CHARS: usize = 255;
         (status = 200, description = "The connections", body = ConnectionList),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "The token's end user asks for another's", body = ErrorBody),
+        (status = 422, description = "`user` is longer than 255 characters or holds NUL", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn list_connections(
@@ -56,6 +57,7 @@ pub async fn list_connections(
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "The token's end user names another", body = ErrorBody),
         (status = 404, description = "No such connection", body = ErrorBody),
+        (status = 422, description = "`user` is longer than 255 characters or holds NUL", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn delete_connection(
@@ -91,6 +93,7 @@ pub async fn delete_connection(
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "The token's end user names another", body = ErrorBody),
         (status = 404, description = "No such provider in this account", body = ErrorBody),
+        (status = 422, description = "`user` is longer than 255 characters or holds NUL", body = ErrorBody),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn authorize(
