@@ -17,6 +17,14 @@ use crate::submission::{Submission, SubmitError};
 /// Rows one sweep handles at most.
 const BATCH: i64 = 100;
 
+/// How many refresh sweeps fit in the refresh-ahead window: a token gets
+/// that many tries before it lapses, and a provider that is down is asked
+/// no more often than that.
+const REFRESH_SWEEPS_AHEAD: u32 = 10;
+
+/// The shortest time between two refresh sweeps of one process.
+const MIN_REFRESH_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What one sweep of authorizations and connections did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AuthorizationSweep {
@@ -162,10 +170,10 @@ impl Lifecycle {
                 sweep.resumed += 1;
             }
         }
-        sweep.refresh = self
-            .connections()
-            .refresh_due(settings.connection_refresh_ahead, BATCH)
-            .await?;
+        let ahead = settings.connection_refresh_ahead;
+        if self.refresh_sweep_due((ahead / REFRESH_SWEEPS_AHEAD).max(MIN_REFRESH_SWEEP)) {
+            sweep.refresh = self.connections().refresh_due(ahead, BATCH).await?;
+        }
         Ok(sweep)
     }
 }

@@ -191,6 +191,8 @@ struct Inner {
     ledger: Ledger,
     tasks: TaskTracker,
     stop: CancellationToken,
+    /// When this process last swept connections for refresh.
+    last_refresh_sweep: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Lifecycle {
@@ -220,6 +222,7 @@ impl Lifecycle {
             listener,
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
+            last_refresh_sweep: std::sync::Mutex::new(None),
         }))
     }
 
@@ -253,6 +256,22 @@ impl Lifecycle {
 
     fn settings(&self) -> &LifecycleSettings {
         &self.0.harness.settings().lifecycle
+    }
+
+    /// Whether this process sweeps connections for refresh now: at most
+    /// every `every`, so a provider that is down is asked again only that
+    /// often.
+    pub(crate) fn refresh_sweep_due(&self, every: Duration) -> bool {
+        let mut last = self
+            .0
+            .last_refresh_sweep
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < every) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
     }
 
     pub(crate) fn pool(&self) -> &PgPool {
