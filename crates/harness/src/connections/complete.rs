@@ -22,8 +22,6 @@ pub struct CompletedAuthorization {
     pub provider: String,
     /// The end user (`""`: the account).
     pub user: String,
-    /// Whether a call waited on it.
-    pub had_waiting_call: bool,
     /// The detached turn that runs the waiting call, when it resumed now.
     pub resumed_turn: Option<Uuid>,
 }
@@ -73,7 +71,6 @@ impl Lifecycle {
         Ok(CompletedAuthorization {
             provider: found.provider.clone(),
             user: found.user_id.clone(),
-            had_waiting_call: found.waiting.is_some(),
             resumed_turn,
         })
     }
