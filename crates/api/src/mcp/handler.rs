@@ -20,6 +20,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolserver_domain::{AccountId, AttemptStatus, CallPath, ResultId, ToolId};
+use toolserver_harness::connections::ACCOUNT_USER;
 use toolserver_harness::ledger::{CallPlace, CallScope, CalledTool};
 use toolserver_harness::lifecycle::{TaskLaunch, TaskTerms};
 use toolserver_harness::policy::{CallGate, Decision, Narrowing};
@@ -277,12 +278,13 @@ impl ServerHandler for AccountServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let account = caller(&context)?;
-        let Some(tool) = self.find(&account, &request.name).await? else {
+        let Some(mut tool) = self.find(&account, &request.name).await? else {
             return Err(McpError::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,
             ));
         };
+        tool.act_for(end_user(&context).as_deref().unwrap_or(ACCOUNT_USER));
         let input = Value::Object(request.arguments.unwrap_or_default());
         if let Err(problem) = tool.check_input(&input) {
             return Ok(wire::failure(problem).into());

@@ -204,8 +204,9 @@ impl RegisteredTool {
         self.implementation.connection()
     }
 
-    /// This tool acting for end user `user`.
-    pub(crate) fn act_for(&mut self, user: &str) {
+    /// This tool acting for end user `user` (`""`: the account): the
+    /// connection its calls act through is that user's.
+    pub fn act_for(&mut self, user: &str) {
         if let Some(bound) = self.implementation.for_user(user) {
             self.implementation = bound;
         }
