@@ -56,7 +56,7 @@ impl Lifecycle {
             Err(refusal) => Err(ConnectionError::Refused(refusal)),
         };
         let resumed_turn = match &connected {
-            Ok(()) => self.settle(&account, &found, "authorized", None).await?,
+            Ok(moved) => self.resume_waiting(&account, &found, *moved).await,
             Err(ConnectionError::Refused(refusal)) => {
                 let error = format!(
                     "the end user's authorization of {} failed: {refusal}",
@@ -75,13 +75,15 @@ impl Lifecycle {
         })
     }
 
-    /// Exchanges `code` and stores the connection `found` asked for.
+    /// Exchanges `code`, then stores the connection `found` asked for and
+    /// marks `found` authorized in one transaction (so a crash leaves both
+    /// or neither); whether this call moved it out of pending.
     async fn connect(
         &self,
         account: &AccountId,
         found: &AuthorizationRecord,
         code: &str,
-    ) -> Result<(), ConnectionError> {
+    ) -> Result<bool, ConnectionError> {
         let connections = self.connections();
         let sealer = &self.harness().sources().sealer;
         let verifier = sealer
@@ -112,7 +114,9 @@ impl Lifecycle {
         };
         let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
         oauth_connections::upsert(&mut tx, account, name, user, &tokens).await?;
+        let moved =
+            oauth_authorizations::complete(&mut tx, account, &found.id, "authorized", None).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        Ok(())
+        Ok(moved)
     }
 }

@@ -80,11 +80,23 @@ impl Lifecycle {
         let moved =
             oauth_authorizations::complete(&mut tx, account, &found.id, status, error).await?;
         tx.commit().await?;
+        Ok(self.resume_waiting(account, found, moved).await)
+    }
+
+    /// Resumes the call `found` held, when this process moved it out of
+    /// pending (`moved`); the resumed turn, if one started.
+    pub(super) async fn resume_waiting(
+        &self,
+        account: &AccountId,
+        found: &AuthorizationRecord,
+        moved: bool,
+    ) -> Option<Uuid> {
         match (&found.waiting, moved) {
-            (Some(waiting), true) => Ok(self
-                .resume_authorized(account, &waiting.conversation_id, &waiting.message_id)
-                .await),
-            _ => Ok(None),
+            (Some(waiting), true) => {
+                self.resume_authorized(account, &waiting.conversation_id, &waiting.message_id)
+                    .await
+            }
+            _ => None,
         }
     }
 
