@@ -67,6 +67,24 @@ async fn configure(app: &TestApp, oauth: &OAuthServer, webhook: &str) {
     assert!(!body.to_string().contains(CLIENT_SECRET), "{body}");
 }
 
+/// An authorization server issuing tokens that live `access_ttl_secs`,
+/// and an app refreshing them `refresh_ahead` before they lapse, with the
+/// provider `demo` configured to announce on the returned receiver.
+async fn connected_app(
+    pool: PgPool,
+    access_ttl_secs: u64,
+    refresh_ahead: Duration,
+) -> (OAuthServer, TestApp, Receiver) {
+    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, access_ttl_secs).await;
+    let app = TestApp::live(pool)
+        .harness(settings(refresh_ahead))
+        .spawn()
+        .await;
+    let (receiver, webhook) = Receiver::start().await;
+    configure(&app, &oauth, &webhook).await;
+    (oauth, app, receiver)
+}
+
 /// An HTTP tool calling the provider's API as the end user; its id.
 async fn whoami_tool(app: &TestApp, oauth: &OAuthServer) -> String {
     let (status, body) = app
@@ -155,13 +173,7 @@ fn output_of(stored: &Value, tool: &str) -> Value {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn each_end_user_authorizes_once_and_calls_run_with_their_own_token(pool: PgPool) {
-    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3600).await;
-    let app = TestApp::live(pool)
-        .harness(settings(Duration::from_secs(1)))
-        .spawn()
-        .await;
-    let (_, webhook) = Receiver::start().await;
-    configure(&app, &oauth, &webhook).await;
+    let (oauth, app, _) = connected_app(pool, 3600, Duration::from_secs(1)).await;
     let tool = whoami_tool(&app, &oauth).await;
     app.model.script(
         "oauth-users",
@@ -305,13 +317,7 @@ fn fetching_tool(resource: &str) -> String {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn uploaded_code_acts_for_the_end_user_through_ctx_fetch(pool: PgPool) {
-    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3600).await;
-    let app = TestApp::live(pool)
-        .harness(settings(Duration::from_secs(1)))
-        .spawn()
-        .await;
-    let (_, webhook) = Receiver::start().await;
-    configure(&app, &oauth, &webhook).await;
+    let (oauth, app, _) = connected_app(pool, 3600, Duration::from_secs(1)).await;
     let source = fetching_tool(&oauth.resource_url());
     let schema = json!({"type": "object"});
     let undeclared = app
@@ -355,13 +361,7 @@ async fn uploaded_code_acts_for_the_end_user_through_ctx_fetch(pool: PgPool) {
 
 #[sqlx::test(migrations = "../../migrations")]
 async fn tokens_refresh_before_they_lapse_and_a_revoked_grant_is_announced(pool: PgPool) {
-    let oauth = OAuthServer::start(CLIENT_ID, CLIENT_SECRET, 3).await;
-    let app = TestApp::live(pool)
-        .harness(settings(Duration::from_secs(2)))
-        .spawn()
-        .await;
-    let (receiver, webhook) = Receiver::start().await;
-    configure(&app, &oauth, &webhook).await;
+    let (oauth, app, receiver) = connected_app(pool, 3, Duration::from_secs(2)).await;
     let tool = whoami_tool(&app, &oauth).await;
     app.model.script(
         "oauth-refresh",

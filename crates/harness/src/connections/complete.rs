@@ -5,13 +5,13 @@
 use time::OffsetDateTime;
 use toolserver_domain::AccountId;
 use toolserver_store::oauth_authorizations::{self, AuthorizationRecord};
-use toolserver_store::oauth_connections::{self, Tokens};
+use toolserver_store::oauth_connections;
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use super::authorize::state_hash;
 use super::resume::lapsed;
-use super::sealed::{token_name, verifier_name};
+use super::sealed::{verifier_name, SealedGrant};
 use super::ConnectionError;
 use crate::lifecycle::Lifecycle;
 
@@ -95,25 +95,9 @@ impl Lifecycle {
             .await?;
         let granted = connections.exchange_code(&provider, code, verifier).await?;
         let (name, user) = (found.provider.as_str(), found.user_id.as_str());
-        let seal = |value: &str, which: &str| {
-            sealer
-                .seal_account_secret(value, account, &token_name(name, user, which))
-                .ok_or(ConnectionError::Sealing)
-        };
-        let access_sealed = seal(&granted.access, "access")?;
-        let refresh_sealed = granted
-            .refresh
-            .as_deref()
-            .map(|refresh| seal(refresh, "refresh"))
-            .transpose()?;
-        let tokens = Tokens {
-            access_sealed: &access_sealed,
-            refresh_sealed: refresh_sealed.as_deref(),
-            expires_at: granted.expires_at,
-            scopes: &granted.scopes,
-        };
+        let sealed = SealedGrant::seal(sealer, account, (name, user), granted)?;
         let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
-        oauth_connections::upsert(&mut tx, account, name, user, &tokens).await?;
+        oauth_connections::upsert(&mut tx, account, name, user, &sealed.tokens()).await?;
         let moved =
             oauth_authorizations::complete(&mut tx, account, &found.id, "authorized", None).await?;
         tx.commit().await.map_err(StoreError::from)?;

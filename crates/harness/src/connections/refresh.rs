@@ -11,13 +11,13 @@ use serde_json::json;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use toolserver_domain::AccountId;
-use toolserver_store::oauth_connections::{self, ConnectionRecord, Tokens};
+use toolserver_store::oauth_connections::{self, ConnectionRecord};
 use toolserver_store::webhook_deliveries::{self, NewDelivery};
 use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use super::client::Provider;
-use super::sealed::token_name;
+use super::sealed::{token_name, SealedGrant};
 use super::token::{lapses_within, usable};
 use super::{ConnectionError, Connections};
 
@@ -56,35 +56,15 @@ impl Connections {
             .map_err(|_| ConnectionError::Sealing)?;
         match self.exchange_refresh(&configured, refresh).await {
             Ok(granted) => {
-                let access_sealed = self
-                    .sealer
-                    .seal_account_secret(
-                        &granted.access,
-                        account,
-                        &token_name(provider, user, "access"),
-                    )
-                    .ok_or(ConnectionError::Sealing)?;
-                let refresh_sealed = match &granted.refresh {
-                    Some(refresh) => Some(
-                        self.sealer
-                            .seal_account_secret(
-                                refresh,
-                                account,
-                                &token_name(provider, user, "refresh"),
-                            )
-                            .ok_or(ConnectionError::Sealing)?,
-                    ),
-                    None => None,
-                };
-                let tokens = Tokens {
-                    access_sealed: &access_sealed,
-                    refresh_sealed: refresh_sealed.as_deref(),
-                    expires_at: granted.expires_at,
-                    scopes: &granted.scopes,
-                };
-                let refreshed =
-                    oauth_connections::record_refreshed(&mut tx, account, provider, user, &tokens)
-                        .await?;
+                let sealed = SealedGrant::seal(&self.sealer, account, (provider, user), granted)?;
+                let refreshed = oauth_connections::record_refreshed(
+                    &mut tx,
+                    account,
+                    provider,
+                    user,
+                    &sealed.tokens(),
+                )
+                .await?;
                 tx.commit().await.map_err(StoreError::from)?;
                 Ok(refreshed)
             }

@@ -13,6 +13,7 @@ use super::{Authorizer, Connections, RefreshSweep, ACCOUNT_USER};
 use crate::conversation::{AuthorizedCall, TurnTrigger};
 use crate::lifecycle::{DetachedReply, Lifecycle};
 use crate::submission::{Submission, SubmitError};
+use crate::tools::http_context;
 
 /// Rows one sweep handles at most.
 const BATCH: i64 = 100;
@@ -39,13 +40,7 @@ pub struct AuthorizationSweep {
 impl Lifecycle {
     /// Where connections are kept, refreshed and authorized.
     pub fn connections(&self) -> Connections {
-        let sources = self.harness().sources();
-        Connections::new(
-            self.pool().clone(),
-            sources.sealer.clone(),
-            sources.http.clone(),
-            sources.policy.clone(),
-        )
+        http_context(self.harness().sources()).connections()
     }
 
     /// What asks `user` (in `agent`'s `conversation` of `account`) to
