@@ -8,9 +8,13 @@
 //!   - the cold-start time of a new runner (spawn → ready → healthy),
 //!   - an HTTP tool (the server makes the request, a secret filled into a
 //!     header) against a loopback upstream, beside the same request made
-//!     straight to that upstream: what the server adds to an API call.
+//!     straight to that upstream: what the server adds to an API call,
+//!   - the same HTTP tool acting through an OAuth connection (its token
+//!     granted by the real authorization server of the tests and filled in
+//!     at call time) beside the secret one: what a connection adds.
 //!
-//! Needs `DATABASE_URL` (a server where it may create a scratch database).
+//! Needs `DATABASE_URL` (a server where it may create a scratch database)
+//! and the OAuth server's virtualenv (`make test-deps`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -34,6 +38,7 @@ use toolserver_sandbox::{
     ReservationKey, WorkerClient,
 };
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
+use toolserver_testsupport::oauth_server::OAuthServer;
 
 const WARMUP: usize = 200;
 const SAMPLES: usize = 2000;
@@ -149,24 +154,17 @@ async fn main() {
         .await
         .unwrap();
     let tool_id = created["toolId"].as_str().unwrap().to_owned();
-    let upstream = upstream().await;
+    let accepted = Arc::new(std::sync::Mutex::new(vec!["bench-secret".to_owned()]));
+    let upstream = upstream(accepted.clone()).await;
     let http_tool = http_tool(&client, &base, &token, &upstream).await;
+    let oauth = OAuthServer::start("bench-client", "bench-client-secret", 3600).await;
+    let connected_tool = connected_tool(&client, (&base, &token), &oauth, &upstream).await;
+    let issued = oauth.issued_tokens().await;
+    accepted.lock().unwrap().extend(issued);
+    let connected_tool_url = format!("{base}/accounts/me/tools/{connected_tool}/invoke");
+    let connected_tool_call = || echo_call(&client, &connected_tool_url, &token);
     let http_tool_url = format!("{base}/accounts/me/tools/{http_tool}/invoke");
-    let http_tool_call = || async {
-        let started = Instant::now();
-        let reply: Value = client
-            .post(&http_tool_url)
-            .bearer_auth(&token)
-            .json(&json!({"input": {"n": 1}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(reply["output"], json!({"n": "1"}), "{reply}");
-        started.elapsed()
-    };
+    let http_tool_call = || echo_call(&client, &http_tool_url, &token);
     let upstream_call = || async {
         let started = Instant::now();
         let reply: Value = client
@@ -271,17 +269,19 @@ async fn main() {
         mcp_call(i).await;
         socket_call(i).await;
         http_tool_call().await;
+        connected_tool_call().await;
         upstream_call().await;
     }
     // Interleave them all so all see the same machine state.
     let samples = || Vec::with_capacity(SAMPLES);
     let (mut api, mut mcp, mut floor) = (samples(), samples(), samples());
-    let (mut http, mut direct_http) = (samples(), samples());
+    let (mut http, mut connected, mut direct_http) = (samples(), samples(), samples());
     for i in 0..SAMPLES {
         api.push(api_call().await);
         mcp.push(mcp_call(WARMUP + i).await);
         floor.push(socket_call(WARMUP + i).await);
         http.push(http_tool_call().await);
+        connected.push(connected_tool_call().await);
         direct_http.push(upstream_call().await);
     }
 
@@ -304,6 +304,8 @@ async fn main() {
     let (floor_p50, floor_p99) = summary("same call on worker socket (floor)", floor);
     summary("cold start of a new runner", cold);
     let (http_p50, http_p99) = summary("HTTP tool via HTTP API", http);
+    let (connected_p50, connected_p99) =
+        summary("same HTTP tool through an OAuth connection", connected);
     let (direct_p50, direct_p99) = summary("same request straight to the upstream", direct_http);
     println!(
         "API / floor: p50 ratio {:.2}x (+{:.3} ms), p99 ratio {:.2}x (+{:.3} ms)",
@@ -328,6 +330,13 @@ async fn main() {
         ms(http_p99.saturating_sub(direct_p99)),
     );
     println!(
+        "connection / secret: p50 ratio {:.2}x ({:+.3} ms), p99 ratio {:.2}x ({:+.3} ms)",
+        connected_p50.as_secs_f64() / http_p50.as_secs_f64(),
+        ms(connected_p50) - ms(http_p50),
+        connected_p99.as_secs_f64() / http_p99.as_secs_f64(),
+        ms(connected_p99) - ms(http_p99),
+    );
+    println!(
         "HTTP tool / uploaded tool: p50 ratio {:.2}x ({:+.3} ms)",
         http_p50.as_secs_f64() / api_p50.as_secs_f64(),
         ms(http_p50) - ms(api_p50),
@@ -339,17 +348,20 @@ async fn main() {
 }
 
 /// A loopback API whose `GET /echo` answers its query as JSON when the
-/// bearer is the bench's secret; its base URL.
-async fn upstream() -> String {
+/// bearer is one of `accepted`; its base URL.
+async fn upstream(accepted: Arc<std::sync::Mutex<Vec<String>>>) -> String {
     use axum::extract::Query;
     use axum::http::{HeaderMap, StatusCode};
     let app = axum::Router::new().route(
         "/echo",
         axum::routing::get(
-            |headers: HeaderMap, Query(query): Query<Map<String, Value>>| async move {
-                let authorized = headers
+            move |headers: HeaderMap, Query(query): Query<Map<String, Value>>| async move {
+                let bearer = headers
                     .get("authorization")
-                    .is_some_and(|value| value == "Bearer bench-secret");
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.strip_prefix("Bearer "));
+                let authorized = bearer
+                    .is_some_and(|bearer| accepted.lock().unwrap().iter().any(|t| t == bearer));
                 match authorized {
                     true => (StatusCode::OK, axum::Json(Value::Object(query))),
                     false => (StatusCode::UNAUTHORIZED, axum::Json(Value::Null)),
@@ -363,6 +375,23 @@ async fn upstream() -> String {
     base
 }
 
+/// One invoke of the echo tool at `url`; how long it took.
+async fn echo_call(client: &reqwest::Client, url: &str, token: &str) -> Duration {
+    let started = Instant::now();
+    let reply: Value = client
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({"input": {"n": 1}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["output"], json!({"n": "1"}), "{reply}");
+    started.elapsed()
+}
+
 /// Sets the secret and creates the HTTP tool calling `upstream`; its id.
 async fn http_tool(client: &reqwest::Client, base: &str, token: &str, upstream: &str) -> String {
     let status = client
@@ -374,15 +403,32 @@ async fn http_tool(client: &reqwest::Client, base: &str, token: &str, upstream: 
         .unwrap()
         .status();
     assert!(status.is_success(), "{status}");
+    echo_tool(
+        client,
+        (base, token),
+        ("bench_http", "Bearer {{secret.BENCH}}"),
+        upstream,
+    )
+    .await
+}
+
+/// Creates the HTTP tool `name` calling `upstream`'s echo with the
+/// `Authorization` template `authorization`; its id.
+async fn echo_tool(
+    client: &reqwest::Client,
+    (base, token): (&str, &str),
+    (name, authorization): (&str, &str),
+    upstream: &str,
+) -> String {
     let created: Value = client
         .post(format!("{base}/accounts/me/tools"))
         .bearer_auth(token)
         .json(&json!({
-            "name": "bench_http", "description": "echoes n", "kind": "http",
+            "name": name, "description": "echoes n", "kind": "http",
             "inputSchema": {"type": "object"},
             "http": {
                 "method": "GET", "url": format!("{upstream}/echo{{?n}}"),
-                "headers": {"Authorization": "Bearer {{secret.BENCH}}"},
+                "headers": {"Authorization": authorization},
             },
         }))
         .send()
@@ -392,4 +438,64 @@ async fn http_tool(client: &reqwest::Client, base: &str, token: &str, upstream: 
         .await
         .unwrap();
     created["toolId"].as_str().unwrap().to_owned()
+}
+
+/// Configures `oauth` as the provider `bench`, connects the account (no end
+/// user) through it as a browser would, and creates an HTTP tool calling
+/// `upstream` with the connection's token; its id.
+async fn connected_tool(
+    client: &reqwest::Client,
+    (base, token): (&str, &str),
+    oauth: &OAuthServer,
+    upstream: &str,
+) -> String {
+    let status = client
+        .put(format!("{base}/accounts/me/oauth-providers/bench"))
+        .bearer_auth(token)
+        .json(&json!({
+            "authorizationUrl": oauth.authorization_url(),
+            "tokenUrl": oauth.token_url(),
+            "clientId": "bench-client",
+            "clientSecret": "bench-client-secret",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    let started: Value = client
+        .post(format!("{base}/accounts/me/connections/bench/authorize"))
+        .bearer_auth(token)
+        .json(&json!({"user": ""}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let redirect = oauth
+        .consent(started["url"].as_str().unwrap(), "bench-user")
+        .await;
+    // The redirect names the configured public URL; this server is on `base`.
+    let redirect = url::Url::parse(&redirect).unwrap();
+    let callback = format!("{base}{}?{}", redirect.path(), redirect.query().unwrap());
+    let answer: Value = client
+        .get(callback)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["connected"], true, "{answer}");
+    echo_tool(
+        client,
+        (base, token),
+        (
+            "bench_connected",
+            "Bearer {{connection.bench.access_token}}",
+        ),
+        upstream,
+    )
+    .await
 }

@@ -235,6 +235,31 @@ pub async fn complete(
     }
 }
 
+/// Moves every pending authorization of `account`'s end user `user` for
+/// `provider` to 'authorized' (the user connected through another one);
+/// the (conversation, message) of each that a call waited on.
+pub async fn authorize_pending(
+    tx: &mut PgConnection,
+    account: &AccountId,
+    provider: &str,
+    user: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let rows: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
+        "UPDATE oauth_authorizations SET status = 'authorized', error = NULL, completed_at = now() \
+         WHERE account_id = $1 AND provider = $2 AND user_id = $3 AND status = 'pending' \
+         RETURNING conversation_id, message_id",
+    )
+    .bind(account.as_str())
+    .bind(provider)
+    .bind(user)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(conversation, message)| Some((conversation?, message?)))
+        .collect())
+}
+
 /// Every authorization a call of this assistant message waited on (the
 /// message `message` of `account`'s conversation `conversation`), oldest
 /// first.

@@ -15,6 +15,7 @@ pub mod http;
 pub mod kube;
 pub mod net;
 pub mod oauth_server;
+pub mod protected_mcp;
 pub mod s3;
 pub mod scripted_model;
 pub mod server_env;

@@ -243,6 +243,36 @@ fn config_corpus() -> Vec<(Value, bool)> {
             server(json!({"url": url, "auth": {"type": "bearer", "token": "t", "scheme": "x"}})),
             false,
         ),
+        (
+            server(json!({"url": url, "auth": {"type": "connection", "provider": "crm_1"}})),
+            true,
+        ),
+        (
+            server(json!({"url": url, "auth": {"type": "connection", "provider": "x".repeat(64)}})),
+            true,
+        ),
+        (
+            server(json!({"url": url, "auth": {"type": "connection", "provider": "x".repeat(65)}})),
+            false,
+        ),
+        (
+            server(json!({"url": url, "auth": {"type": "connection"}})),
+            false,
+        ),
+        (
+            server(json!({"url": url, "auth": {"type": "connection", "provider": "a-b"}})),
+            false,
+        ),
+        (
+            server(
+                json!({"url": url, "auth": {"type": "connection", "provider": "p", "token": "t"}}),
+            ),
+            false,
+        ),
+        (
+            server(json!({"url": url, "auth": {"type": "bearer", "token": "t", "provider": "p"}})),
+            false,
+        ),
         (server(json!({"url": url, "tools": "all"})), false),
         (server(json!({"url": url, "tools": Value::Null})), false),
         (server(json!({"url": url, "tools": [""]})), false),

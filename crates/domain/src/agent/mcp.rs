@@ -1,5 +1,7 @@
 //! `config.mcpServers`: MCP servers whose tools an agent may call, each as
-//! `{url, headers?, auth?: {type: "bearer", token}, tools?, needsApproval?}`.
+//! `{url, headers?, auth?, tools?, needsApproval?}`, where `auth` is
+//! `{type: "bearer", token}` (one stored credential) or
+//! `{type: "connection", provider}` (each end user's own OAuth connection).
 //! A server's tools reach the model as `<server>__<tool>`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,6 +10,7 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use super::endpoint::{endpoint_pattern, parse_endpoint};
+use crate::http_tool::is_secret_name;
 use crate::ValidationError;
 
 /// Most MCP servers one agent may name.
@@ -27,7 +30,7 @@ pub const MAX_REMOTE_TOOL_NAME_CHARS: usize = 128;
 pub const MCP_SERVER_FIELDS: &[&str] = &["url", "headers", "auth", "tools", "needsApproval"];
 
 /// The fields of a server's `auth`.
-pub const MCP_AUTH_FIELDS: &[&str] = &["type", "token"];
+pub const MCP_AUTH_FIELDS: &[&str] = &["type", "token", "provider"];
 
 /// Headers a config may not set: the transport owns them.
 pub const RESERVED_HEADERS: &[&str] = &[
@@ -61,6 +64,16 @@ impl McpApproval {
     }
 }
 
+/// How requests to a server authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpAuth {
+    /// One bearer token for every request (a stored credential).
+    Bearer(String),
+    /// The end user's access token of their connection to this OAuth
+    /// provider of the account.
+    Connection(String),
+}
+
 /// One configured MCP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerSetting {
@@ -68,8 +81,8 @@ pub struct McpServerSetting {
     pub url: Url,
     /// Extra headers sent with every request.
     pub headers: BTreeMap<String, String>,
-    /// A bearer token sent as `Authorization` (a stored credential).
-    pub bearer: Option<String>,
+    /// What is sent as `Authorization`, if anything.
+    pub auth: Option<McpAuth>,
     /// The remote tools offered to the model (remote names); `None`: all.
     pub tools: Option<BTreeSet<String>>,
     /// Which remote tools wait for approval.
@@ -80,6 +93,14 @@ impl McpServerSetting {
     /// The model-facing name of the remote tool `remote` of server `server`.
     pub fn tool_name(server: &str, remote: &str) -> String {
         format!("{server}{MCP_NAME_SEPARATOR}{remote}")
+    }
+
+    /// The OAuth provider whose end-user connection requests act through.
+    pub fn connection(&self) -> Option<&str> {
+        match &self.auth {
+            Some(McpAuth::Connection(provider)) => Some(provider),
+            _ => None,
+        }
     }
 
     /// Whether the remote tool `name` is offered.
@@ -164,7 +185,7 @@ fn parse_server(
     Ok(McpServerSetting {
         url,
         headers: parse_headers(field, entry.get("headers"))?,
-        bearer: parse_auth(field, entry.get("auth"))?,
+        auth: parse_auth(field, entry.get("auth"))?,
         tools: parse_names(&format!("{field}.tools"), entry.get("tools"))?,
         needs_approval: match entry.get("needsApproval") {
             None => McpApproval::All(false),
@@ -222,13 +243,16 @@ fn parse_headers(
     Ok(headers)
 }
 
-fn parse_auth(field: &str, value: Option<&Value>) -> Result<Option<String>, ValidationError> {
+fn parse_auth(field: &str, value: Option<&Value>) -> Result<Option<McpAuth>, ValidationError> {
     let Some(value) = value else {
         return Ok(None);
     };
     let field = format!("{field}.auth");
     let object = value.as_object().ok_or_else(|| {
-        ValidationError::new(&field, "must be {\"type\": \"bearer\", \"token\": \"…\"}")
+        ValidationError::new(
+            &field,
+            "must be {\"type\": \"bearer\", \"token\": \"…\"} or {\"type\": \"connection\", \"provider\": \"…\"}",
+        )
     })?;
     for key in object.keys() {
         if !MCP_AUTH_FIELDS.contains(&key.as_str()) {
@@ -238,23 +262,43 @@ fn parse_auth(field: &str, value: Option<&Value>) -> Result<Option<String>, Vali
             ));
         }
     }
-    if object.get("type").and_then(Value::as_str) != Some("bearer") {
+    let (kind, wanted, unwanted) = match object.get("type").and_then(Value::as_str) {
+        Some("bearer") => ("bearer", "token", "provider"),
+        Some("connection") => ("connection", "provider", "token"),
+        _ => {
+            return Err(ValidationError::new(
+                format!("{field}.type"),
+                "must be \"bearer\" or \"connection\"",
+            ))
+        }
+    };
+    if object.contains_key(unwanted) {
         return Err(ValidationError::new(
-            format!("{field}.type"),
-            "must be \"bearer\"",
+            format!("{field}.{unwanted}"),
+            format!("is not a field of {kind} auth"),
         ));
     }
-    let token = object
-        .get("token")
-        .and_then(Value::as_str)
-        .filter(|token| !token.is_empty() && token.chars().all(|c| ('!'..='~').contains(&c)))
-        .ok_or_else(|| {
-            ValidationError::new(
-                format!("{field}.token"),
-                "must be a non-empty string of visible ASCII",
-            )
-        })?;
-    Ok(Some(token.to_owned()))
+    let given = object.get(wanted).and_then(Value::as_str);
+    match kind {
+        "bearer" => given
+            .filter(|token| !token.is_empty() && token.chars().all(|c| ('!'..='~').contains(&c)))
+            .map(|token| Some(McpAuth::Bearer(token.to_owned())))
+            .ok_or_else(|| {
+                ValidationError::new(
+                    format!("{field}.token"),
+                    "must be a non-empty string of visible ASCII",
+                )
+            }),
+        _ => given
+            .filter(|provider| is_secret_name(provider))
+            .map(|provider| Some(McpAuth::Connection(provider.to_owned())))
+            .ok_or_else(|| {
+                ValidationError::new(
+                    format!("{field}.provider"),
+                    "must name an OAuth provider of the account: 1-64 letters, digits or '_'",
+                )
+            }),
+    }
 }
 
 fn parse_names(
@@ -299,7 +343,8 @@ mod tests {
         .unwrap();
         let docs = &servers["docs"];
         assert_eq!(docs.headers["x-team"], "blue");
-        assert_eq!(docs.bearer.as_deref(), Some("t0k"));
+        assert_eq!(docs.auth, Some(McpAuth::Bearer("t0k".to_owned())));
+        assert_eq!(docs.connection(), None);
         assert!(docs.offers("search") && !docs.offers("delete"));
         assert!(docs.needs_approval.applies_to("fetch"));
         assert!(!docs.needs_approval.applies_to("search"));
@@ -307,6 +352,16 @@ mod tests {
             McpServerSetting::tool_name("docs", "search"),
             "docs__search"
         );
+    }
+
+    #[test]
+    fn a_server_can_act_through_each_end_users_connection() {
+        let servers = parse_servers(Some(&json!({"crm": {
+            "url": "https://mcp.example.com/mcp",
+            "auth": {"type": "connection", "provider": "crm_oauth"},
+        }})))
+        .unwrap();
+        assert_eq!(servers["crm"].connection(), Some("crm_oauth"));
     }
 
     #[test]
@@ -323,6 +378,22 @@ mod tests {
             (
                 json!({"x": {"url": "https://x.test/", "auth": {"type": "basic", "token": "t"}}}),
                 "config.mcpServers.x.auth.type",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "auth": {"type": "connection"}}}),
+                "config.mcpServers.x.auth.provider",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "auth": {"type": "connection", "provider": "a b"}}}),
+                "config.mcpServers.x.auth.provider",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "auth": {"type": "connection", "provider": "p", "token": "t"}}}),
+                "config.mcpServers.x.auth.token",
+            ),
+            (
+                json!({"x": {"url": "https://x.test/", "auth": {"type": "bearer", "token": "t", "provider": "p"}}}),
+                "config.mcpServers.x.auth.provider",
             ),
             (
                 json!({"x": {"url": "https://x.test/", "headers": {"Authorization": "t"}}}),

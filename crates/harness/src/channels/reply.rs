@@ -57,6 +57,16 @@ pub fn reply_for_pass(
                     tool.tool_name
                 ));
             }
+            UiPart::Other(data) if data["type"] == "data-authorization" => {
+                let data = &data["data"];
+                if let (Some(provider), Some(url)) =
+                    (data["provider"].as_str(), data["url"].as_str())
+                {
+                    lines.push(format!(
+                        "🔗 This needs your {provider} account. Connect it here, then ask again: {url}"
+                    ));
+                }
+            }
             _ => {}
         }
     }

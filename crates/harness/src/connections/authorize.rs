@@ -132,12 +132,6 @@ impl Authorizer {
         provider: &str,
         (message, tool_call_id, tool): (&str, &str, &str),
     ) -> Result<Option<AskedAuthorization>, ConnectionError> {
-        let user = self.user.as_deref().unwrap_or(ACCOUNT_USER);
-        match oauth_connections::get(&self.connections.pool, &self.account, provider, user).await {
-            Ok(connection) if connection.status == "active" => return Ok(None),
-            Ok(_) | Err(StoreError::NotFound) => {}
-            Err(err) => return Err(err.into()),
-        }
         let waiting = WaitingCall {
             agent_id: self.agent,
             conversation_id: self.conversation.clone(),
@@ -145,12 +139,41 @@ impl Authorizer {
             tool_call_id: tool_call_id.to_owned(),
             tool: tool.to_owned(),
         };
+        self.start_unless_connected(provider, tool_call_id, Some(waiting))
+            .await
+    }
+
+    /// `None` when the end user's connection to `provider` can be used;
+    /// otherwise an authorization no call waits on, for a turn whose end
+    /// user cannot be asked mid-turn (a chat channel's): the call
+    /// `tool_call_id` fails, and the user connects and asks again.
+    pub async fn link(
+        &self,
+        provider: &str,
+        tool_call_id: &str,
+    ) -> Result<Option<AskedAuthorization>, ConnectionError> {
+        self.start_unless_connected(provider, tool_call_id, None)
+            .await
+    }
+
+    async fn start_unless_connected(
+        &self,
+        provider: &str,
+        tool_call_id: &str,
+        waiting: Option<WaitingCall>,
+    ) -> Result<Option<AskedAuthorization>, ConnectionError> {
+        let user = self.user.as_deref().unwrap_or(ACCOUNT_USER);
+        match oauth_connections::get(&self.connections.pool, &self.account, provider, user).await {
+            Ok(connection) if connection.status == "active" => return Ok(None),
+            Ok(_) | Err(StoreError::NotFound) => {}
+            Err(err) => return Err(err.into()),
+        }
         let started = self
             .connections
             .start(
                 &self.account,
                 (provider, user),
-                Some(waiting),
+                waiting,
                 (&self.redirect, self.ttl),
             )
             .await?;

@@ -16,6 +16,7 @@ use toolserver_store::oauth_providers::{self, OAuthProviderRecord};
 use toolserver_store::StoreError;
 use url::Url;
 
+use super::granted::Granted;
 use super::sealed::client_secret_name;
 use super::{ConnectionError, Connections};
 use crate::outbound::check_url;
@@ -33,18 +34,6 @@ pub(super) struct Provider {
     pub record: OAuthProviderRecord,
     /// As a client.
     pub client: OAuthClient,
-}
-
-/// What a token endpoint granted.
-pub(super) struct Granted {
-    /// The access token.
-    pub access: String,
-    /// The refresh token, when one was given.
-    pub refresh: Option<String>,
-    /// When the access token lapses, when the provider says.
-    pub expires_at: Option<OffsetDateTime>,
-    /// The scopes granted, when the provider says.
-    pub scopes: Vec<String>,
 }
 
 impl Connections {

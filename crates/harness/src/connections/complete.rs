@@ -56,7 +56,11 @@ impl Lifecycle {
             Err(refusal) => Err(ConnectionError::Refused(refusal)),
         };
         let resumed_turn = match &connected {
-            Ok(moved) => self.resume_waiting(&account, &found, *moved).await,
+            Ok((moved, others)) => {
+                let resumed = self.resume_waiting(&account, &found, *moved).await;
+                self.resume_others(&account, &found, others).await;
+                resumed
+            }
             Err(ConnectionError::Refused(refusal)) => {
                 let error = format!(
                     "the end user's authorization of {} failed: {refusal}",
@@ -75,15 +79,43 @@ impl Lifecycle {
         })
     }
 
-    /// Exchanges `code`, then stores the connection `found` asked for and
-    /// marks `found` authorized in one transaction (so a crash leaves both
-    /// or neither); whether this call moved it out of pending.
+    /// Resumes the messages (conversation, message) other than `found`'s
+    /// whose calls waited on the same connection.
+    async fn resume_others(
+        &self,
+        account: &AccountId,
+        found: &AuthorizationRecord,
+        others: &[(String, String)],
+    ) {
+        let own = found.waiting.as_ref().map(|waiting| {
+            (
+                waiting.conversation_id.as_str(),
+                waiting.message_id.as_str(),
+            )
+        });
+        let mut resumed: Vec<(&str, &str)> = own.into_iter().collect();
+        for (conversation, message) in others {
+            let key = (conversation.as_str(), message.as_str());
+            if resumed.contains(&key) {
+                continue;
+            }
+            resumed.push(key);
+            self.resume_authorized(account, conversation, message).await;
+        }
+    }
+
+    /// Exchanges `code`, then, in one transaction (so a crash leaves all or
+    /// nothing), stores the connection `found` asked for, marks `found`
+    /// authorized, and marks authorized every other authorization still
+    /// pending for the same user and provider (calls that asked for the
+    /// same connection). Whether this call moved `found` out of pending,
+    /// and the messages whose calls waited on the others.
     async fn connect(
         &self,
         account: &AccountId,
         found: &AuthorizationRecord,
         code: &str,
-    ) -> Result<bool, ConnectionError> {
+    ) -> Result<(bool, Vec<(String, String)>), ConnectionError> {
         let connections = self.connections();
         let sealer = &self.harness().sources().sealer;
         let verifier = sealer
@@ -100,7 +132,11 @@ impl Lifecycle {
         oauth_connections::upsert(&mut tx, account, name, user, &sealed.tokens()).await?;
         let moved =
             oauth_authorizations::complete(&mut tx, account, &found.id, "authorized", None).await?;
+        let others = match moved {
+            true => oauth_authorizations::authorize_pending(&mut tx, account, name, user).await?,
+            false => Vec::new(),
+        };
         tx.commit().await.map_err(StoreError::from)?;
-        Ok(moved)
+        Ok((moved, others))
     }
 }

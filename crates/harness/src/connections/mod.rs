@@ -18,6 +18,7 @@ mod authorize;
 mod client;
 mod complete;
 mod error;
+mod granted;
 mod refresh;
 mod resume;
 mod sealed;

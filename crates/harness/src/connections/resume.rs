@@ -106,7 +106,7 @@ impl Lifecycle {
     /// Resumes the calls of assistant message `message` that waited on
     /// authorizations, when none is pending any more; the detached turn's
     /// id, or `None` (nothing to resume now, or the reaper tries again).
-    async fn resume_authorized(
+    pub(super) async fn resume_authorized(
         &self,
         account: &AccountId,
         conversation: &str,

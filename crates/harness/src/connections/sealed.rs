@@ -5,7 +5,7 @@ use time::OffsetDateTime;
 use toolserver_domain::AccountId;
 use toolserver_store::oauth_connections::Tokens;
 
-use super::client::Granted;
+use super::granted::Granted;
 use super::ConnectionError;
 use crate::sealing::SecretBox;
 

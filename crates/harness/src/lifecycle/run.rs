@@ -275,7 +275,10 @@ impl Lifecycle {
         )
         .await?;
         plan.stop = recording.stop.clone();
-        let registry = checked.registry.in_scope(scope);
+        let registry = checked
+            .registry
+            .in_scope(self.harness().sources(), scope)
+            .await;
         let outcome = run_turn(provider, registry, plan, recording.chunks.clone()).await;
         drop(renewal);
         let asking = AskedScope {

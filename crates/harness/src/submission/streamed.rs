@@ -85,7 +85,10 @@ pub(super) async fn launch(
     let (lease, provider, registry, history) = (
         turn.lease,
         turn.provider,
-        turn.checked.registry.in_scope(scope),
+        turn.checked
+            .registry
+            .in_scope(lifecycle.harness().sources(), scope)
+            .await,
         turn.history,
     );
     let (forward, client) = mpsc::channel(FORWARD_BUFFER);

@@ -84,6 +84,16 @@ impl Declared {
         }
     }
 
+    /// An MCP server's connect tool: asking again changes nothing once
+    /// the user is connected; it reaches the provider.
+    pub(super) fn connect() -> Self {
+        Self {
+            effects: ToolEffects::Idempotent,
+            retry: RetrySpec::default(),
+            open_world: true,
+        }
+    }
+
     /// The calls as declared.
     pub(super) fn as_declared(&self) -> Conduct {
         self.narrowed_to(self.effects)

@@ -185,6 +185,9 @@ pub struct RegisteredTool {
     pub open_world: bool,
     /// The account's breaker of this tool, once the registry has one.
     pub breaker: Option<Breaker>,
+    /// Not offered, though calls made of it still run (an MCP server's
+    /// connect tool once its end user is connected).
+    hidden: bool,
     implementation: Arc<dyn ToolImpl>,
 }
 

@@ -21,14 +21,14 @@ use toolserver_domain::{
     AccountId, AgentConfig, BuiltinTool, ToolEffects, ToolKey, ToolSetting, ValidationError,
 };
 use toolserver_sandbox::Executor;
-use toolserver_store::{tools, StoreError, ToolRecord};
+use toolserver_store::{oauth_providers, tools, StoreError, ToolRecord};
 
 use super::effects::{self, Conduct, ConfigSource, Declared};
-use super::mcp::{McpClients, RemoteTool};
+use super::mcp::{connect_tool, ActingUser, ConnectTool, McpClients, RemoteTool, CONNECT_TOOL};
 use super::stored;
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
-use crate::connections::ACCOUNT_USER;
+use crate::connections::{Connections, ACCOUNT_USER};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
 use crate::policy::{CallGate, Verdict};
@@ -69,6 +69,16 @@ pub struct ToolSources {
 impl ToolSources {
     /// The setting's default deadline of a call whose config names none.
     pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(25);
+
+    /// Where end users' connections are kept and refreshed.
+    pub fn connections(&self) -> Connections {
+        Connections::new(
+            self.pool.clone(),
+            self.sealer.clone(),
+            self.http.clone(),
+            self.policy.clone(),
+        )
+    }
 }
 
 /// Why a registry could not be built.
@@ -87,6 +97,9 @@ pub enum RegistryError {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, RegisteredTool>,
+    /// MCP servers that act through end users' connections, listed per
+    /// end user when the turn's user is known ([`Self::in_scope`]).
+    user_servers: Vec<(String, McpServerSetting)>,
     handoff: Option<HandoffTool>,
     provider_tools: Vec<String>,
     has_async: bool,
@@ -217,7 +230,7 @@ impl ToolRegistry {
         }
         for (server_name, server) in &config.mcp_servers {
             registry
-                .add_remote(sources, account, server_name, server)
+                .add_remote(sources, account, server_name, server, source)
                 .await?;
         }
         registry.guard_with(&sources.breakers, account);
@@ -226,14 +239,18 @@ impl ToolRegistry {
 
     /// Adds the tools `server` offers as `<server_name>__<tool>`. A local
     /// tool whose name has that prefix is refused; a server that cannot be
-    /// listed now adds nothing, with a warning.
+    /// listed now adds nothing, with a warning. A server that acts through
+    /// end users' connections adds its connect tool until [`Self::in_scope`]
+    /// lists it for the turn's user; saving it needs the account to have
+    /// its provider.
     async fn add_remote(
         &mut self,
         sources: &ToolSources,
         account: &AccountId,
         server_name: &str,
         server: &McpServerSetting,
-    ) -> Result<(), ValidationError> {
+        source: ConfigSource,
+    ) -> Result<(), RegistryError> {
         let field = format!("config.mcpServers.{server_name}");
         let prefix = McpServerSetting::tool_name(server_name, "");
         if let Some(taken) = self.tools.keys().find(|name| name.starts_with(&prefix)) {
@@ -242,17 +259,75 @@ impl ToolRegistry {
                 format!(
                     "the tool {taken:?} already uses the prefix {prefix:?} of this server's tools"
                 ),
-            ));
+            )
+            .into());
         }
-        let listed = match sources.mcp.list(account, server).await {
-            Ok(listed) => listed,
-            Err(error) => {
-                self.warn(format!(
-                    "{field}: its tools are not offered this time: {error}"
-                ));
-                return Ok(());
+        if let Some(provider) = server.connection() {
+            match oauth_providers::get(&sources.pool, account, provider).await {
+                Ok(_) => {}
+                Err(StoreError::NotFound) => {
+                    let problem = format!(
+                        "the account has no OAuth provider {provider:?} (PUT /accounts/me/oauth-providers/{provider})"
+                    );
+                    match source {
+                        ConfigSource::Saving => {
+                            return Err(ValidationError::new(
+                                format!("{field}.auth.provider"),
+                                problem,
+                            )
+                            .into())
+                        }
+                        ConfigSource::Stored => {
+                            self.warn(format!("{field}.auth.provider: {problem}"))
+                        }
+                    }
+                }
+                Err(err) => return Err(RegistryError::Store(err)),
             }
-        };
+            let (name, description, schema) = connect_tool(server_name, provider);
+            let described = Described {
+                name,
+                tool_id: None,
+                version: None,
+                description,
+                schema,
+                implementation: Arc::new(ConnectTool {
+                    clients: sources.mcp.clone(),
+                    server_name: server_name.to_owned(),
+                    server: server.clone(),
+                    acting: ActingUser {
+                        connections: sources.connections(),
+                        account: account.clone(),
+                        user: ACCOUNT_USER.to_owned(),
+                    },
+                }),
+                conduct: Declared::connect().as_declared(),
+            };
+            self.insert(sources, &field, &ToolSetting::default(), described)?;
+            self.user_servers
+                .push((server_name.to_owned(), server.clone()));
+            return Ok(());
+        }
+        match sources.mcp.list(account, server, None).await {
+            Ok(listed) => self.add_listed(sources, server_name, server, &listed, None),
+            Err(error) => self.warn(format!(
+                "{field}: its tools are not offered this time: {error}"
+            )),
+        }
+        Ok(())
+    }
+
+    /// Adds the tools `server` listed and offers, acting through `acting`'s
+    /// connection when it is a server that acts through connections.
+    fn add_listed(
+        &mut self,
+        sources: &ToolSources,
+        server_name: &str,
+        server: &McpServerSetting,
+        listed: &[rmcp::model::Tool],
+        acting: Option<ActingUser>,
+    ) {
+        let field = format!("config.mcpServers.{server_name}");
         for remote in listed.iter().filter(|tool| server.offers(&tool.name)) {
             let name = McpServerSetting::tool_name(server_name, &remote.name);
             if !model_facing(&name) {
@@ -277,6 +352,7 @@ impl ToolRegistry {
                     clients: sources.mcp.clone(),
                     server: server.clone(),
                     name: remote.name.to_string(),
+                    acting: acting.clone(),
                 }),
                 conduct: declared.as_declared(),
             };
@@ -284,7 +360,37 @@ impl ToolRegistry {
                 self.warn(err.message);
             }
         }
-        Ok(())
+    }
+
+    /// Lists, with `user`'s token, the servers that act through end users'
+    /// connections, and offers their tools in place of their connect tools.
+    /// A user without a usable connection keeps the connect tool.
+    async fn list_for_user(&mut self, sources: &ToolSources, account: &AccountId, user: &str) {
+        for (server_name, server) in self.user_servers.clone() {
+            let Some(provider) = server.connection() else {
+                continue;
+            };
+            let acting = ActingUser {
+                connections: sources.connections(),
+                account: account.clone(),
+                user: user.to_owned(),
+            };
+            let Ok(token) = acting.token(provider).await else {
+                continue;
+            };
+            let connect = McpServerSetting::tool_name(&server_name, CONNECT_TOOL);
+            if let Some(tool) = self.tools.get_mut(&connect) {
+                tool.hidden = true;
+            }
+            match sources.mcp.list(account, &server, Some(&token)).await {
+                Ok(listed) => {
+                    self.add_listed(sources, &server_name, &server, &listed, Some(acting))
+                }
+                Err(error) => self.warn(format!(
+                    "config.mcpServers.{server_name}: its tools are not offered this time: {error}"
+                )),
+            }
+        }
     }
 
     /// Gives every tool `account`'s breaker of it among `breakers`.
@@ -417,6 +523,7 @@ impl ToolRegistry {
                 retry: conduct.retry,
                 open_world: conduct.open_world,
                 breaker: None,
+                hidden: false,
                 implementation,
             },
         );
@@ -424,11 +531,17 @@ impl ToolRegistry {
     }
 
     /// The registry of a turn of `scope`'s conversation: tools that act on
-    /// the conversation (`handoff`) act on this one. Until then they fail.
-    pub fn in_scope(mut self, scope: TurnScope) -> Self {
+    /// the conversation (`handoff`) act on this one (until then they fail),
+    /// tools that act through a connection use the turn's end user's, and
+    /// MCP servers that act through connections offer that user's tools.
+    pub async fn in_scope(mut self, sources: &ToolSources, scope: TurnScope) -> Self {
         let user = scope.user.as_deref().unwrap_or(ACCOUNT_USER);
         for tool in self.tools.values_mut() {
             tool.act_for(user);
+        }
+        if !self.user_servers.is_empty() {
+            self.list_for_user(sources, &scope.account, user).await;
+            self.guard_with(&sources.breakers, &scope.account);
         }
         let name = BuiltinTool::Handoff.name();
         if let (Some(handoff), Some(tool)) = (&self.handoff, self.tools.get_mut(name)) {
@@ -458,10 +571,13 @@ impl ToolRegistry {
     /// The tools offered to a model or a client: those the policies in
     /// force could let run for some input.
     pub fn offered(&self) -> impl Iterator<Item = &RegisteredTool> {
-        self.tools.values().filter(|tool| match &self.gate {
-            Some(gate) => gate.offers(&tool.name, tool.effects),
-            None => true,
-        })
+        self.tools
+            .values()
+            .filter(|tool| !tool.hidden)
+            .filter(|tool| match &self.gate {
+                Some(gate) => gate.offers(&tool.name, tool.effects),
+                None => true,
+            })
     }
 
     /// The tool named `name`.

@@ -26,6 +26,11 @@ use toolserver_domain::{AttemptStatus, ToolEffects};
 pub const APPROVAL_UNAVAILABLE: &str =
     "which this request path cannot ask for; the call was denied";
 
+/// How the failure of a call that needs a connection ends, on a request
+/// path that cannot wait for it (channels): the link was shown instead.
+pub const AUTHORIZATION_LINKED: &str =
+    "the link to connect it was shown to them; the call was not run, and runs once they have connected and ask again";
+
 /// A call whose input is valid and that may run now.
 pub(super) struct ReadyCall {
     pub(super) tool_call_id: String,
@@ -60,7 +65,7 @@ pub(super) fn place_of(
 }
 
 /// Whether a call waits for its end user to connect a provider.
-enum Authorization {
+pub(super) enum Authorization {
     /// The tool needs no connection, or the end user has it.
     NotNeeded,
     /// The end user was asked (a `data-authorization` part); the call waits.
@@ -70,8 +75,10 @@ enum Authorization {
 }
 
 /// Asks `plan`'s end user to authorize the connection `tool` acts through,
-/// when they have none.
-async fn ask_authorization(
+/// when they have none. A turn that cannot ask (a chat channel's) shows the
+/// link all the same, and the call fails: the user connects, then asks
+/// again.
+pub(super) async fn ask_authorization(
     emitter: &mut Emitter,
     plan: &TurnPlan,
     tool: &RegisteredTool,
@@ -81,10 +88,15 @@ async fn ask_authorization(
         return Ok(Authorization::NotNeeded);
     };
     let message = emitter.assistant.id.clone();
-    match authorizer
-        .ask(provider, (&message, tool_call_id, &tool.name))
-        .await
-    {
+    let asked = match plan.can_ask_approval {
+        true => {
+            authorizer
+                .ask(provider, (&message, tool_call_id, &tool.name))
+                .await
+        }
+        false => authorizer.link(provider, tool_call_id).await,
+    };
+    match asked {
         Ok(None) => Ok(Authorization::NotNeeded),
         Ok(Some(asked)) => {
             emitter
@@ -93,7 +105,13 @@ async fn ask_authorization(
                     data: asked.data(),
                 })
                 .await?;
-            Ok(Authorization::Asked)
+            match plan.can_ask_approval {
+                true => Ok(Authorization::Asked),
+                false => Ok(Authorization::Unavailable(format!(
+                    "{} acts through the end user's connection to {provider}, which they have not made; {AUTHORIZATION_LINKED}",
+                    tool.name
+                ))),
+            }
         }
         Err(err) => Ok(Authorization::Unavailable(format!(
             "{} acts through a connection to {provider}, which cannot be authorized now: {err}",

@@ -27,7 +27,7 @@ pub use emitter::ClientGone;
 pub use pending::{Arrival, Settled};
 pub use retry::MAY_HAVE_RUN;
 
-use self::calls::{arrival_chunks, handle_calls, run_ready, ReadyCall};
+use self::calls::{arrival_chunks, handle_calls, run_ready, Authorization, ReadyCall};
 use self::cost::TurnCost;
 use self::emitter::Emitter;
 use self::pass::{run_pass, PassEnd};
@@ -274,9 +274,13 @@ impl Turn {
     }
 
     async fn run_steps(&mut self) -> Result<(String, Option<String>), ClientGone> {
-        self.act_on_decisions().await?;
+        let awaiting = self.act_on_decisions().await?;
         let arrivals = std::mem::take(&mut self.plan.arrivals);
         self.inject(arrivals).await?;
+        if awaiting {
+            self.settle_background_work().await?;
+            return Ok((FinishReason::ToolCalls.as_ui().to_owned(), None));
+        }
         let mut passes = 0u32;
         let mut needs_pass = true;
         let mut last_reason = FinishReason::Stop;
@@ -356,7 +360,10 @@ impl Turn {
     }
 
     /// Runs approved calls and denies the others, before the first pass.
-    async fn act_on_decisions(&mut self) -> Result<(), ClientGone> {
+    /// An approved call that needs a connection its end user lacks waits
+    /// for it instead (as an undecided call would); returns whether any
+    /// does.
+    async fn act_on_decisions(&mut self) -> Result<bool, ClientGone> {
         let decided: Vec<_> = self
             .emitter
             .assistant
@@ -365,6 +372,7 @@ impl Turn {
             .cloned()
             .collect();
         let mut ready = Vec::new();
+        let mut awaiting = false;
         for part in decided {
             let approved = part.is_approved();
             let tool_call_id = part.tool_call_id.clone();
@@ -422,6 +430,31 @@ impl Turn {
                 .await?;
                 continue;
             }
+            match calls::ask_authorization(&mut self.emitter, &self.plan, tool, &tool_call_id)
+                .await?
+            {
+                Authorization::NotNeeded => {}
+                Authorization::Asked => {
+                    if let Some(waiting) = self.emitter.assistant.tool_part_mut(&tool_call_id) {
+                        waiting.state = ToolState::InputAvailable;
+                    }
+                    awaiting = true;
+                    continue;
+                }
+                Authorization::Unavailable(error_text) => {
+                    let ledger = self.plan.ledger.as_ref();
+                    calls::refuse(
+                        &mut self.emitter,
+                        ledger,
+                        &tool_call_id,
+                        tool,
+                        &input,
+                        error_text,
+                    )
+                    .await?;
+                    continue;
+                }
+            }
             let place = calls::place_of(&self.emitter, self.plan.ledger.as_ref(), &tool_call_id);
             if tool.run_async {
                 let events = retry::with_retries(self.plan.ledger.as_ref(), tool, &place, input);
@@ -449,7 +482,8 @@ impl Turn {
             self.plan.max_parallel_tool_calls,
             ledger,
         )
-        .await
+        .await?;
+        Ok(awaiting)
     }
 
     /// Tells the model, in a step of its own, about background calls that

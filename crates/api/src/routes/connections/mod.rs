@@ -5,6 +5,7 @@
 //! stores the connection and resumes the call that waited on it.
 
 mod callback;
+mod page;
 mod providers;
 mod users;
 mod wire;

@@ -7,8 +7,10 @@
 //! detached tool's late result follows it into the thread, and a call that
 //! needs approval is denied with a visible message. Each platform's own
 //! modules check what only it has (Slack's URL check, Telegram's busy chat,
-//! the webhook's signed answer).
+//! the webhook's signed answer). A call that needs a connection shows the
+//! link to make it (`connection`).
 
+mod connection;
 mod platform;
 mod scenario;
 mod slack;

@@ -4,7 +4,10 @@
 //! follows the URL and the redirect as a browser would, and the call runs
 //! with that user's own token; another end user gets their own prompt;
 //! tokens are refreshed before they lapse; a revoked refresh token fails
-//! the connection, which is announced and asked for again.
+//! the connection, which is announced and asked for again. MCP servers an
+//! agent names may act through the same connections (`remote_mcp`).
+
+mod remote_mcp;
 
 use std::time::Duration;
 
@@ -22,8 +25,10 @@ use crate::app::{fast_lifecycle, TestApp};
 use crate::support::*;
 use crate::webhook_receiver::Receiver;
 
-const CLIENT_ID: &str = "toolserver-test";
-const CLIENT_SECRET: &str = "client-s3cret-value";
+/// The OAuth client the tests' provider `demo` is configured as.
+pub(crate) const CLIENT_ID: &str = "toolserver-test";
+/// Its secret.
+pub(crate) const CLIENT_SECRET: &str = "client-s3cret-value";
 
 /// Settings refreshing tokens that lapse within `refresh_ahead`, with
 /// quick resumption and webhooks.
@@ -45,21 +50,25 @@ fn settings(refresh_ahead: Duration) -> HarnessSettings {
     }
 }
 
-/// Configures the provider `demo` at `oauth`, announcing to `webhook`.
-async fn configure(app: &TestApp, oauth: &OAuthServer, webhook: &str) {
+/// Configures the provider `demo` at `oauth` (for the client [`CLIENT_ID`]),
+/// announcing to `webhook` when given.
+pub(crate) async fn configure(app: &TestApp, oauth: &OAuthServer, webhook: Option<&str>) {
+    let mut provider = json!({
+        "authorizationUrl": oauth.authorization_url(),
+        "tokenUrl": oauth.token_url(),
+        "clientId": CLIENT_ID,
+        "clientSecret": CLIENT_SECRET,
+        "scopes": ["profile"],
+    });
+    if let Some(webhook) = webhook {
+        provider["webhook"] = json!(webhook);
+    }
     let (status, body) = app
         .request(
             Method::PUT,
             "/accounts/me/oauth-providers/demo",
             ACCOUNT_A,
-            Some(json!({
-                "authorizationUrl": oauth.authorization_url(),
-                "tokenUrl": oauth.token_url(),
-                "clientId": CLIENT_ID,
-                "clientSecret": CLIENT_SECRET,
-                "scopes": ["profile"],
-                "webhook": webhook,
-            })),
+            Some(provider),
         )
         .await;
     assert_eq!(status, 201, "{body}");
@@ -81,12 +90,12 @@ async fn connected_app(
         .spawn()
         .await;
     let (receiver, webhook) = Receiver::start().await;
-    configure(&app, &oauth, &webhook).await;
+    configure(&app, &oauth, Some(&webhook)).await;
     (oauth, app, receiver)
 }
 
 /// An HTTP tool calling the provider's API as the end user; its id.
-async fn whoami_tool(app: &TestApp, oauth: &OAuthServer) -> String {
+pub(crate) async fn whoami_tool(app: &TestApp, oauth: &OAuthServer) -> String {
     let (status, body) = app
         .request(
             Method::POST,
@@ -288,6 +297,137 @@ async fn each_end_user_authorizes_once_and_calls_run_with_their_own_token(pool: 
             "an issued token appears in an API answer"
         );
     }
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_approved_call_then_asks_for_the_connection_and_runs_after_the_redirect(pool: PgPool) {
+    let (oauth, app, _) = connected_app(pool, 3600, Duration::from_secs(1)).await;
+    let tool = whoami_tool(&app, &oauth).await;
+    app.model.script(
+        "oauth-approved",
+        vec![
+            Reply::tool_call("c_dee", "whoami", json!({})),
+            Reply::text("Done."),
+        ],
+    );
+    let agent = app
+        .agent(
+            ACCOUNT_A,
+            "oauth-approved",
+            json!({ &tool: {"needsApproval": true} }),
+        )
+        .await;
+    let turn = app
+        .turn_as(
+            &user_token("dee"),
+            &agent,
+            user_turn("conv-dee", "who am I?"),
+        )
+        .await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert!(
+        turn.of_type("data-authorization").is_empty(),
+        "the approval comes first: {}",
+        turn.body
+    );
+    let approval = turn.of_type("tool-approval-request")[0]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decided = app
+        .client
+        .post(format!("{}/approvals/{approval}", app.base()))
+        .bearer_auth(token(ACCOUNT_A))
+        .json(&json!({"approved": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+
+    let path = "/conversations/conv-dee";
+    let asked = until("the approved call to ask for the connection", || async {
+        let (_, stored) = app.request(Method::GET, path, ACCOUNT_A, None).await;
+        stored.to_string().contains("data-authorization")
+    });
+    asked.await;
+    let (_, stored) = app.request(Method::GET, path, ACCOUNT_A, None).await;
+    let parts = stored["messages"][1]["parts"].as_array().unwrap().clone();
+    let call = parts.iter().find(|p| p["toolCallId"] == "c_dee").unwrap();
+    assert_eq!(call["state"], "input-available", "it waits: {stored}");
+    let url = parts
+        .iter()
+        .find(|p| p["type"] == "data-authorization")
+        .map(|p| p["data"]["url"].as_str().unwrap().to_owned())
+        .unwrap();
+    authorize(&app, &oauth, &url, "dee").await;
+    let stored = answered(&app, "conv-dee").await;
+    assert_eq!(whoami_output(&stored)["user"], "dee", "{stored}");
+    assert_eq!(app.model.requests("oauth-approved").len(), 2, "{stored}");
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn one_redirect_settles_every_call_that_asked_for_the_same_connection(pool: PgPool) {
+    let (oauth, app, _) = connected_app(pool, 3600, Duration::from_secs(1)).await;
+    let tool = whoami_tool(&app, &oauth).await;
+    app.model.script(
+        "oauth-twice",
+        vec![
+            Reply::tool_call("c_one", "whoami", json!({})).and_tool_call(
+                "c_two",
+                "whoami",
+                json!({}),
+            ),
+            Reply::text("Done."),
+        ],
+    );
+    let agent = app
+        .agent(ACCOUNT_A, "oauth-twice", json!({ &tool: {} }))
+        .await;
+    let turn = app
+        .turn_as(&user_token("eve"), &agent, user_turn("conv-eve", "twice"))
+        .await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    let asked = turn.of_type("data-authorization");
+    assert_eq!(asked.len(), 2, "{}", turn.body);
+    let url = asked[0]["data"]["url"].as_str().unwrap().to_owned();
+    let callback = oauth.consent(&url, "eve").await;
+    let page = app
+        .client
+        .get(&callback)
+        .header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<h1>Connected to demo</h1>"), "{html}");
+    let used = app
+        .client
+        .get(&callback)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(used.status(), 404, "a used state is refused, as a page");
+    assert!(used
+        .text()
+        .await
+        .unwrap()
+        .contains("The connection was not made"));
+    let stored = answered(&app, "conv-eve").await;
+    let outputs: Vec<Value> = stored["messages"][1]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|part| part["type"] == "tool-whoami")
+        .map(|part| part["output"]["user"].clone())
+        .collect();
+    assert_eq!(outputs, [json!("eve"), json!("eve")], "{stored}");
+    assert_eq!(app.model.requests("oauth-twice").len(), 2, "{stored}");
 }
 
 /// Follows the consent at `url` again as ann; the redirect's status.

@@ -1,15 +1,20 @@
 //! Tools of the MCP servers an agent names (`config.mcpServers`), reached
 //! over streamable HTTP with `rmcp`'s client through the outbound address
-//! checks. A server's tool list is kept for a while; each call opens its own
-//! session. Whatever goes wrong remotely reaches the model as a failed call.
+//! checks. A server's tool list is kept for a while (per account and
+//! bearer token); each call opens its own session. Whatever goes wrong
+//! remotely reaches the model as a failed call. A server that acts through
+//! each end user's OAuth connection is listed with that user's token; until
+//! the user has one, the model is offered its connect tool instead.
+
+mod connect;
+mod remote;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use reqwest_mcp::header::{HeaderName, HeaderValue};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -17,12 +22,15 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
-use toolserver_domain::agent::mcp::McpServerSetting;
+use toolserver_domain::agent::mcp::{McpAuth, McpServerSetting};
 use toolserver_domain::AccountId;
 
-use super::{Failure, Invocation, ToolEvent, ToolEvents, ToolImpl, ToolSources};
+use super::ToolSources;
 use crate::outbound::{self, OutboundPolicy};
 use crate::HarnessSettings;
+
+pub(super) use connect::{connect_tool, ConnectTool, CONNECT_TOOL};
+pub(super) use remote::{ActingUser, RemoteTool};
 
 /// Connections to MCP servers, and the tool lists they gave lately.
 pub struct McpClients {
@@ -71,14 +79,17 @@ impl McpClients {
         )
     }
 
-    /// The tools of `server` as `account` sees them, from the kept list
-    /// while it is fresh.
+    /// The tools of `server` as `account` sees them with `bearer` (the
+    /// end user's token of a server that acts through connections), from
+    /// the kept list while it is fresh.
     pub async fn list(
         &self,
         account: &AccountId,
         server: &McpServerSetting,
+        bearer: Option<&str>,
     ) -> Result<Arc<Vec<Tool>>, String> {
-        let key = list_key(account, server);
+        let bearer = bearer.or_else(|| stored_bearer(server));
+        let key = list_key(account, server, bearer);
         {
             let lists = self.lists.lock().await;
             if let Some(listed) = lists.get(&key).filter(|l| l.at.elapsed() < self.list_ttl) {
@@ -86,7 +97,7 @@ impl McpClients {
             }
         }
         let listing = async {
-            let session = self.connect(server).await?;
+            let session = self.connect(server, bearer).await?;
             let tools = session.list_all_tools().await.map_err(|err| describe(&err));
             let _ = session.cancel().await;
             tools
@@ -111,14 +122,17 @@ impl McpClients {
         Ok(tools)
     }
 
-    /// Calls the remote tool `name` of `server` with `input`.
+    /// Calls the remote tool `name` of `server` with `input`, sending
+    /// `bearer` (else the server's stored one).
     async fn call(
         &self,
         server: &McpServerSetting,
+        bearer: Option<&str>,
         name: &str,
         input: Value,
     ) -> Result<CallToolResult, String> {
-        let session = self.connect(server).await?;
+        let bearer = bearer.or_else(|| stored_bearer(server));
+        let session = self.connect(server, bearer).await?;
         let mut request = CallToolRequestParams::new(name.to_owned());
         if let Value::Object(arguments) = input {
             request.arguments = Some(arguments);
@@ -134,6 +148,7 @@ impl McpClients {
     async fn connect(
         &self,
         server: &McpServerSetting,
+        bearer: Option<&str>,
     ) -> Result<RunningService<RoleClient, ()>, String> {
         outbound::check_url(&server.url, &self.policy)?;
         let mut headers = HashMap::new();
@@ -144,8 +159,8 @@ impl McpClients {
         }
         let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
             .custom_headers(headers);
-        if let Some(token) = &server.bearer {
-            config = config.auth_header(token.clone());
+        if let Some(token) = bearer {
+            config = config.auth_header(token.to_owned());
         }
         let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
         ().serve(transport)
@@ -168,8 +183,16 @@ fn describe(err: &(dyn std::error::Error + 'static)) -> String {
     })
 }
 
+/// The bearer token stored in `server`'s config, if it has one.
+fn stored_bearer(server: &McpServerSetting) -> Option<&str> {
+    match &server.auth {
+        Some(McpAuth::Bearer(token)) => Some(token),
+        _ => None,
+    }
+}
+
 /// Where a server's list is kept: per account and per way of reaching it.
-fn list_key(account: &AccountId, server: &McpServerSetting) -> String {
+fn list_key(account: &AccountId, server: &McpServerSetting, bearer: Option<&str>) -> String {
     let mut hash = Sha256::new();
     for part in [account.as_str(), server.url.as_str()] {
         hash.update(part.as_bytes());
@@ -181,55 +204,6 @@ fn list_key(account: &AccountId, server: &McpServerSetting) -> String {
         hash.update(value.as_bytes());
         hash.update([0]);
     }
-    hash.update(server.bearer.as_deref().unwrap_or_default().as_bytes());
+    hash.update(bearer.unwrap_or_default().as_bytes());
     hex::encode(hash.finalize())
-}
-
-/// One remote tool, as the agent calls it.
-pub struct RemoteTool {
-    pub(super) clients: Arc<McpClients>,
-    pub(super) server: McpServerSetting,
-    pub(super) name: String,
-}
-
-impl ToolImpl for RemoteTool {
-    fn call(&self, invocation: Invocation) -> ToolEvents {
-        let (clients, server, name) =
-            (self.clients.clone(), self.server.clone(), self.name.clone());
-        futures::stream::once(async move {
-            match clients.call(&server, &name, invocation.input).await {
-                Ok(result) => outcome(result),
-                Err(error) => {
-                    ToolEvent::Failed(Failure::tool(format!("the MCP server failed: {error}")))
-                }
-            }
-        })
-        .boxed()
-    }
-}
-
-/// A remote result as our outcome: its structured content if any, else its
-/// text (one block) or its blocks; `isError` makes it a failure.
-fn outcome(result: CallToolResult) -> ToolEvent {
-    let texts: Vec<String> = result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.clone()),
-            _ => None,
-        })
-        .collect();
-    if result.is_error == Some(true) {
-        let message = match texts.is_empty() {
-            true => "the remote tool failed".to_owned(),
-            false => texts.join("\n"),
-        };
-        return ToolEvent::Failed(Failure::tool(message));
-    }
-    let output = match (&result.structured_content, texts.as_slice()) {
-        (Some(structured), _) => structured.clone(),
-        (None, [text]) => Value::String(text.clone()),
-        (None, _) => serde_json::to_value(&result.content).unwrap_or(Value::Null),
-    };
-    ToolEvent::Output(output)
 }
