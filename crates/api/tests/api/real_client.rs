@@ -172,6 +172,53 @@ async fn the_ai_sdk_reads_every_stream(pool: PgPool) {
         "expectFinishReason": "tool-calls",
     }));
 
+    let (status, provider) = app
+        .request(
+            reqwest::Method::PUT,
+            "/accounts/me/oauth-providers/demo",
+            ACCOUNT_A,
+            Some(json!({
+                "authorizationUrl": "http://127.0.0.1:9/authorize",
+                "tokenUrl": "http://127.0.0.1:9/token",
+                "clientId": "rc-client",
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{provider}");
+    let (status, whoami) = app
+        .request(
+            reqwest::Method::POST,
+            "/accounts/me/tools",
+            ACCOUNT_A,
+            Some(json!({
+                "name": "whoami", "description": "Who the user is at the provider.",
+                "inputSchema": {"type": "object"}, "kind": "http",
+                "http": {"method": "GET", "url": "http://127.0.0.1:9/me",
+                         "headers": {"Authorization": "Bearer {{connection.demo.access_token}}"}},
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{whoami}");
+    let whoami = whoami["toolId"].as_str().unwrap().to_owned();
+    app.model.script(
+        "rc-authorize",
+        vec![
+            Reply::tool_call("c1", "whoami", json!({})),
+            Reply::text("unused until connected"),
+        ],
+    );
+    scenarios.push(json!({
+        "name": "a call that waits for its user to authorize a connection",
+        "agentId": app.agent(ACCOUNT_A, "rc-authorize", json!({ &whoami: {} })).await,
+        "steps": [{"userText": "who am I?"}],
+        "expectParts": [
+            step,
+            {"type": "tool-whoami", "toolCallId": "c1", "state": "input-available", "input": {}},
+            {"type": "data-authorization", "data": {"toolCallId": "c1", "provider": "demo"}},
+        ],
+        "expectFinishReason": "tool-calls",
+    }));
+
     let async_script = |call: Reply| {
         vec![
             call,
