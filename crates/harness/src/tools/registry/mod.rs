@@ -4,9 +4,10 @@
 //! expose their manifest names; `needsApproval` and `async` are recorded per
 //! tool; each tool's effects are its own narrowed by the config's
 //! `effects` (never widened); `async_status` is added when any enabled tool
-//! is async. The same build runs when an agent is saved and before every
-//! turn; what a config being saved is refused for, a stored one may only
-//! be warned about ([`ConfigSource`], [`super::effects`]).
+//! is async; MCP servers add their tools (`remote`). The same build runs
+//! when an agent is saved and before every turn; what a config being saved
+//! is refused for, a stored one may only be warned about ([`ConfigSource`],
+//! [`super::effects`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,10 +22,12 @@ use toolserver_domain::{
     AccountId, AgentConfig, BuiltinTool, ToolEffects, ToolKey, ToolSetting, ValidationError,
 };
 use toolserver_sandbox::Executor;
-use toolserver_store::{oauth_providers, tools, StoreError, ToolRecord};
+use toolserver_store::{tools, StoreError, ToolRecord};
+
+mod remote;
 
 use super::effects::{self, Conduct, ConfigSource, Declared};
-use super::mcp::{connect_tool, ActingUser, ConnectTool, McpClients, RemoteTool, CONNECT_TOOL};
+use super::mcp::McpClients;
 use super::stored;
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
@@ -235,162 +238,6 @@ impl ToolRegistry {
         }
         registry.guard_with(&sources.breakers, account);
         Ok(registry)
-    }
-
-    /// Adds the tools `server` offers as `<server_name>__<tool>`. A local
-    /// tool whose name has that prefix is refused; a server that cannot be
-    /// listed now adds nothing, with a warning. A server that acts through
-    /// end users' connections adds its connect tool until [`Self::in_scope`]
-    /// lists it for the turn's user; saving it needs the account to have
-    /// its provider.
-    async fn add_remote(
-        &mut self,
-        sources: &ToolSources,
-        account: &AccountId,
-        server_name: &str,
-        server: &McpServerSetting,
-        source: ConfigSource,
-    ) -> Result<(), RegistryError> {
-        let field = format!("config.mcpServers.{server_name}");
-        let prefix = McpServerSetting::tool_name(server_name, "");
-        if let Some(taken) = self.tools.keys().find(|name| name.starts_with(&prefix)) {
-            return Err(ValidationError::new(
-                field,
-                format!(
-                    "the tool {taken:?} already uses the prefix {prefix:?} of this server's tools"
-                ),
-            )
-            .into());
-        }
-        if let Some(provider) = server.connection() {
-            match oauth_providers::get(&sources.pool, account, provider).await {
-                Ok(_) => {}
-                Err(StoreError::NotFound) => {
-                    let problem = format!(
-                        "the account has no OAuth provider {provider:?} (PUT /accounts/me/oauth-providers/{provider})"
-                    );
-                    match source {
-                        ConfigSource::Saving => {
-                            return Err(ValidationError::new(
-                                format!("{field}.auth.provider"),
-                                problem,
-                            )
-                            .into())
-                        }
-                        ConfigSource::Stored => {
-                            self.warn(format!("{field}.auth.provider: {problem}"))
-                        }
-                    }
-                }
-                Err(err) => return Err(RegistryError::Store(err)),
-            }
-            let (name, description, schema) = connect_tool(server_name, provider);
-            let described = Described {
-                name,
-                tool_id: None,
-                version: None,
-                description,
-                schema,
-                implementation: Arc::new(ConnectTool {
-                    clients: sources.mcp.clone(),
-                    server_name: server_name.to_owned(),
-                    server: server.clone(),
-                    acting: ActingUser {
-                        connections: sources.connections(),
-                        account: account.clone(),
-                        user: ACCOUNT_USER.to_owned(),
-                    },
-                }),
-                conduct: Declared::connect().as_declared(),
-            };
-            self.insert(sources, &field, &ToolSetting::default(), described)?;
-            self.user_servers
-                .push((server_name.to_owned(), server.clone()));
-            return Ok(());
-        }
-        match sources.mcp.list(account, server, None).await {
-            Ok(listed) => self.add_listed(sources, server_name, server, &listed, None),
-            Err(error) => self.warn(format!(
-                "{field}: its tools are not offered this time: {error}"
-            )),
-        }
-        Ok(())
-    }
-
-    /// Adds the tools `server` listed and offers, acting through `acting`'s
-    /// connection when it is a server that acts through connections.
-    fn add_listed(
-        &mut self,
-        sources: &ToolSources,
-        server_name: &str,
-        server: &McpServerSetting,
-        listed: &[rmcp::model::Tool],
-        acting: Option<ActingUser>,
-    ) {
-        let field = format!("config.mcpServers.{server_name}");
-        for remote in listed.iter().filter(|tool| server.offers(&tool.name)) {
-            let name = McpServerSetting::tool_name(server_name, &remote.name);
-            if !model_facing(&name) {
-                self.warn(format!(
-                    "{field}: the tool {:?} is not offered: {name:?} is not 1-64 letters, digits, `-` or `_`",
-                    remote.name
-                ));
-                continue;
-            }
-            let setting = ToolSetting {
-                needs_approval: server.needs_approval.applies_to(&remote.name),
-                ..ToolSetting::default()
-            };
-            let declared = Declared::remote(remote);
-            let described = Described {
-                name,
-                tool_id: None,
-                version: None,
-                description: remote.description.as_deref().unwrap_or_default().to_owned(),
-                schema: Value::Object(remote.input_schema.as_ref().clone()),
-                implementation: Arc::new(RemoteTool {
-                    clients: sources.mcp.clone(),
-                    server: server.clone(),
-                    name: remote.name.to_string(),
-                    acting: acting.clone(),
-                }),
-                conduct: declared.as_declared(),
-            };
-            if let Err(err) = self.insert(sources, &field, &setting, described) {
-                self.warn(err.message);
-            }
-        }
-    }
-
-    /// Lists, with `user`'s token, the servers that act through end users'
-    /// connections, and offers their tools in place of their connect tools.
-    /// A user without a usable connection keeps the connect tool.
-    async fn list_for_user(&mut self, sources: &ToolSources, account: &AccountId, user: &str) {
-        for (server_name, server) in self.user_servers.clone() {
-            let Some(provider) = server.connection() else {
-                continue;
-            };
-            let acting = ActingUser {
-                connections: sources.connections(),
-                account: account.clone(),
-                user: user.to_owned(),
-            };
-            let Ok(token) = acting.token(provider).await else {
-                continue;
-            };
-            let connect = McpServerSetting::tool_name(&server_name, CONNECT_TOOL);
-            if let Some(tool) = self.tools.get_mut(&connect) {
-                tool.hidden = true;
-            }
-            match sources.mcp.list(account, &server, Some(&token)).await {
-                Ok(listed) => {
-                    self.add_listed(sources, &server_name, &server, &listed, Some(acting))
-                }
-                Err(error) => self.warn(format!(
-                    "config.mcpServers.{server_name}: its tools are not offered this time: {error}"
-                )),
-            }
-        }
     }
 
     /// Gives every tool `account`'s breaker of it among `breakers`.
