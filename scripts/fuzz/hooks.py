@@ -13,6 +13,19 @@ def _names_uploaded_tool(body):
     return isinstance(tools, dict) and any(TOOL_ID.match(key) for key in tools)
 
 
+def _names_oauth_provider(body):
+    config = body.get("config") if isinstance(body, dict) else None
+    servers = config.get("mcpServers") if isinstance(config, dict) else None
+    if not isinstance(servers, dict):
+        return False
+    return any(
+        isinstance(server, dict)
+        and isinstance(server.get("auth"), dict)
+        and server["auth"].get("type") == "connection"
+        for server in servers.values()
+    )
+
+
 def _has_policies(body):
     config = body.get("config") if isinstance(body, dict) else None
     policies = config.get("policies") if isinstance(config, dict) else None
@@ -27,15 +40,19 @@ def _empty_bundle_part(body):
 def filter_body(context, body):
     """Leaves out bodies refused for reasons the fuzzer cannot honour from
     the schema: an agent config naming a random `toolId` names no tool of
-    the account, and its random `policies` text is no Cedar that validates
-    against the account's tools (rules of state); an empty multipart
+    the account, one whose MCP server acts through a random OAuth
+    `provider` names no provider of the account, and its random `policies`
+    text is no Cedar that validates against the account's tools (rules of
+    state); an empty multipart
     `bundle` part is refused (the schema says "not empty", but the fuzzer
     validates binary parts as empty strings, so `minLength` on them
     misleads it)."""
     if context.operation is None:
         return True
     if context.operation.path.startswith("/agents"):
-        return not _names_uploaded_tool(body) and not _has_policies(body)
+        return not (
+            _names_uploaded_tool(body) or _names_oauth_provider(body) or _has_policies(body)
+        )
     if context.operation.path.startswith("/accounts/me/tools"):
         return not _empty_bundle_part(body)
     return True

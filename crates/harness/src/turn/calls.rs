@@ -28,7 +28,7 @@ pub const APPROVAL_UNAVAILABLE: &str =
 
 /// How the failure of a call that needs a connection ends, on a request
 /// path that cannot wait for it (channels): the link was shown instead.
-pub const AUTHORIZATION_LINKED: &str =
+const AUTHORIZATION_LINKED: &str =
     "the link to connect it was shown to them; the call was not run, and runs once they have connected and ask again";
 
 /// A call whose input is valid and that may run now.
