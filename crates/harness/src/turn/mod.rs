@@ -416,9 +416,33 @@ impl Turn {
             // An approval answers an ask, never a deny: policies changed
             // since the request are applied again.
             let verdict = self.registry.verdict(tool, &input);
-            if let Some(verdict) = verdict.filter(|v| v.decision == Decision::Deny) {
+            let refusal = match verdict.filter(|v| v.decision == Decision::Deny) {
+                Some(verdict) => Some(verdict.explain(&tool.name)),
+                None => {
+                    match calls::ask_authorization(
+                        &mut self.emitter,
+                        &self.plan,
+                        tool,
+                        &tool_call_id,
+                    )
+                    .await?
+                    {
+                        Authorization::NotNeeded => None,
+                        Authorization::Asked => {
+                            if let Some(waiting) =
+                                self.emitter.assistant.tool_part_mut(&tool_call_id)
+                            {
+                                waiting.state = ToolState::InputAvailable;
+                            }
+                            awaiting = true;
+                            continue;
+                        }
+                        Authorization::Unavailable(error_text) => Some(error_text),
+                    }
+                }
+            };
+            if let Some(error_text) = refusal {
                 let ledger = self.plan.ledger.as_ref();
-                let error_text = verdict.explain(&tool.name);
                 calls::refuse(
                     &mut self.emitter,
                     ledger,
@@ -429,31 +453,6 @@ impl Turn {
                 )
                 .await?;
                 continue;
-            }
-            match calls::ask_authorization(&mut self.emitter, &self.plan, tool, &tool_call_id)
-                .await?
-            {
-                Authorization::NotNeeded => {}
-                Authorization::Asked => {
-                    if let Some(waiting) = self.emitter.assistant.tool_part_mut(&tool_call_id) {
-                        waiting.state = ToolState::InputAvailable;
-                    }
-                    awaiting = true;
-                    continue;
-                }
-                Authorization::Unavailable(error_text) => {
-                    let ledger = self.plan.ledger.as_ref();
-                    calls::refuse(
-                        &mut self.emitter,
-                        ledger,
-                        &tool_call_id,
-                        tool,
-                        &input,
-                        error_text,
-                    )
-                    .await?;
-                    continue;
-                }
             }
             let place = calls::place_of(&self.emitter, self.plan.ledger.as_ref(), &tool_call_id);
             if tool.run_async {
