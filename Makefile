@@ -50,9 +50,11 @@ fuzz-api: test-deps
 
 ## Invocation latency: API vs worker socket (the floor), runner cold start,
 ## an HTTP tool vs the same request made straight to its upstream,
-## job claims against history, ledger pages against 1,000,000 attempts, turns, one account's flood against another's
+## job claims against history, ledger pages against 1,000,000 attempts, turns (with their statements,
+## against an AI SDK peer, and on one growing conversation), one account's flood against another's
 ## calls and turns (noisy neighbour), the Kubernetes exec transport vs local sockets,
-## and judging one call by 100 policies.
+## judging one call by 100 policies, and a new tool's first call with the
+## local runners' warm pool full and drained.
 bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-api --bench invoke
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver-store --bench claim
@@ -61,6 +63,7 @@ bench: test-deps
 	DATABASE_URL=$(TEST_DATABASE_URL) cargo bench -p toolserver --bench noisy
 	cargo bench -p toolserver-kubernetes --bench exec
 	cargo bench -p toolserver-harness --bench policy
+	cargo bench -p toolserver-sandbox --bench warm_pool
 
 ## Crash trials of detached turns on the release binary: two servers on one
 ## scratch database, a random one SIGKILLed and restarted per trial. Prints

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure what the tests need is present and running: PostgreSQL on
-# 127.0.0.1:5432, NATS on 127.0.0.1:4222, the s3s-fs S3-compatible server
-# binary, Node.js, the AI SDK client test's packages, Chromium and the
+# 127.0.0.1:5432 (with pg_stat_statements loaded), NATS on 127.0.0.1:4222,
+# the s3s-fs S3-compatible server binary, Node.js, the AI SDK client test's
+# packages (and the turns bench's AI SDK peer's), Chromium and the
 # browser test's packages, the tool CLI's packages, the MCP clients (the
 # TypeScript SDK's packages and a virtualenv with the Python SDK), a
 # virtualenv with the OAuth authorization server's packages, the
@@ -31,6 +32,7 @@ apt_install() {
 
 ensure_postgres() {
   if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    ensure_pg_stat_statements
     return
   fi
   if ! command -v pg_ctlcluster >/dev/null 2>&1; then
@@ -48,12 +50,38 @@ ensure_postgres() {
     sed -i '1i host all all 127.0.0.1/32 trust # toolserver-tests' "$hba"
   fi
   pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  wait_postgres
+  ensure_pg_stat_statements
+}
+
+wait_postgres() {
   for _ in $(seq 1 60); do
     pg_isready -q -h 127.0.0.1 -p 5432 && return
     sleep 0.5
   done
   echo "test-services: PostgreSQL did not come up on 127.0.0.1:5432" >&2
   exit 1
+}
+
+# pg_stat_statements preloaded (the turns bench counts the statements of a
+# turn with it): added to shared_preload_libraries with ALTER SYSTEM, and the
+# cluster on port 5432 restarted, only when it is not loaded already.
+ensure_pg_stat_statements() {
+  local psql=(psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -tAq -v ON_ERROR_STOP=1)
+  local loaded
+  loaded=$("${psql[@]}" -c "SHOW shared_preload_libraries")
+  case ",${loaded// /}," in
+    *,pg_stat_statements,*) return ;;
+  esac
+  local wanted="pg_stat_statements"
+  [ -n "$loaded" ] && wanted="$loaded, pg_stat_statements"
+  as_root "a restart of PostgreSQL that loads pg_stat_statements"
+  "${psql[@]}" -c "ALTER SYSTEM SET shared_preload_libraries = '$wanted'"
+  local version name
+  read -r version name < <(pg_lsclusters -h | awk '$3 == 5432 {print $1, $2; exit}')
+  echo "test-services: restarting PostgreSQL $version $name to load pg_stat_statements" >&2
+  pg_ctlcluster --skip-systemctl-redirect "$version" "$name" restart
+  wait_postgres
 }
 
 ensure_s3s_fs() {
@@ -105,9 +133,10 @@ ensure_npm_client() {
   (cd "$dir" && npm ci --no-audit --no-fund)
 }
 
-# The AI SDK client test's packages (both pinned majors), from the lockfile.
+# The AI SDK client test's packages (both pinned majors) and the OpenAI
+# provider the turns bench's AI SDK peer server uses, from the lockfile.
 ensure_ai_sdk() {
-  ensure_npm_client ai-sdk ai-v6 ai-v7
+  ensure_npm_client ai-sdk ai-v6 ai-v7 @ai-sdk/openai
 }
 
 # The browser test's packages (useChat, React, esbuild, playwright-core),

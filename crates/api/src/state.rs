@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use toolserver_bundles::BundleStore;
-use toolserver_domain::{AgentLimits, ToolLimits};
+use toolserver_domain::{AgentLimits, ToolId, ToolLimits};
 use toolserver_sandbox::Executor;
+use toolserver_store::config_changes::ConfigChange;
 
 use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
 use toolserver_harness::runner_call::RunnerCallSettings;
@@ -134,6 +135,9 @@ impl AppState {
         nats: Option<async_nats::Client>,
     ) -> Self {
         let harness = Arc::new(harness);
+        if harness.settings().config_cache_entries > 0 {
+            harness.config_cache().spawn_listener(&pool);
+        }
         let listener: Arc<dyn TurnListener> = match &nats {
             Some(client) => Arc::new(NatsReplies::new(client.clone(), pool.clone())),
             None => Arc::new(NoListener),
@@ -186,6 +190,19 @@ impl AppState {
     /// Recently called tools, read and compiled.
     pub fn tools(&self) -> &ToolCache {
         &self.0.tools
+    }
+
+    /// Drops what this process cached of tool `id` (after a change to it,
+    /// before the change is answered).
+    pub fn tool_changed(&self, id: ToolId) {
+        self.0.tools.invalidate(id);
+        self.0.harness.config_cache().tool_changed(id);
+    }
+
+    /// Drops what this process cached of what `change` names (after the
+    /// change, before it is answered).
+    pub fn config_changed(&self, change: &ConfigChange) {
+        self.0.harness.config_cache().changed(change);
     }
 
     /// The database pool.

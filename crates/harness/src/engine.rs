@@ -9,9 +9,10 @@ use sqlx::PgPool;
 use toolserver_domain::{
     AccountId, AgentConfig, AgentId, AgentLimits, Secret, Secrets, ValidationError,
 };
-use toolserver_store::{agents, StoreError};
+use toolserver_store::StoreError;
 use url::Url;
 
+use crate::config_cache::ConfigCache;
 use crate::handoff::HandoffOptions;
 use crate::ledger::LedgerSettings;
 use crate::lifecycle::LifecycleSettings;
@@ -59,6 +60,8 @@ pub struct HarnessSettings {
     pub max_conversation_messages: usize,
     /// Largest conversation, in bytes of JSON.
     pub max_conversation_bytes: usize,
+    /// Most bytes of conversation messages a process keeps between turns.
+    pub conversation_cache_bytes: usize,
     /// Longest a turn may run.
     pub max_turn_duration: Duration,
     /// How long a turn's hold on its conversation lasts without renewal; a
@@ -83,6 +86,10 @@ pub struct HarnessSettings {
     pub webhooks: WebhookSettings,
     /// How the tool-call ledger keeps its rows.
     pub ledger: LedgerSettings,
+    /// Most entries of each kind (agents, uploaded tools, accounts'
+    /// policies, accounts' scoped policies) kept read for turns (0: every
+    /// turn reads them); see [`ConfigCache`].
+    pub config_cache_entries: usize,
 }
 
 /// A provider's endpoint and key, used when an agent's config names none.
@@ -140,6 +147,8 @@ impl HarnessSettings {
     pub const DEFAULT_MAX_CONVERSATION_MESSAGES: usize = 1_000;
     /// The setting's default of [`Self::max_conversation_bytes`].
     pub const DEFAULT_MAX_CONVERSATION_BYTES: usize = 4 * 1024 * 1024;
+    /// The setting's default of [`Self::conversation_cache_bytes`].
+    pub const DEFAULT_CONVERSATION_CACHE_BYTES: usize = 256 * 1024 * 1024;
     /// The setting's default of [`Self::max_turn_duration`].
     pub const DEFAULT_MAX_TURN_DURATION: Duration = Duration::from_secs(900);
     /// The setting's default of [`Self::turn_lease`].
@@ -153,6 +162,8 @@ impl HarnessSettings {
     pub const DEFAULT_OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
     /// The setting's default of [`Self::outbound_resolve_timeout`].
     pub const DEFAULT_OUTBOUND_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The setting's default of [`Self::config_cache_entries`].
+    pub const DEFAULT_CONFIG_CACHE_ENTRIES: usize = 10_000;
 }
 
 impl Default for HarnessSettings {
@@ -166,6 +177,7 @@ impl Default for HarnessSettings {
             max_parallel_tool_calls: Self::DEFAULT_MAX_PARALLEL_TOOL_CALLS,
             max_conversation_messages: Self::DEFAULT_MAX_CONVERSATION_MESSAGES,
             max_conversation_bytes: Self::DEFAULT_MAX_CONVERSATION_BYTES,
+            conversation_cache_bytes: Self::DEFAULT_CONVERSATION_CACHE_BYTES,
             max_turn_duration: Self::DEFAULT_MAX_TURN_DURATION,
             turn_lease: Self::DEFAULT_TURN_LEASE,
             keep_alive: Self::DEFAULT_KEEP_ALIVE,
@@ -176,6 +188,7 @@ impl Default for HarnessSettings {
             outbound_resolve_timeout: Self::DEFAULT_OUTBOUND_RESOLVE_TIMEOUT,
             webhooks: WebhookSettings::DEFAULT,
             ledger: LedgerSettings::DEFAULT,
+            config_cache_entries: Self::DEFAULT_CONFIG_CACHE_ENTRIES,
         }
     }
 }
@@ -185,6 +198,7 @@ pub struct Harness {
     sources: ToolSources,
     settings: HarnessSettings,
     policies: PolicyCache,
+    stored: Arc<ConfigCache>,
 }
 
 /// A config that passed every check, and the tools it enables.
@@ -198,10 +212,12 @@ pub struct CheckedAgent {
 impl Harness {
     /// Bundles the harness's parts.
     pub fn new(sources: ToolSources, settings: HarnessSettings) -> Self {
+        let stored = Arc::new(ConfigCache::new(settings.config_cache_entries));
         Self {
             sources,
             settings,
             policies: PolicyCache::default(),
+            stored,
         }
     }
 
@@ -217,12 +233,20 @@ impl Harness {
         let agent = config.and_then(|config| config.policies.as_deref());
         policy::stack_of(
             &self.policies,
+            &self.stored,
             &self.sources.pool,
             account,
             agent,
             narrowing,
         )
         .await
+    }
+
+    /// What turns read from Postgres before they run, kept while current:
+    /// a change made through this process is dropped from it before the
+    /// change is answered.
+    pub fn config_cache(&self) -> &Arc<ConfigCache> {
+        &self.stored
     }
 
     /// Where tools come from and how they run.
@@ -253,8 +277,15 @@ impl Harness {
         let config = AgentConfig::parse(config, &self.settings.agent_limits)?;
         let provider = config.model.provider.clone();
         let supports = move |tool: &str| provider_supports(&provider, tool);
-        let registry =
-            ToolRegistry::build(&self.sources, account, &config, &supports, source).await?;
+        let registry = ToolRegistry::build(
+            &self.sources,
+            &self.stored,
+            account,
+            &config,
+            &supports,
+            source,
+        )
+        .await?;
         Ok(CheckedAgent { config, registry })
     }
 
@@ -280,7 +311,9 @@ impl Harness {
         account: &AccountId,
         agent: AgentId,
     ) -> Result<Value, AgentLoadError> {
-        let record = agents::get(pool, account, agent)
+        let record = self
+            .stored
+            .agent(pool, account, agent)
             .await
             .map_err(|err| match err {
                 StoreError::NotFound => AgentLoadError::NotFound,

@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod channels;
+pub mod config_cache;
 pub mod connections;
 pub mod conversation;
 pub mod engine;

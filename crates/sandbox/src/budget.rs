@@ -19,6 +19,12 @@
 //! budget stops it or its backend reports it stopped
 //! ([`Executor::watch_stops`]), so the runners live never exceed the caps.
 //! A call holds its runner until its frame stream ends.
+//!
+//! The backend's warm runners ([`Executor::govern_warm`]) count against
+//! the server-wide cap while they wait to be claimed; one is started only
+//! into room no call waits for, and one is discarded
+//! ([`Executor::shed_warm`]) before any account's idle runner is stopped
+//! when the server-wide cap blocks a call.
 
 mod caps;
 mod ledger;
@@ -37,7 +43,7 @@ use ledger::{Admission, Eviction, Ledger, Refusal, EVICTION_RETRY};
 
 use crate::{
     metrics, Executor, FrameStream, InvokeRequest, ReservationKey, RunnerExit, RunnerInfo,
-    RunnerUsage, SandboxError, StopListener,
+    RunnerUsage, SandboxError, StopListener, WarmRoom,
 };
 
 /// Frames a call's forwarding holds before the caller reads them.
@@ -74,7 +80,28 @@ impl RunnerBudget {
             }
         });
         shared.inner.watch_stops(listener);
+        shared
+            .inner
+            .govern_warm(Arc::new(BudgetWarmRoom(Arc::downgrade(&shared))));
         Self { shared }
+    }
+}
+
+/// The budget's room for its backend's warm runners.
+struct BudgetWarmRoom(Weak<Shared>);
+
+impl WarmRoom for BudgetWarmRoom {
+    fn take(&self) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|shared| shared.ledger().take_warm())
+    }
+
+    fn give_back(&self) {
+        if let Some(shared) = self.0.upgrade() {
+            let evictions = shared.ledger().warm_gone();
+            shared.evict(evictions);
+        }
     }
 }
 
@@ -124,7 +151,16 @@ impl Shared {
     /// Stops the idle runner of `eviction` unless its backend finds it busy;
     /// one it keeps is asked again after [`EVICTION_RETRY`].
     async fn run_eviction(self: Arc<Self>, eviction: Eviction) {
-        let key = &eviction.key;
+        let Some(key) = &eviction.key else {
+            let shed = self.inner.shed_warm().await;
+            if !shed {
+                // None to shed now: asked again after a while, not at once.
+                tokio::time::sleep(EVICTION_RETRY).await;
+            }
+            let evictions = self.ledger().evicted(&eviction, shed);
+            self.evict(evictions);
+            return;
+        };
         let stopped = match self.inner.stop_if_idle(key).await {
             Ok(stopped) => stopped,
             Err(err) => {
@@ -297,5 +333,13 @@ impl Executor for RunnerBudget {
 
     fn watch_stops(&self, listener: StopListener) {
         self.shared.inner.watch_stops(listener);
+    }
+
+    fn govern_warm(&self, room: Arc<dyn WarmRoom>) {
+        self.shared.inner.govern_warm(room);
+    }
+
+    async fn shed_warm(&self) -> bool {
+        self.shared.inner.shed_warm().await
     }
 }

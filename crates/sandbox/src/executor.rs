@@ -60,6 +60,18 @@ pub struct RunnerUsage {
 /// stopped by its backend's own doing (idle reaping, its worker's exit).
 pub type StopListener = Arc<dyn Fn(&ReservationKey) + Send + Sync>;
 
+/// A budget's hold on a backend's warm runners (started ahead of demand,
+/// of no account until claimed): each counts against the budget from the
+/// moment its start is decided until it is claimed or discarded.
+pub trait WarmRoom: Send + Sync + 'static {
+    /// Takes room for one more warm runner; `false` when there is none.
+    fn take(&self) -> bool;
+
+    /// Gives back the room of a warm runner that was claimed (its runner
+    /// counts from then on) or discarded.
+    fn give_back(&self);
+}
+
 /// Runs tool calls in runners addressed by reservation key.
 #[async_trait]
 pub trait Executor: Send + Sync + 'static {
@@ -116,6 +128,18 @@ pub trait Executor: Send + Sync + 'static {
     /// ran in this process (the default counts nothing).
     fn usage_all(&self) -> Vec<(AccountId, RunnerUsage)> {
         Vec::new()
+    }
+
+    /// Lets `room` account for this backend's warm runners from now on (the
+    /// default: a backend without warm runners ignores it).
+    fn govern_warm(&self, room: Arc<dyn WarmRoom>) {
+        let _ = room;
+    }
+
+    /// Discards one warm runner to make room for an account's; `false`
+    /// when there is none (the default).
+    async fn shed_warm(&self) -> bool {
+        false
     }
 
     /// Registers `listener` for the runners this backend stops by itself

@@ -65,6 +65,41 @@ impl RunnerIdentities {
         )))
     }
 
+    /// Hands the id `uid`, claimed by `from`, to `to` for good (a warm
+    /// worker's id passes to the runner that claimed it); `false` when
+    /// `from` did not hold it.
+    pub fn transfer(&self, uid: u32, from: &str, to: &str) -> Result<bool, SandboxError> {
+        let Some(index) = self.index_held_by(uid, from) else {
+            return Ok(false);
+        };
+        let staged = self.claims.join(format!(".{index}.{to}"));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&staged)?;
+        // Not synced: a claim a crash left empty names no runner, so its id
+        // is never handed out again and a runner finding it gets another.
+        file.write_all(to.as_bytes())?;
+        std::fs::rename(&staged, self.claim_path(index))?;
+        Ok(true)
+    }
+
+    /// Frees the id `uid` claimed by `name` (a warm worker discarded
+    /// unclaimed, its directory gone).
+    pub fn release(&self, uid: u32, name: &str) {
+        if let Some(index) = self.index_held_by(uid, name) {
+            let _ = std::fs::remove_file(self.claim_path(index));
+        }
+    }
+
+    /// The index of `uid` when `name` claimed it.
+    fn index_held_by(&self, uid: u32, name: &str) -> Option<u32> {
+        let index = uid.wrapping_sub(RUNNER_UID_BASE);
+        (index < RUNNER_UID_COUNT && self.claimed_by(index).as_deref() == Some(name))
+            .then_some(index)
+    }
+
     fn claim_path(&self, index: u32) -> PathBuf {
         self.claims.join(index.to_string())
     }
@@ -130,6 +165,26 @@ mod tests {
         assert_eq!(ids.of("a", &a_dir).expect("a again"), a);
         let again = RunnerIdentities::new(root.path()).expect("claims dir");
         assert_eq!(again.of("b", &b_dir).expect("b again"), b);
+    }
+
+    #[test]
+    fn a_transferred_id_belongs_to_its_new_holder_and_a_released_one_is_free() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let ids = RunnerIdentities::new(root.path()).expect("claims dir");
+        let warm = ids.of("warm-1", &root.path().join("w")).expect("an id");
+        assert!(!ids
+            .transfer(warm.0, "warm-2", "tr-a")
+            .expect("not its holder"));
+        assert!(ids.transfer(warm.0, "warm-1", "tr-a").expect("transferred"));
+        let index = warm.0 - RUNNER_UID_BASE;
+        assert!(ids.claim(index, "tr-a").expect("now tr-a's"));
+        assert!(!ids.claim(index, "warm-1").expect("no longer warm-1's"));
+        ids.release(warm.0, "warm-1");
+        assert!(!ids
+            .claim(index, "b")
+            .expect("release by a non-holder is a no-op"));
+        ids.release(warm.0, "tr-a");
+        assert!(ids.claim(index, "b").expect("free again"));
     }
 
     #[test]

@@ -26,13 +26,20 @@
 //! namespace holds only loopback; its one way out is the egress proxy
 //! (`egress.rs`) on `egress.sock` in its directory. Whether bubblewrap is
 //! used, required or switched off is settled at start (`isolation.rs`).
+//!
+//! A runner's first worker may come from the warm pool (`pool.rs`,
+//! `claim.rs`): started ahead of demand, isolated the same way, and bound
+//! to the runner for good when it is claimed.
 
 mod backend;
+mod claim;
 mod host;
 mod isolation;
+mod pool;
 mod process;
 mod runner;
 mod spawn;
+mod warmup;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,6 +66,7 @@ use crate::{
 use host::{host_view, refuse_untraversable, running_as_root, NOBODY};
 use isolation::Isolation;
 pub use isolation::IsolationMode;
+use pool::WarmPool;
 use process::{StopListeners, WorkerProcess};
 use runner::{forward_stderr, Runner};
 
@@ -112,6 +120,8 @@ struct Inner {
     stops: StopListeners,
     /// CPU microseconds of calls per account, where no cgroup counts them.
     call_cpu: AccountMeter,
+    /// Workers started ahead of demand.
+    pool: WarmPool,
 }
 
 /// Exits announced but not yet taken, per subscriber, before the oldest
@@ -190,6 +200,7 @@ impl LocalExecutor {
                 exits: broadcast::channel(EXIT_BACKLOG).0,
                 stops: StopListeners::default(),
                 call_cpu: AccountMeter::default(),
+                pool: WarmPool::default(),
             }),
         })
     }
@@ -329,7 +340,7 @@ impl LocalExecutor {
                     last_used: Mutex::new(Instant::now()),
                     inflight: AtomicUsize::new(0),
                     cgroup: Mutex::new(None),
-                    heap_exhaustions: Arc::new(AtomicU64::new(0)),
+                    heap_exhaustions: Mutex::new(Arc::new(AtomicU64::new(0))),
                     pending_checks: Arc::new(PendingChecks::default()),
                 })
             })
@@ -376,14 +387,14 @@ impl RunnerControl for LocalRunner {
         self.executor.serve_egress(runner)?;
         let (mut command, _filters) =
             self.executor
-                .command(runner, &self.executor.inner.assets.oneshot(), &[])?;
+                .runner_command(runner, &self.executor.inner.assets.oneshot(), &[])?;
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::Start(format!("spawning node: {e}")))?;
-        forward_stderr(runner, child.stderr.take());
+        forward_stderr(&runner.name, runner.heap_counter(), child.stderr.take());
         let body =
             serde_json::to_vec(request).map_err(|e| SandboxError::Protocol(e.to_string()))?;
         if let Some(mut stdin) = child.stdin.take() {
@@ -454,7 +465,7 @@ impl RunnerControl for LocalRunner {
             pid,
             runner.dir.clone(),
             cgroup,
-            runner.heap_exhaustions.clone(),
+            runner.heap_counter(),
             runner.pending_checks.clone(),
         );
         *self.watch.lock().unwrap_or_else(PoisonError::into_inner) = Some(watch.clone());

@@ -12,6 +12,8 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId, TurnStatus};
 use uuid::Uuid;
 
+use crate::conversation_messages::{message_list, stored_messages, MessageTail};
+use crate::conversations::{released, store_and_free};
 use crate::jobs::{self, Job};
 use crate::status_sql::{TURNS_UNFINISHED, TURN_RUNNING, TURN_WAITING};
 use crate::text::storable;
@@ -176,26 +178,40 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
     if !jobs::finish(&mut tx, job).await? {
         return Ok(Committed::LostClaim);
     }
-    let messages = match commit.end {
+    let written = match commit.end {
         RunEnd::Finished(messages) | RunEnd::Failed(messages, _) | RunEnd::Restored(messages) => {
-            Some(messages.to_string())
+            Some(messages)
         }
         RunEnd::Skipped => None,
     };
-    let saved = sqlx::query(
-        "UPDATE conversations SET messages = COALESCE($4::json, messages), \
-             updated_at = CASE WHEN $4::text IS NULL THEN updated_at ELSE now() END, \
-             active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, \
-             lease_taken_at = NULL \
-         WHERE account_id = $1 AND id = $2 AND active_turn = $3",
-    )
-    .bind(commit.account.as_str())
-    .bind(commit.conversation_id)
-    .bind(job.id)
-    .bind(&messages)
-    .execute(&mut *tx)
-    .await?;
-    if messages.is_some() && saved.rows_affected() == 0 {
+    let saved = match written {
+        Some(messages) => {
+            let tail = MessageTail::whole(&message_list(messages.clone()));
+            store_and_free(
+                &mut *tx,
+                commit.account,
+                commit.conversation_id,
+                job.id,
+                &tail,
+            )
+            .await?
+            .is_some()
+        }
+        None => {
+            sqlx::query(concat!(
+                "UPDATE conversations SET ",
+                released!(),
+                " WHERE account_id = $1 AND id = $2 AND active_turn = $3"
+            ))
+            .bind(commit.account.as_str())
+            .bind(commit.conversation_id)
+            .bind(job.id)
+            .execute(&mut *tx)
+            .await?;
+            true
+        }
+    };
+    if !saved {
         return Ok(Committed::LostConversation);
     }
     if let Some(reply) = commit.reply {
@@ -218,13 +234,21 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
             TurnStatus::Waiting
         }
         _ => {
-            let (stored,): (Value,) = sqlx::query_as(
-                "SELECT messages FROM conversations WHERE account_id = $1 AND id = $2",
-            )
-            .bind(commit.account.as_str())
-            .bind(commit.conversation_id)
-            .fetch_one(&mut *tx)
-            .await?;
+            let stored = match written {
+                Some(messages) => messages.clone(),
+                None => {
+                    let (stored,): (Value,) = sqlx::query_as(concat!(
+                        "SELECT ",
+                        stored_messages!("c"),
+                        " FROM conversations c WHERE c.account_id = $1 AND c.id = $2"
+                    ))
+                    .bind(commit.account.as_str())
+                    .bind(commit.conversation_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    stored
+                }
+            };
             settle(&mut tx, job.turn_id, job.id, Ok(&stored)).await?;
             TurnStatus::Completed
         }

@@ -1,5 +1,7 @@
 //! The `account_policies` table: one account's policy text and how many
-//! times it was saved (`migrations/0024_policies.sql`).
+//! times it was saved (`migrations/0024_policies.sql`). Every change
+//! notifies [`crate::config_changes::CHANNEL`]
+//! (`migrations/0031_turn_config_notify.sql`).
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -69,38 +71,5 @@ pub async fn put(
         version,
         updated_at,
         approval_webhook: approval_webhook.map(str::to_owned),
-    })
-}
-
-/// What [`current`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Current {
-    /// The account has no policies stored.
-    None,
-    /// The stored version is `known`: the text did not change.
-    Unchanged,
-    /// The stored version and text.
-    Changed(i64, String),
-}
-
-/// The policies of `account` unless their version is `known`: one small
-/// read when nothing changed.
-pub async fn current(
-    pool: &PgPool,
-    account: &AccountId,
-    known: Option<i64>,
-) -> Result<Current, StoreError> {
-    let row: Option<(i64, Option<String>)> = sqlx::query_as(
-        "SELECT version, CASE WHEN version IS NOT DISTINCT FROM $2 THEN NULL ELSE policies END \
-         FROM account_policies WHERE account_id = $1",
-    )
-    .bind(account.as_str())
-    .bind(known)
-    .fetch_optional(pool)
-    .await?;
-    Ok(match row {
-        None => Current::None,
-        Some((_, None)) => Current::Unchanged,
-        Some((version, Some(text))) => Current::Changed(version, text),
     })
 }

@@ -1,6 +1,7 @@
 //! The `scoped_policies` table: policy text narrowing the calls made for
 //! one end user, or in one conversation, of an account
-//! (`migrations/0026_scoped_policies.sql`).
+//! (`migrations/0026_scoped_policies.sql`). Every change notifies
+//! [`crate::config_changes::CHANNEL`] (`migrations/0031_turn_config_notify.sql`).
 
 use sqlx::PgPool;
 use time::OffsetDateTime;
@@ -24,6 +25,14 @@ impl PolicyScope {
         match self {
             Self::User => "user",
             Self::Conversation => "conversation",
+        }
+    }
+
+    /// The scope stored as `raw` (the table allows only the two).
+    fn stored(raw: &str) -> Self {
+        match raw {
+            "user" => Self::User,
+            _ => Self::Conversation,
         }
     }
 }
@@ -119,12 +128,46 @@ pub async fn for_call(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(scope, text)| {
-            let scope = match scope.as_str() {
-                "user" => PolicyScope::User,
-                _ => PolicyScope::Conversation,
-            };
-            (scope, text)
-        })
+        .map(|(scope, text)| (PolicyScope::stored(&scope), text))
         .collect())
+}
+
+/// A non-empty layer of an account, with whom it narrows for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopedLayer {
+    /// What it narrows for.
+    pub scope: PolicyScope,
+    /// The end user or conversation, as stored (see [`storable`]).
+    pub scope_id: String,
+    /// The Cedar text.
+    pub text: String,
+}
+
+/// Up to `limit` of `account`'s non-empty layers, whatever they narrow
+/// for, and whether it has more: one read.
+pub async fn in_force(
+    pool: &PgPool,
+    account: &AccountId,
+    limit: u32,
+) -> Result<(Vec<ScopedLayer>, bool), StoreError> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT scope, scope_id, policies FROM scoped_policies \
+         WHERE account_id = $1 AND policies <> '' \
+         ORDER BY scope, scope_id LIMIT $2",
+    )
+    .bind(account.as_str())
+    .bind(i64::from(limit) + 1)
+    .fetch_all(pool)
+    .await?;
+    let more = rows.len() > limit as usize;
+    let layers = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(|(scope, scope_id, text)| ScopedLayer {
+            scope: PolicyScope::stored(&scope),
+            scope_id,
+            text,
+        })
+        .collect();
+    Ok((layers, more))
 }

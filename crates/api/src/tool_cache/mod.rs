@@ -1,24 +1,19 @@
 //! The tools this process called lately, with their input schemas compiled,
 //! so a warm call reads nothing from Postgres before it reaches its runner.
 //!
-//! An entry is trusted only while this process listens for changes: every
-//! update or delete of a tool notifies `toolserver_tools` with its id (a
-//! trigger on `tools`, so cascades count too), and the listener drops that
-//! entry (`listener.rs`). A change made through this process drops its
-//! entry at once, before the change is answered. While the listener is not
-//! connected nothing is cached or served from the cache, and everything
-//! cached before is dropped when it connects again (notices may have been
-//! missed). A read that raced a change is not kept: every drop bumps a
-//! generation, and a read is stored only if none happened since it began.
+//! Every update or delete of a tool notifies `toolserver_tools` with its id
+//! (a trigger on `tools`, so cascades count too), and the listener drops
+//! that entry (`listener.rs`); a change made through this process drops its
+//! entry at once, before the change is answered. What is kept, and when it
+//! is trusted, is [`toolserver_store::notified`]'s.
 
 mod listener;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, ToolId};
+use toolserver_store::notified::{Listening, NotifiedMap};
 use toolserver_store::{tools, StoreError, ToolRecord};
 
 /// A stored tool with its input schema compiled.
@@ -35,12 +30,9 @@ pub struct CachedTool {
 /// Recently called tools of every account, by id.
 pub struct ToolCache {
     pool: PgPool,
-    capacity: usize,
-    entries: Mutex<HashMap<ToolId, Arc<CachedTool>>>,
-    generation: AtomicU64,
-    listening: AtomicBool,
-    /// The listener task, stopped with the cache.
-    listener: Mutex<Option<tokio::task::AbortHandle>>,
+    entries: NotifiedMap<ToolId, Arc<CachedTool>>,
+    /// The listener, stopped with the cache.
+    listener: Mutex<Option<Listening>>,
 }
 
 impl ToolCache {
@@ -49,10 +41,7 @@ impl ToolCache {
     pub fn new(pool: PgPool, capacity: usize) -> Self {
         Self {
             pool,
-            capacity,
-            entries: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            listening: AtomicBool::new(false),
+            entries: NotifiedMap::new(capacity),
             listener: Mutex::new(None),
         }
     }
@@ -64,94 +53,45 @@ impl ToolCache {
         account: &AccountId,
         id: ToolId,
     ) -> Result<Arc<CachedTool>, StoreError> {
-        if let Some(cached) = self.cached(id) {
-            return match &cached.account == account {
-                true => Ok(cached),
-                false => Err(StoreError::NotFound),
-            };
+        let tool = self
+            .entries
+            .get_or_read(&id, || async {
+                let record = tools::get(&self.pool, account, id).await?;
+                let validator = record.input_schema.compile();
+                Ok::<_, StoreError>(Arc::new(CachedTool {
+                    account: account.clone(),
+                    record,
+                    validator,
+                }))
+            })
+            .await?;
+        match &tool.account == account {
+            true => Ok(tool),
+            false => Err(StoreError::NotFound),
         }
-        let generation = self.generation.load(Ordering::Acquire);
-        let record = tools::get(&self.pool, account, id).await?;
-        let validator = record.input_schema.compile();
-        let read = Arc::new(CachedTool {
-            account: account.clone(),
-            record,
-            validator,
-        });
-        self.keep(id, &read, generation);
-        Ok(read)
     }
 
     /// Drops what is cached of tool `id`.
     pub fn invalidate(&self, id: ToolId) {
-        let mut entries = self.lock();
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.remove(&id);
+        self.entries.invalidate(&id);
     }
 
     /// Drops everything cached.
     pub fn invalidate_all(&self) {
-        let mut entries = self.lock();
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.clear();
+        self.entries.invalidate_all();
     }
 
     /// How many tools are cached.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.entries.len()
     }
 
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.entries.is_empty()
     }
 
-    fn cached(&self, id: ToolId) -> Option<Arc<CachedTool>> {
-        if !self.listening.load(Ordering::Acquire) {
-            return None;
-        }
-        self.lock().get(&id).cloned()
-    }
-
-    /// Stores `read` unless the cache is off, not listening, or something
-    /// was dropped since `generation`; a full cache makes room by dropping
-    /// an entry.
-    fn keep(&self, id: ToolId, read: &Arc<CachedTool>, generation: u64) {
-        if self.capacity == 0 || !self.listening.load(Ordering::Acquire) {
-            return;
-        }
-        let mut entries = self.lock();
-        if self.generation.load(Ordering::Acquire) != generation {
-            return;
-        }
-        if entries.len() >= self.capacity && !entries.contains_key(&id) {
-            let evicted = entries.keys().next().copied();
-            if let Some(evicted) = evicted {
-                entries.remove(&evicted);
-            }
-        }
-        entries.insert(id, read.clone());
-    }
-
-    fn set_listening(&self, listening: bool) {
-        let _entries = self.lock();
-        self.listening.store(listening, Ordering::Release);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ToolId, Arc<CachedTool>>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Drop for ToolCache {
-    fn drop(&mut self) {
-        let listener = self
-            .listener
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(listener) = listener {
-            listener.abort();
-        }
+    fn set_listener(&self, listening: Listening) {
+        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listening);
     }
 }

@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentId, OnDisconnect};
 use toolserver_harness::stream::{record, Opens, WRITER_APPLICATION_NAME};
 use toolserver_harness::ui::UiChunk;
+use toolserver_store::conversation_messages::MessageTail;
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
 use toolserver_store::{conversations, turn_end};
 use toolserver_testsupport::Reply;
@@ -371,7 +372,7 @@ async fn a_chat_turns_stream_ends_in_the_write_that_stores_and_releases_its_conv
     assert!(state.finished);
     assert!(written_together(&app.pool, stream, "conv-end").await);
     let (released, messages): (bool, i32) = sqlx::query_as(
-        "SELECT active_turn IS NULL AND lease_expires_at IS NULL, json_array_length(messages) \
+        "SELECT active_turn IS NULL AND lease_expires_at IS NULL, message_count \
          FROM conversations WHERE id = 'conv-end'",
     )
     .fetch_one(&app.pool)
@@ -400,6 +401,7 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
             process: Uuid::now_v7(),
             lease: Duration::from_secs(60),
         },
+        conversations::Known::default(),
     )
     .await
     .unwrap();
@@ -411,7 +413,7 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
             .unwrap(),
         vec![RECORDED]
     );
-    let messages = [json!({"id": "u", "role": "user", "parts": []})];
+    let messages = MessageTail::whole(&[json!({"id": "u", "role": "user", "parts": []})]);
     let end = |from| append(stream, from, 3, true, None);
     let store = |end: Append| {
         let (pool, account, messages) = (app.pool.clone(), account.clone(), messages.clone());
@@ -432,13 +434,13 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
     // A count that does not match records no end, and the turn is stored.
     let miscounted = store(end(1)).await;
     assert_eq!(miscounted.stream_end, Some(Appended::Refused));
-    assert!(miscounted.stored);
+    assert!(miscounted.stored.is_some());
     let state = turn_streams::state(&app.pool, stream).await.unwrap();
     assert_eq!((state.chunk_count, state.finished), (2, false));
 
     // A turn that no longer holds the conversation still ends its stream.
     let late = store(end(2)).await;
-    assert!(!late.stored);
+    assert!(late.stored.is_none());
     assert_eq!(
         late.stream_end,
         Some(Appended::Recorded {

@@ -40,5 +40,6 @@ mod tenancy;
 mod tool_cache;
 mod tool_effects;
 mod tools;
+mod turn_config;
 mod validation;
 mod webhook_receiver;

@@ -446,11 +446,16 @@ async fn a_conversation_stored_with_output_on_an_error_part_reads_and_is_saved_w
     let part = &mut legacy[1]["parts"][1];
     part["output"] = json!({"step": 2});
     part["errorText"] = json!("Error: broke after two steps");
-    sqlx::query("UPDATE conversations SET messages = $1::json WHERE id = 'stored-legacy'")
-        .bind(legacy.to_string())
-        .execute(&pool)
-        .await
-        .unwrap();
+    // Stored whole in the conversation's row, as before messages were rows.
+    sqlx::query(
+        "WITH gone AS (DELETE FROM conversation_messages WHERE conversation_id = 'stored-legacy') \
+         UPDATE conversations SET messages = $1::json, message_count = NULL, head = 0 \
+         WHERE id = 'stored-legacy'",
+    )
+    .bind(legacy.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
 
     let read = stored_messages(&app, "stored-legacy").await;
     assert_eq!(
@@ -467,12 +472,17 @@ async fn a_conversation_stored_with_output_on_an_error_part_reads_and_is_saved_w
             && m["content"] == "{\"error\":\"Error: broke after two steps\"}"),
         "the earlier call's outcome is in the history: {told}"
     );
-    let (saved,): (Value,) =
-        sqlx::query_as("SELECT messages FROM conversations WHERE id = 'stored-legacy'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let (saved, count, legacy_left): (Value, Option<i32>, Value) = sqlx::query_as(
+        "SELECT (SELECT json_agg(message ORDER BY seq) FROM conversation_messages \
+                 WHERE conversation_id = c.id), c.message_count, c.messages \
+         FROM conversations c WHERE c.id = 'stored-legacy'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(saved.as_array().unwrap().len(), 4, "{saved}");
+    assert_eq!(count, Some(4), "moved into rows by its next turn");
+    assert_eq!(legacy_left, json!([]));
     assert!(
         tool_parts(&saved).iter().all(|p| p.get("output").is_none()),
         "saved again without `output` on error parts: {saved}"

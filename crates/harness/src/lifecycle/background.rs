@@ -15,7 +15,8 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use toolserver_store::async_results::LostRunners;
 use toolserver_store::{
-    async_results, async_turns, invoke_keys, jobs, mcp_tasks, processes, turn_streams, StoreError,
+    async_results, async_turns, conversations, invoke_keys, jobs, mcp_tasks, processes,
+    turn_streams, StoreError,
 };
 use uuid::Uuid;
 
@@ -27,6 +28,10 @@ use crate::{metrics, webhooks};
 
 /// Rows one reaper step handles at most.
 const REAP_BATCH: i64 = 500;
+
+/// Most conversations stored whole that one reaper pass moves into rows
+/// (each may hold a conversation's full size limit).
+const MOVE_BATCH: i64 = 20;
 
 /// What one reaper pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,6 +59,8 @@ pub struct ReapReport {
     /// Conversations held by turns of dead processes, stored as
     /// interrupted and freed.
     pub recovered_conversations: u64,
+    /// Conversations stored whole by an earlier release, moved into rows.
+    pub moved_conversations: u64,
     /// Approvals that expired undecided, and turns resumed after their
     /// resumption was lost.
     pub approvals: ApprovalSweep,
@@ -71,6 +78,7 @@ impl ReapReport {
         metrics::reaped("sealed_group", self.sealed_groups);
         metrics::reaped("exhausted_turn", self.exhausted_turns as u64);
         metrics::reaped("stuck_turn", self.stuck_turns as u64);
+        metrics::reaped("moved_conversation", self.moved_conversations);
         metrics::reaped("purged_stream", self.purged_streams);
         metrics::reaped("purged_task", self.purged_tasks);
         metrics::reaped("purged_invoke_key", self.purged_invoke_keys);
@@ -185,6 +193,7 @@ impl Lifecycle {
                         purged_tasks = report.purged_tasks,
                         purged_invoke_keys = report.purged_invoke_keys,
                         recovered_conversations = report.recovered_conversations,
+                        moved_conversations = report.moved_conversations,
                         expired_approvals = report.approvals.expired,
                         resumed_approvals = report.approvals.resumed,
                         "reaper acted"
@@ -238,6 +247,7 @@ impl Lifecycle {
         let purged_tasks = mcp_tasks::purge_expired(pool, REAP_BATCH).await?;
         let purged_invoke_keys = invoke_keys::purge_expired(pool, REAP_BATCH).await?;
         let recovered_conversations = self.recover_dead_holders(REAP_BATCH).await?;
+        let moved_conversations = self.move_unmoved_conversations().await?;
         processes::purge_dead(pool, self.0.harness.settings().streams.retention).await?;
         let approvals = self.reap_approvals().await?;
         let authorizations = self.reap_authorizations().await?;
@@ -252,9 +262,29 @@ impl Lifecycle {
             purged_tasks,
             purged_invoke_keys,
             recovered_conversations,
+            moved_conversations,
             approvals,
             authorizations,
         })
+    }
+
+    /// Moves a batch of conversations stored whole by an earlier release
+    /// into rows, until a pass finds none (none is stored whole after).
+    async fn move_unmoved_conversations(&self) -> Result<u64, StoreError> {
+        if !self
+            .0
+            .unmoved_left
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(0);
+        }
+        let moved = conversations::move_unmoved(self.pool(), MOVE_BATCH).await?;
+        if moved == 0 {
+            self.0
+                .unmoved_left
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(moved)
     }
 
     /// Launches again the calls of lost runners that are safe to repeat

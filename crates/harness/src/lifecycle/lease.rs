@@ -10,18 +10,20 @@
 //! once (it holds it under the job's id), writing its turn's state before
 //! any later turn can begin.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId, ConversationId};
-use toolserver_store::conversations::{Begun, LeaseTerms};
+use toolserver_store::conversations::{Begun, Known, KnownWrite, LeaseTerms};
 use toolserver_store::turn_end::{self, TurnEnded};
 use toolserver_store::turn_streams::Append;
 use toolserver_store::{conversations, StoreError};
 use uuid::Uuid;
 
+use super::messages::{PendingWrite, StoredMessages};
 use super::Lifecycle;
 use crate::stream::StreamError;
 use crate::ui::UiMessage;
@@ -70,7 +72,7 @@ pub struct ConversationLease {
     holder: Uuid,
     lease: Duration,
     taken_at: OffsetDateTime,
-    stored: Vec<Value>,
+    stored: Arc<StoredMessages>,
     handoff: Option<Value>,
     released: bool,
 }
@@ -83,7 +85,33 @@ impl ConversationLease {
         id: &ConversationId,
         agent: AgentId,
     ) -> Result<Self, LeaseError> {
-        Self::take_as(lifecycle, account, id, agent, Uuid::now_v7()).await
+        let holder = Uuid::now_v7();
+        let (lease, _) = Self::take_with(lifecycle, account, id, agent, holder, None).await?;
+        Ok(lease)
+    }
+
+    /// [`Self::take`], storing `write` with the take if `assumed` (the
+    /// messages `write` was prepared against) are still the stored ones;
+    /// answers whether it was stored. When it was not, the caller prepares
+    /// its write again against [`Self::stored_messages`].
+    pub async fn take_writing(
+        lifecycle: &Lifecycle,
+        account: &AccountId,
+        id: &ConversationId,
+        agent: AgentId,
+        assumed: &StoredMessages,
+        write: PendingWrite,
+    ) -> Result<(Self, bool), LeaseError> {
+        let holder = Uuid::now_v7();
+        Self::take_with(
+            lifecycle,
+            account,
+            id,
+            agent,
+            holder,
+            Some((assumed, write)),
+        )
+        .await
     }
 
     /// Takes the conversation as `holder`, which may hold it already; a
@@ -95,39 +123,89 @@ impl ConversationLease {
         agent: AgentId,
         holder: Uuid,
     ) -> Result<Self, LeaseError> {
+        let (lease, _) = Self::take_with(lifecycle, account, id, agent, holder, None).await?;
+        Ok(lease)
+    }
+
+    async fn take_with(
+        lifecycle: &Lifecycle,
+        account: &AccountId,
+        id: &ConversationId,
+        agent: AgentId,
+        holder: Uuid,
+        mut writing: Option<(&StoredMessages, PendingWrite)>,
+    ) -> Result<(Self, bool), LeaseError> {
         let pool = lifecycle.pool();
         let terms = LeaseTerms {
             holder,
             process: lifecycle.process().id(),
             lease: lifecycle.turn_lease(),
         };
+        let write_head = chosen_head();
         for _ in 0..=RECOVERIES {
-            let begun = conversations::begin_turn(pool, account, id.as_str(), agent, terms)
+            let cached = lifecycle.messages().get(account, id.as_str());
+            let known = match &writing {
+                Some((assumed, write)) => Known {
+                    head: assumed.head(),
+                    write: Some(KnownWrite {
+                        head: write_head,
+                        tail: write.tail(),
+                    }),
+                },
+                None => Known {
+                    head: cached.as_ref().and_then(|stored| stored.head()),
+                    write: None,
+                },
+            };
+            let begun = conversations::begin_turn(pool, account, id.as_str(), agent, terms, known)
                 .await
                 .map_err(lease_error)?;
-            match begun {
+            let (head, messages, moved, wrote, taken_at, handoff) = match begun {
                 Begun::Held {
+                    head,
                     messages,
+                    moved,
+                    wrote,
                     taken_at,
                     handoff,
-                } => {
-                    return Ok(Self {
-                        pool: pool.clone(),
-                        account: account.clone(),
-                        agent,
-                        id: id.clone(),
-                        holder,
-                        lease: terms.lease,
-                        taken_at,
-                        stored: messages,
-                        handoff,
-                        released: false,
-                    })
-                }
+                } => (head, messages, moved, wrote, taken_at, handoff),
                 Begun::Abandoned(abandoned) => {
                     lifecycle.recover(account, id.as_str(), abandoned).await?;
+                    continue;
                 }
-            }
+            };
+            let known_messages = match writing.take() {
+                Some((_, write)) if wrote => Some(Arc::new(write.stored(head))),
+                Some((assumed, _)) => Some(Arc::new(assumed.clone())),
+                None => cached,
+            };
+            let stored = match (messages, known_messages) {
+                (None, Some(known)) => known,
+                (values, _) => {
+                    let values = values.unwrap_or_default();
+                    match StoredMessages::parse(head, moved, values) {
+                        Ok(stored) => Arc::new(stored),
+                        Err(err) => {
+                            let _ =
+                                conversations::end_turn(pool, account, id.as_str(), holder).await;
+                            return Err(LeaseError::Malformed(err.to_string()));
+                        }
+                    }
+                }
+            };
+            let lease = Self {
+                pool: pool.clone(),
+                account: account.clone(),
+                agent,
+                id: id.clone(),
+                holder,
+                lease: terms.lease,
+                taken_at,
+                stored,
+                handoff,
+                released: false,
+            };
+            return Ok((lease, wrote));
         }
         Err(LeaseError::Busy)
     }
@@ -159,23 +237,32 @@ impl ConversationLease {
         self.handoff.as_ref()
     }
 
-    /// The messages stored when the lease was taken.
+    /// The messages stored when the lease was taken (or by this lease's
+    /// last write).
     pub fn stored_messages(&self) -> Result<Vec<UiMessage>, LeaseError> {
-        serde_json::from_value(Value::Array(self.stored.clone()))
+        Ok(self.stored.messages().to_vec())
+    }
+
+    /// What storing `messages` as the conversation takes (see
+    /// [`StoredMessages::write_of`]).
+    pub fn write_of(&self, messages: Vec<UiMessage>) -> Result<PendingWrite, LeaseError> {
+        self.stored
+            .write_of(messages)
             .map_err(|err| LeaseError::Malformed(err.to_string()))
     }
 
-    /// Stores `messages` as the conversation.
-    pub async fn save(&self, messages: &[UiMessage]) -> Result<(), StoreError> {
-        let values = message_values(messages);
-        conversations::save(
+    /// Stores `write` as the conversation.
+    pub async fn save(&mut self, write: PendingWrite) -> Result<(), StoreError> {
+        let head = conversations::save(
             &self.pool,
             &self.account,
             self.id.as_str(),
             self.holder,
-            &values,
+            write.tail(),
         )
-        .await
+        .await?;
+        self.stored = Arc::new(write.stored(head));
+        Ok(())
     }
 
     /// Renews the lease every third of its length until the returned task
@@ -205,23 +292,35 @@ impl ConversationLease {
 
     /// Stores `messages` and lets the next turn in, in one write that also
     /// records `stream_end`, the turn's stream's last append (see
-    /// [`turn_end::store_and_release`]). On an error the lease is still held.
+    /// [`turn_end::store_and_release`]); the messages stay cached in
+    /// `lifecycle` for the conversation's next turn. On an error the lease
+    /// is still held.
     pub async fn store_and_release(
         &mut self,
-        messages: &[UiMessage],
+        lifecycle: &Lifecycle,
+        messages: Vec<UiMessage>,
         stream_end: Option<&Append>,
-    ) -> Result<TurnEnded, StoreError> {
-        let values = message_values(messages);
+    ) -> Result<TurnEnded, LeaseError> {
+        let write = self.write_of(messages)?;
         let ended = turn_end::store_and_release(
             &self.pool,
             &self.account,
             self.id.as_str(),
             self.holder,
-            &values,
+            write.tail(),
             stream_end,
         )
         .await?;
         self.released = true;
+        let cache = lifecycle.messages();
+        match ended.stored {
+            Some(head) => cache.put(
+                &self.account,
+                self.id.as_str(),
+                Arc::new(write.stored(head)),
+            ),
+            None => cache.forget(&self.account, self.id.as_str()),
+        }
         Ok(ended)
     }
 
@@ -242,6 +341,13 @@ impl ConversationLease {
     }
 }
 
+/// A head for a write that goes with a take: negative, so unlike any head
+/// Postgres draws, and random, so unlike any other taker's.
+fn chosen_head() -> i64 {
+    let (high, _) = Uuid::new_v4().as_u64_pair();
+    -((high >> 1) as i64) - 1
+}
+
 /// A store error as a lease error.
 fn lease_error(err: StoreError) -> LeaseError {
     match err {
@@ -253,14 +359,6 @@ fn lease_error(err: StoreError) -> LeaseError {
         }
         other => LeaseError::Store(other),
     }
-}
-
-/// `messages` as stored.
-fn message_values(messages: &[UiMessage]) -> Vec<Value> {
-    messages
-        .iter()
-        .filter_map(|m| serde_json::to_value(m).ok())
-        .collect()
 }
 
 impl Drop for ConversationLease {

@@ -54,6 +54,7 @@ mod error;
 mod exits;
 mod launch;
 mod lease;
+mod messages;
 mod process;
 mod recover;
 mod run;
@@ -76,6 +77,7 @@ pub use background::ReapReport;
 pub use error::LifecycleError;
 pub use launch::{DetachedReply, DetachedStart};
 pub use lease::{ConversationLease, LeaseError};
+pub use messages::{MessageCache, PendingWrite, StoredMessages};
 pub use process::ServerProcess;
 pub use status::AccountStatus;
 pub use tasks::{TaskLaunch, TaskTerms};
@@ -189,6 +191,10 @@ struct Inner {
     streams: Arc<StreamHub>,
     process: ServerProcess,
     ledger: Ledger,
+    messages: MessageCache,
+    /// Whether conversations stored whole by an earlier release may be
+    /// left to move into rows (cleared by the first pass that finds none).
+    unmoved_left: std::sync::atomic::AtomicBool,
     tasks: TaskTracker,
     stop: CancellationToken,
     /// When this process last swept connections for refresh.
@@ -212,7 +218,10 @@ impl Lifecycle {
             Some(process.id()),
             harness.settings().ledger.clone(),
         );
+        let messages = MessageCache::new(harness.settings().conversation_cache_bytes);
         Self(Arc::new(Inner {
+            messages,
+            unmoved_left: std::sync::atomic::AtomicBool::new(true),
             streams,
             process,
             ledger,
@@ -250,6 +259,11 @@ impl Lifecycle {
     }
 
     /// How long a turn's conversation lease lasts unless renewed.
+    /// The conversations' messages this process keeps between turns.
+    pub fn messages(&self) -> &MessageCache {
+        &self.0.messages
+    }
+
     fn turn_lease(&self) -> Duration {
         self.0.harness.settings().turn_lease
     }

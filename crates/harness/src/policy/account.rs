@@ -9,13 +9,14 @@ use std::sync::Arc;
 use cedar_policy::Schema;
 use sqlx::PgPool;
 use toolserver_domain::AccountId;
-use toolserver_store::scoped_policies::{self, PolicyScope};
+use toolserver_store::scoped_policies::PolicyScope;
 use toolserver_store::{tools, StoreError};
 
 use super::layer::{Layer, LayerError};
 use super::layers::{LayerName, PolicyStack};
 use super::schema::{account_schema, SchemaTool};
 use super::store::{deny_all, PolicyCache};
+use crate::config_cache::ConfigCache;
 use crate::tools::builtin_inputs;
 
 /// Tools read per page while building a schema.
@@ -82,21 +83,23 @@ pub struct Narrowing<'a> {
 
 /// The layers a call of `account` is judged by: the account's as stored
 /// now, then `agent`'s (its config's `policies`), then those `narrowing`
-/// names, each parsed once per text.
+/// names, each read through `stored` and parsed once per text.
 pub async fn stack_of(
     cache: &PolicyCache,
+    stored: &ConfigCache,
     pool: &PgPool,
     account: &AccountId,
     agent: Option<&str>,
     narrowing: Narrowing<'_>,
 ) -> Result<PolicyStack, StoreError> {
-    let mut stack =
-        PolicyStack::default().with(LayerName::Account, cache.account(pool, account).await?);
+    let layer = cache.account(stored, pool, account).await?;
+    let mut stack = PolicyStack::default().with(LayerName::Account, layer);
     if let Some(text) = agent {
         stack = stack.with(LayerName::Agent, parsed(cache, account, text));
     }
-    let scoped =
-        scoped_policies::for_call(pool, account, narrowing.user, narrowing.conversation).await?;
+    let scoped = stored
+        .scoped_policies(pool, account, narrowing.user, narrowing.conversation)
+        .await?;
     for (scope, text) in scoped {
         let name = match scope {
             PolicyScope::User => LayerName::User,

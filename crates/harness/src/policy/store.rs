@@ -1,22 +1,25 @@
 //! Parsed policies, kept so a call is never judged by re-parsing text: an
-//! account's layer per account, checked against its stored version (one
-//! small read) and parsed again only when it changed; an agent's (or an end
-//! user's, or a conversation's) layer by
-//! its text. Text stored before that no longer parses (it was valid when
-//! saved) denies every call, fail closed, with an error logged.
+//! account's layer per account, parsed again only when its stored version
+//! changed (the stored text itself is read through the
+//! [`ConfigCache`]); an agent's (or an end user's, or a conversation's)
+//! layer by its text. Text stored before that no longer parses (it was
+//! valid when saved) denies every call, fail closed, with an error logged.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::PgPool;
 use toolserver_domain::AccountId;
-use toolserver_store::policies::{self, Current};
 use toolserver_store::StoreError;
 
 use super::layer::{Layer, LayerError};
+use crate::config_cache::ConfigCache;
 
 /// Most layers kept by their text (agents', end users', conversations').
 const MAX_AGENT_LAYERS: usize = 4096;
+
+/// Most accounts' layers kept.
+const MAX_ACCOUNT_LAYERS: usize = 4096;
 
 /// An account's parsed policies at one version.
 #[derive(Debug, Clone)]
@@ -36,32 +39,34 @@ pub struct PolicyCache {
 
 impl PolicyCache {
     /// The account layer of `account` as stored now (empty when it has
-    /// none).
+    /// none), its text read through `stored`.
     pub async fn account(
         &self,
+        stored: &ConfigCache,
         pool: &PgPool,
         account: &AccountId,
     ) -> Result<Arc<Layer>, StoreError> {
-        let known = self.cached(account);
-        let current = policies::current(pool, account, known.as_ref().map(|k| k.version)).await?;
+        let record = stored.account_policies(pool, account).await?;
         let mut accounts = self.accounts.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(match (current, known) {
-            (Current::None, _) => {
-                accounts.remove(account);
-                Arc::new(empty())
+        let Some(record) = record else {
+            accounts.remove(account);
+            return Ok(Arc::new(empty()));
+        };
+        if let Some(known) = accounts.get(account) {
+            if known.version == record.version {
+                return Ok(known.layer.clone());
             }
-            (Current::Unchanged, Some(known)) => known.layer,
-            (Current::Unchanged, None) => Arc::new(empty()),
-            (Current::Changed(version, text), _) => {
-                let layer = Arc::new(parse_stored(&text, account));
-                let parsed = AccountPolicies {
-                    version,
-                    layer: layer.clone(),
-                };
-                accounts.insert(account.clone(), parsed);
-                layer
-            }
-        })
+        }
+        let layer = Arc::new(parse_stored(&record.text, account));
+        if accounts.len() >= MAX_ACCOUNT_LAYERS && !accounts.contains_key(account) {
+            accounts.clear();
+        }
+        let parsed = AccountPolicies {
+            version: record.version,
+            layer: layer.clone(),
+        };
+        accounts.insert(account.clone(), parsed);
+        Ok(layer)
     }
 
     /// The layer of `text` (an agent's, an end user's or a conversation's),
@@ -77,11 +82,6 @@ impl PolicyCache {
         }
         agents.insert(text.to_owned(), layer.clone());
         Ok(layer)
-    }
-
-    fn cached(&self, account: &AccountId) -> Option<AccountPolicies> {
-        let accounts = self.accounts.lock().unwrap_or_else(PoisonError::into_inner);
-        accounts.get(account).cloned()
     }
 }
 

@@ -128,7 +128,7 @@ pub(super) async fn launch(
         let mut messages = history;
         messages.push(outcome.assistant);
         recording
-            .finish_with(|stream_end| store_and_release(lease, messages, stream_end))
+            .finish_with(|stream_end| store_and_release(&recorder, lease, messages, stream_end))
             .await;
         drop(forward);
         drop(hold);
@@ -140,16 +140,17 @@ pub(super) async fn launch(
 /// A turn's last write: its conversation stored and released, with its
 /// stream's end when the recording gives it; how that end went.
 async fn store_and_release(
+    lifecycle: &Lifecycle,
     mut lease: ConversationLease,
     messages: Vec<UiMessage>,
     stream_end: Option<Append>,
 ) -> Option<Appended> {
     match lease
-        .store_and_release(&messages, stream_end.as_ref())
+        .store_and_release(lifecycle, messages, stream_end.as_ref())
         .await
     {
         Ok(ended) => {
-            if !ended.stored {
+            if ended.stored.is_none() {
                 tracing::error!("could not store the conversation: the turn no longer holds it");
             }
             ended.stream_end

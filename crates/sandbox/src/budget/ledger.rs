@@ -2,7 +2,10 @@
 //! start is decided until they are stopped), each one's calls in flight and
 //! last use, the waiting calls, and what to do whenever capacity may have
 //! freed up: serve waiting calls in turn, then pick the least recently used
-//! idle runners to stop for those still waiting.
+//! idle runners to stop for those still waiting. The backend's warm runners
+//! (of no account) count against the server-wide cap too; they take only
+//! room no call waits for, and are the first to go when the server-wide
+//! cap blocks a call.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,8 +52,8 @@ pub(super) enum Admission {
 
 /// An idle runner to stop, to make room for a call of `for_account`.
 pub(super) struct Eviction {
-    /// The runner.
-    pub key: ReservationKey,
+    /// The runner, or `None` for one of the backend's warm runners.
+    pub key: Option<ReservationKey>,
     /// Whose waiting calls it makes room for.
     pub for_account: AccountId,
 }
@@ -80,6 +83,10 @@ pub(super) struct Ledger {
     next_waiter: u64,
     /// The (live, busy) figures last given to the metrics.
     published: (usize, usize),
+    /// The backend's warm runners, counted against the server-wide cap.
+    warm: usize,
+    /// Warm runners being discarded to make room.
+    shedding: usize,
 }
 
 impl Ledger {
@@ -96,6 +103,8 @@ impl Ledger {
             evicting_for: HashMap::new(),
             next_waiter: 0,
             published: (0, 0),
+            warm: 0,
+            shedding: 0,
         }
     }
 
@@ -139,6 +148,23 @@ impl Ledger {
         self.queue.withdraw(account, id)
     }
 
+    /// Takes room for one more warm runner: only while the server-wide cap
+    /// leaves room and no call waits.
+    pub fn take_warm(&mut self) -> bool {
+        let room = self.runners.len() + self.warm < self.settings.max_live;
+        if room && self.queue.is_empty() {
+            self.warm += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A warm runner was claimed or discarded: its room is free.
+    pub fn warm_gone(&mut self) -> Vec<Eviction> {
+        self.warm = self.warm.saturating_sub(1);
+        self.pump()
+    }
+
     /// A call on `key` ended.
     pub fn release(&mut self, key: &ReservationKey) -> Vec<Eviction> {
         if self.call_ended(key) {
@@ -170,11 +196,16 @@ impl Ledger {
                 self.evicting_for.remove(&eviction.for_account);
             }
         }
+        let Some(key) = &eviction.key else {
+            // A warm runner shed gave its room back before this.
+            self.shedding = self.shedding.saturating_sub(1);
+            return self.pump();
+        };
         if stopped {
-            if self.finish_stop(&eviction.key, true) {
+            if self.finish_stop(key, true) {
                 metrics::budget_evicted();
             }
-        } else if let Some(entry) = self.runners.get_mut(&eviction.key) {
+        } else if let Some(entry) = self.runners.get_mut(key) {
             entry.stopping = false;
             entry.refused_at = Some(Instant::now());
         }
@@ -213,6 +244,15 @@ impl Ledger {
                 .saturating_sub(under_way);
             for _ in 0..wanted {
                 let own_cap = self.live(&account) >= self.cap(&account);
+                if !own_cap && self.warm > self.shedding {
+                    self.shedding += 1;
+                    *self.evicting_for.entry(account.clone()).or_default() += 1;
+                    evictions.push(Eviction {
+                        key: None,
+                        for_account: account.clone(),
+                    });
+                    continue;
+                }
                 let Some(key) = self.least_recently_used_idle(own_cap.then_some(&account), now)
                 else {
                     break;
@@ -222,7 +262,7 @@ impl Ledger {
                 }
                 *self.evicting_for.entry(account.clone()).or_default() += 1;
                 evictions.push(Eviction {
-                    key,
+                    key: Some(key),
                     for_account: account.clone(),
                 });
             }
@@ -238,8 +278,12 @@ impl Ledger {
         let limit = if account_limit {
             format!("account {account} has {live} live runners, its limit (liveRunners = {cap})")
         } else {
+            let warm = match self.warm {
+                0 => String::new(),
+                warm => format!(" and {warm} warm ones"),
+            };
             format!(
-                "the server has {} live runners, its limit (TOOLSERVER_RUNNER_MAX_LIVE = {})",
+                "the server has {} live runners{warm}, its limit (TOOLSERVER_RUNNER_MAX_LIVE = {})",
                 self.runners.len(),
                 self.settings.max_live
             )
@@ -278,7 +322,8 @@ impl Ledger {
     }
 
     fn has_room(&self, account: &AccountId) -> bool {
-        self.runners.len() < self.settings.max_live && self.live(account) < self.cap(account)
+        self.runners.len() + self.warm < self.settings.max_live
+            && self.live(account) < self.cap(account)
     }
 
     fn tick(&mut self) -> u64 {

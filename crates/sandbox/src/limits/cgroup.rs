@@ -164,18 +164,34 @@ impl CgroupSupport {
     /// Removes the cgroups of runner `name` of `account` if no process is
     /// in them (its account's group stays).
     pub fn remove(&self, account: &str, name: &str) {
-        let account_group = account_group(account);
+        self.remove_in(&account_group(account), name);
+    }
+
+    /// Removes the cgroups of the warm worker `name` if no process is in them.
+    pub fn remove_warm(&self, name: &str) {
+        self.remove_in(WARM_GROUP, name);
+    }
+
+    fn remove_in(&self, account_group: &str, name: &str) {
         for hierarchy in [&self.memory, &self.pids].into_iter().flatten() {
             let dir = if hierarchy.v2 {
-                hierarchy.parent.join(&account_group).join(name)
+                hierarchy.parent.join(account_group).join(name)
             } else {
                 hierarchy.parent.join(name)
             };
             let _ = std::fs::remove_dir(dir);
         }
         if let Some(cpuacct) = self.cpuacct.as_ref().filter(|found| !found.v2) {
-            let _ = std::fs::remove_dir(cpuacct.parent.join(&account_group).join(name));
+            let _ = std::fs::remove_dir(cpuacct.parent.join(account_group).join(name));
         }
+    }
+
+    /// Whether a claimed warm worker's groups can be renamed to its
+    /// runner's rather than its processes moved ([`RunnerCgroup::take_warm`]):
+    /// under v1, where a runner's memory and process groups lie in the
+    /// server's group beside the warm workers' own.
+    pub fn renames_warm(&self) -> bool {
+        (self.memory.is_some() || self.pids.is_some()) && self.hierarchies().all(|found| !found.v2)
     }
 
     /// Whether runners get any cgroup.
@@ -295,6 +311,10 @@ fn v1_hierarchy(own: &str, controller: &str) -> Result<Hierarchy, String> {
     Ok(Hierarchy { parent, v2: false })
 }
 
+/// The group of warm workers, which belong to no account yet (no account
+/// group's name lacks the `ta-` prefix).
+const WARM_GROUP: &str = "warm";
+
 /// The name of `account`'s group: `ta-` and 16 hex characters of SHA-256
 /// over the id (a safe file name whatever the id holds).
 fn account_group(account: &str) -> String {
@@ -307,6 +327,10 @@ fn account_group(account: &str) -> String {
 pub struct RunnerCgroup {
     /// The `cgroup.procs` files a worker joins before it starts.
     joins: Vec<PathBuf>,
+    /// Those of them that share CPU by account (under v1).
+    cpu_joins: Vec<PathBuf>,
+    /// The runner's memory group, and whether it is v2.
+    memory: Option<(PathBuf, bool)>,
     /// The `cgroup.procs` of the runner's own group (not its account's).
     own_procs: Option<PathBuf>,
     /// The file counting OOM kills (`oom_kill N`).
@@ -337,17 +361,38 @@ impl RunnerCgroup {
         name: &str,
         limits: &RunnerLimits,
     ) -> std::io::Result<Self> {
-        let account_group = account_group(account);
+        Self::create_in(support, &account_group(account), name, limits)
+    }
+
+    /// Makes the cgroups of the warm worker `name`, of no account yet, and
+    /// writes `limits`.
+    pub fn create_warm(
+        support: &CgroupSupport,
+        name: &str,
+        limits: &RunnerLimits,
+    ) -> std::io::Result<Self> {
+        Self::create_in(support, WARM_GROUP, name, limits)
+    }
+
+    fn create_in(
+        support: &CgroupSupport,
+        account_group: &str,
+        name: &str,
+        limits: &RunnerLimits,
+    ) -> std::io::Result<Self> {
         let weight = support.cpu.is_some();
         let mut group = Self {
+            memory: None,
             joins: Vec::new(),
+            cpu_joins: Vec::new(),
             own_procs: None,
             oom_counter: None,
             fork_counter: None,
             cpu_counter: None,
         };
         if let Some(memory) = &support.memory {
-            let dir = memory.runner_dir(&account_group, name, weight)?;
+            let dir = memory.runner_dir(account_group, name, weight)?;
+            group.memory = Some((dir.clone(), memory.v2));
             let bytes = limits.memory_bytes.to_string();
             if memory.v2 {
                 std::fs::write(dir.join("memory.max"), &bytes)?;
@@ -361,27 +406,115 @@ impl RunnerCgroup {
             group.join_own(dir.join("cgroup.procs"));
         }
         if let Some(pids) = &support.pids {
-            let dir = pids.runner_dir(&account_group, name, weight)?;
+            let dir = pids.runner_dir(account_group, name, weight)?;
             std::fs::write(dir.join("pids.max"), limits.processes.to_string())?;
             group.fork_counter = Some(dir.join("pids.events"));
             group.join_own(dir.join("cgroup.procs"));
         }
         if let Some(cpu) = support.cpu.as_ref().filter(|found| !found.v2) {
-            let dir = cpu.account_dir(&account_group, true)?;
-            group.join(dir.join("cgroup.procs"));
+            let dir = cpu.account_dir(account_group, true)?;
+            group.join_cpu(dir.join("cgroup.procs"));
         }
         if let Some(cpuacct) = &support.cpuacct {
             if cpuacct.v2 {
-                let dir = cpuacct.runner_dir(&account_group, name, weight)?;
+                let dir = cpuacct.runner_dir(account_group, name, weight)?;
                 group.cpu_counter = Some(CpuCounter::V2(dir.join("cpu.stat")));
             } else {
-                let dir = cpuacct.account_dir(&account_group, false)?.join(name);
+                let dir = cpuacct.account_dir(account_group, false)?.join(name);
                 std::fs::create_dir_all(&dir)?;
                 group.cpu_counter = Some(CpuCounter::V1(dir.join("cpuacct.usage")));
-                group.join(dir.join("cgroup.procs"));
+                group.join_cpu(dir.join("cgroup.procs"));
             }
         }
         Ok(group)
+    }
+
+    /// The groups of runner `name` of `account`, made from those of the
+    /// claimed warm worker `warm_name` (where [`CgroupSupport::renames_warm`]):
+    /// its memory and process groups are renamed to the runner's, which
+    /// moves no process (a move waits for an RCU grace period, many
+    /// milliseconds) and keeps their charges; its limits are the same.
+    /// Its processes join the account's CPU groups later
+    /// ([`RunnerCgroup::join_cpu_groups`]).
+    pub fn take_warm(
+        support: &CgroupSupport,
+        account: &str,
+        name: &str,
+        warm_name: &str,
+        limits: &RunnerLimits,
+    ) -> std::io::Result<Self> {
+        let mut renamed: Vec<&Path> = Vec::new();
+        for hierarchy in [&support.memory, &support.pids].into_iter().flatten() {
+            // Controllers mounted together share one group.
+            if renamed.contains(&hierarchy.parent.as_path()) {
+                continue;
+            }
+            std::fs::rename(
+                hierarchy.parent.join(warm_name),
+                hierarchy.parent.join(name),
+            )?;
+            renamed.push(&hierarchy.parent);
+        }
+        Self::create(support, account, name, limits)
+    }
+
+    /// Moves the processes of the runner's own group into its account's
+    /// CPU groups, round after round until none is left out (a process
+    /// forked meanwhile by one not yet moved is moved in the next round).
+    pub fn join_cpu_groups(&self) -> std::io::Result<()> {
+        let mut moved = std::collections::HashSet::new();
+        for _ in 0..MOVE_ROUNDS {
+            let listed = self.pids().unwrap_or_default();
+            if listed.iter().all(|pid| moved.contains(pid)) {
+                return Ok(());
+            }
+            for pid in listed {
+                if moved.insert(pid) {
+                    move_process(pid, &self.cpu_joins)?;
+                }
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "its processes were still forking after {MOVE_ROUNDS} rounds of moves"
+        )))
+    }
+
+    /// Moves every process of `warm` (a claimed warm worker's groups) into
+    /// these groups, with the memory they hold: where the kernel moves the
+    /// charges along (v1, when it still can) they move; otherwise (v2) they
+    /// stay behind, so this group's memory limit is lowered by them and the
+    /// worker's total stays within its limit.
+    pub fn adopt(&self, warm: &RunnerCgroup) -> std::io::Result<()> {
+        let Some(pids) = warm.pids() else {
+            return Ok(());
+        };
+        if let Some((dir, v2)) = &self.memory {
+            let (used, limit) = match v2 {
+                true => ("memory.current", "memory.max"),
+                false => ("memory.usage_in_bytes", "memory.limit_in_bytes"),
+            };
+            // v1 can move charges along (on kernels that still do).
+            let moved =
+                !v2 && std::fs::write(dir.join("memory.move_charge_at_immigrate"), "3").is_ok();
+            let held = warm
+                .memory
+                .as_ref()
+                .map_or(0, |(warm_dir, _)| number(&warm_dir.join(used)));
+            let max = number(&dir.join(limit));
+            if !moved && max > 0 {
+                std::fs::write(dir.join(limit), max.saturating_sub(held).to_string())?;
+            }
+        }
+        for pid in pids {
+            move_process(pid, &self.joins)?;
+        }
+        match warm.pids() {
+            Some(left) if !left.is_empty() => Err(std::io::Error::other(format!(
+                "{} processes of the warm worker stayed in its cgroup",
+                left.len()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn join(&mut self, procs: PathBuf) {
@@ -392,6 +525,13 @@ impl RunnerCgroup {
 
     fn join_own(&mut self, procs: PathBuf) {
         self.own_procs.get_or_insert_with(|| procs.clone());
+        self.join(procs);
+    }
+
+    fn join_cpu(&mut self, procs: PathBuf) {
+        if !self.cpu_joins.contains(&procs) {
+            self.cpu_joins.push(procs.clone());
+        }
         self.join(procs);
     }
 
@@ -431,6 +571,28 @@ impl RunnerCgroup {
             CpuCounter::V2(file) => Some(Duration::from_micros(counter(Some(file), "usage_usec"))),
         }
     }
+}
+
+/// How many rounds [`RunnerCgroup::join_cpu_groups`] moves processes
+/// before it gives up on a worker that keeps forking.
+const MOVE_ROUNDS: usize = 16;
+
+/// Moves process `pid` into each group of `procs` (its `cgroup.procs`
+/// files); one that exited meanwhile is not moved.
+fn move_process(pid: u32, procs: &[PathBuf]) -> std::io::Result<()> {
+    for file in procs {
+        match std::fs::write(file, pid.to_string()) {
+            Err(err) if err.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(err) => {
+                return Err(std::io::Error::other(format!(
+                    "moving {pid} into {}: {err}",
+                    file.display()
+                )))
+            }
+            Ok(()) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Removes a cgroup and the groups below it (each must hold no process).

@@ -1,7 +1,7 @@
 //! The local backend as the server sees it: [`Executor`].
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,7 +13,7 @@ use super::{LocalExecutor, LocalRunner, BUNDLE_URL_SLACK, UNFAIR_CPU};
 use crate::relay::spawn_relay;
 use crate::{
     Executor, FrameStream, InvokeRequest, ReservationKey, RunnerExit, RunnerInfo, RunnerUsage,
-    SandboxError, StopListener, WorkerClient,
+    SandboxError, StopListener, WarmRoom, WorkerClient,
 };
 
 #[async_trait]
@@ -145,6 +145,14 @@ impl Executor for LocalExecutor {
             .cloned()
             .chain(unfair_cpu)
             .collect()
+    }
+
+    fn govern_warm(&self, room: Arc<dyn WarmRoom>) {
+        self.govern_pool(room);
+    }
+
+    async fn shed_warm(&self) -> bool {
+        LocalExecutor::shed_warm(self).await
     }
 
     fn watch_stops(&self, listener: StopListener) {

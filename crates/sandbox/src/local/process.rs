@@ -13,6 +13,11 @@
 //! [`RunnerExit`], with how it ended. Before anyone can see the exit (and
 //! so before a successor can start), the stop listeners hear of it
 //! ([`crate::Executor::watch_stops`]).
+//!
+//! A warm worker of the pool (`pool.rs`) is watched the same way, bound to
+//! no runner: its exit is told to the pool alone. Claimed, it is bound to
+//! its runner for good ([`WorkerProcess::bind`]); from then on its exit is
+//! told as that runner's.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -53,9 +58,20 @@ impl StopListeners {
     }
 }
 
+/// Told when a warm worker of the pool exits unclaimed.
+pub(super) type WarmLost = Box<dyn FnOnce() + Send>;
+
+/// Whom a worker's exit concerns.
+pub(super) enum Owner {
+    /// A warm worker of the pool, claimed by no runner yet.
+    Pool(WarmLost),
+    /// The worker of one runner: its key, and who hears that it stopped.
+    Runner(ReservationKey, StopListeners),
+}
+
 /// Where and how a worker's exit is told.
 pub(super) struct ExitNotice {
-    /// The runner's name.
+    /// The runner's name (a warm worker's own name until it is claimed).
     pub(super) runner: String,
     /// Where exits are announced.
     pub(super) exits: broadcast::Sender<RunnerExit>,
@@ -66,9 +82,13 @@ pub(super) struct ExitNotice {
     pub(super) cgroup: Option<Arc<RunnerCgroup>>,
     /// The metrics label of the backend.
     pub(super) backend: &'static str,
-    /// The runner's key, and who hears that it stopped.
-    pub(super) stopped: (ReservationKey, StopListeners),
+    /// Whom the exit concerns.
+    pub(super) owner: Owner,
 }
+
+/// A worker's notice, with the cgroup's OOM kills when it was last bound;
+/// `None` once the worker exited.
+type Binding = Arc<Mutex<Option<(ExitNotice, Option<u64>)>>>;
 
 /// The detached calls a worker runs; `None` once it exited.
 type Running = Arc<Mutex<Option<HashMap<String, Value>>>>;
@@ -81,6 +101,8 @@ pub(super) struct WorkerProcess {
     /// How the worker ended, once it has.
     exit: watch::Receiver<Option<Arc<str>>>,
     running: Running,
+    /// How its exit is told, until it is.
+    binding: Binding,
     /// The lifeline (`--lifeline-stdin`): the worker exits when it closes.
     _lifeline: Option<ChildStdin>,
 }
@@ -99,12 +121,13 @@ impl WorkerProcess {
         let (exited, exit) = watch::channel(None);
         let pid = child.id();
         let reports = tokio::spawn(read_reports(stdout, running.clone()));
+        let oom_kills_before = notice.cgroup.as_ref().map(|group| group.oom_kills());
+        let binding: Binding = Arc::new(Mutex::new(Some((notice, oom_kills_before))));
         let watched = Watched {
             kill: kill.clone(),
             exited,
             running: running.clone(),
-            oom_kills_before: notice.cgroup.as_ref().map(|group| group.oom_kills()),
-            notice,
+            binding: binding.clone(),
         };
         tokio::spawn(watched.until_exit(child, reports));
         Arc::new(Self {
@@ -112,8 +135,29 @@ impl WorkerProcess {
             kill,
             exit,
             running,
+            binding,
             _lifeline: lifeline,
         })
+    }
+
+    /// Binds a warm worker to the runner `name` of `key` for good: its exit
+    /// is told as that runner's, its OOM kills read in `cgroup`. `false`
+    /// when it already exited (its exit went to the pool).
+    pub(super) fn bind(
+        &self,
+        name: &str,
+        cgroup: Option<Arc<RunnerCgroup>>,
+        owner: (ReservationKey, StopListeners),
+    ) -> bool {
+        let mut binding = self.binding.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((notice, oom_kills_before)) = binding.as_mut() else {
+            return false;
+        };
+        *oom_kills_before = cgroup.as_ref().map(|group| group.oom_kills());
+        notice.runner = name.to_owned();
+        notice.cgroup = cgroup;
+        notice.owner = Owner::Runner(owner.0, owner.1);
+        true
     }
 
     /// The worker's pid while it runs.
@@ -158,8 +202,7 @@ struct Watched {
     kill: Arc<Notify>,
     exited: watch::Sender<Option<Arc<str>>>,
     running: Running,
-    oom_kills_before: Option<u64>,
-    notice: ExitNotice,
+    binding: Binding,
 }
 
 impl Watched {
@@ -174,18 +217,34 @@ impl Watched {
                 }
             }
         };
-        let oom_killed = match (&self.notice.cgroup, self.oom_kills_before) {
+        let bound = self
+            .binding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((notice, oom_kills_before)) = bound else {
+            return;
+        };
+        let oom_killed = match (&notice.cgroup, oom_kills_before) {
             (Some(group), Some(before)) => group.oom_kills() > before,
             _ => false,
         };
         let cause = match status {
-            Ok(status) => describe(status, self.notice.bwrapped, oom_killed),
+            Ok(status) => describe(status, notice.bwrapped, oom_killed),
             Err(err) => format!("its exit could not be read: {err}"),
         };
-        let (key, listeners) = &self.notice.stopped;
-        listeners.tell(key);
+        let (key, listeners) = match notice.owner {
+            Owner::Runner(key, listeners) => (key, listeners),
+            Owner::Pool(lost) => {
+                self.exited.send_replace(Some(Arc::from(cause.as_str())));
+                tracing::info!(worker = %notice.runner, %cause, "warm worker exited unclaimed");
+                lost();
+                return;
+            }
+        };
+        listeners.tell(&key);
         self.exited.send_replace(Some(Arc::from(cause.as_str())));
-        metrics::runner_gone(self.notice.backend);
+        metrics::runner_gone(notice.backend);
         // Its last reports may still be unread; it wrote them before it ended.
         let _ = reports.await;
         let calls: Vec<LaunchedCall> = self
@@ -200,13 +259,13 @@ impl Watched {
                 async_meta,
             })
             .collect();
-        let runner = self.notice.runner;
+        let runner = notice.runner;
         if calls.is_empty() {
             tracing::info!(%runner, %cause, "runner's worker exited");
             return;
         }
         tracing::warn!(%runner, %cause, calls = calls.len(), "runner's worker exited while it ran detached calls");
-        let _ = self.notice.exits.send(RunnerExit {
+        let _ = notice.exits.send(RunnerExit {
             runner,
             cause,
             calls,

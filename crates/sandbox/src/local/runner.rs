@@ -12,6 +12,12 @@ use super::process::WorkerProcess;
 use crate::limits::RunnerCgroup;
 use crate::{EgressScope, PendingChecks, ReservationKey};
 
+/// The worker's socket, in its directory.
+pub(super) const WORKER_SOCKET: &str = "worker.sock";
+
+/// The egress proxy's socket, in a worker's directory.
+pub(super) const EGRESS_SOCKET: &str = "egress.sock";
+
 pub(super) struct Runner {
     pub(super) key: ReservationKey,
     pub(super) name: String,
@@ -29,8 +35,9 @@ pub(super) struct Runner {
     pub(super) inflight: AtomicUsize,
     /// The runner's cgroup, as its last worker started.
     pub(super) cgroup: Mutex<Option<Arc<RunnerCgroup>>>,
-    /// How often its workers reported V8 heap exhaustion.
-    pub(super) heap_exhaustions: Arc<AtomicU64>,
+    /// How often its worker reported V8 heap exhaustion (a claimed warm
+    /// worker brings the counter it was started with).
+    pub(super) heap_exhaustions: Mutex<Arc<AtomicU64>>,
     /// Limit checks of its calls that already answered; a new call waits
     /// for them.
     pub(super) pending_checks: Arc<PendingChecks>,
@@ -45,11 +52,11 @@ impl Runner {
     }
 
     pub(super) fn socket(&self) -> PathBuf {
-        self.dir.join("worker.sock")
+        self.dir.join(WORKER_SOCKET)
     }
 
     pub(super) fn egress_socket(&self) -> PathBuf {
-        self.dir.join("egress.sock")
+        self.dir.join(EGRESS_SOCKET)
     }
 
     pub(super) fn touch(&self) {
@@ -63,6 +70,14 @@ impl Runner {
             .lock()
             .map(|at| at.elapsed())
             .unwrap_or_default()
+    }
+
+    /// The counter of its worker's V8 heap exhaustions.
+    pub(super) fn heap_counter(&self) -> Arc<AtomicU64> {
+        self.heap_exhaustions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(super) fn worker_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<WorkerProcess>>> {
@@ -98,12 +113,16 @@ impl Runner {
     }
 }
 
-/// Logs a worker's stderr, counting the V8 heap exhaustions it reports
-/// (a memory limit broken inside the worker rather than by the kernel).
-pub(super) fn forward_stderr(runner: &Runner, stderr: Option<tokio::process::ChildStderr>) {
+/// Logs the stderr of worker `name`, counting the V8 heap exhaustions it
+/// reports in `heap_exhaustions` (a memory limit broken inside the worker
+/// rather than by the kernel).
+pub(super) fn forward_stderr(
+    name: &str,
+    heap_exhaustions: Arc<AtomicU64>,
+    stderr: Option<tokio::process::ChildStderr>,
+) {
     let Some(stderr) = stderr else { return };
-    let name = runner.name.clone();
-    let heap_exhaustions = runner.heap_exhaustions.clone();
+    let name = name.to_owned();
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {

@@ -4,15 +4,16 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 use super::isolation::BWRAP_NAMESPACES;
-use super::process::{ExitNotice, WorkerProcess};
-use super::runner::{forward_stderr, Runner};
+use super::process::{ExitNotice, Owner, WorkerProcess};
+use super::runner::{forward_stderr, Runner, EGRESS_SOCKET, WORKER_SOCKET};
 use super::{LocalExecutor, BACKEND};
 use crate::identity::give_tree;
 use crate::limits::{RunnerCgroup, SpawnLimits};
@@ -38,16 +39,35 @@ impl LocalExecutor {
         Ok(Some(made))
     }
 
-    /// Builds the command that runs `script` for `runner`, isolated and
-    /// held to its limits, with the descriptors it inherits (the seccomp
-    /// filters): keep them until it was spawned.
-    pub(super) fn command(
+    /// Builds the command that runs `script` for `runner` in its cgroup
+    /// (made again now), with the descriptors it inherits: keep them until
+    /// it was spawned.
+    pub(super) fn runner_command(
         &self,
         runner: &Runner,
         script: &Path,
         args: &[&str],
     ) -> Result<(Command, Vec<OwnedFd>), SandboxError> {
+        let cgroup = self.cgroup(runner)?;
+        let placement = Placement {
+            dir: &runner.dir,
+            ids: runner.ids(),
+            cgroup: cgroup.as_deref(),
+        };
+        self.command(&placement, script, args)
+    }
+
+    /// Builds the command that runs `script` at `placement`, isolated and
+    /// held to its limits, with the descriptors it inherits (the seccomp
+    /// filters): keep them until it was spawned.
+    pub(super) fn command(
+        &self,
+        placement: &Placement<'_>,
+        script: &Path,
+        args: &[&str],
+    ) -> Result<(Command, Vec<OwnedFd>), SandboxError> {
         let settings = &self.inner.settings;
+        let dir = placement.dir;
         let filters = match &self.inner.seccomp {
             Some(seccomp) => seccomp.open()?,
             None => Vec::new(),
@@ -60,10 +80,10 @@ impl LocalExecutor {
                     cmd.arg("--add-seccomp-fd")
                         .arg(filter.as_raw_fd().to_string());
                 }
-                cmd.arg("--bind").arg(&runner.dir).arg(&runner.dir);
+                cmd.arg("--bind").arg(dir).arg(dir);
                 cmd.args(["--remount-ro", "/tmp"]);
                 cmd.args(BWRAP_NAMESPACES);
-                cmd.arg("--chdir").arg(runner.dir.join("work"));
+                cmd.arg("--chdir").arg(dir.join("work"));
                 cmd.arg("--").arg(&settings.node_binary);
                 cmd
             }
@@ -73,21 +93,20 @@ impl LocalExecutor {
         command
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", runner.dir.join("home"))
-            .env("TMPDIR", runner.dir.join("tmp"))
+            .env("HOME", dir.join("home"))
+            .env("TMPDIR", dir.join("tmp"))
             .env("NODE_ENV", "production")
-            .env("TOOLSERVER_CACHE_ROOTS", runner.dir.join("cache"))
-            .current_dir(runner.dir.join("work"))
+            .env("TOOLSERVER_CACHE_ROOTS", dir.join("cache"))
+            .current_dir(dir.join("work"))
             .kill_on_drop(true);
         if self.inner.bwrap.is_some() {
-            command.env("TOOLSERVER_EGRESS_SOCKET", runner.egress_socket());
+            command.env("TOOLSERVER_EGRESS_SOCKET", dir.join(EGRESS_SOCKET));
         }
-        let cgroup = self.cgroup(runner)?;
         SpawnLimits::new(
             &settings.limits,
             &self.inner.cgroups,
-            cgroup.as_deref(),
-            runner.ids(),
+            placement.cgroup,
+            placement.ids,
         )
         .inheriting(filters.iter().map(AsRawFd::as_raw_fd).collect())
         .apply(&mut command);
@@ -108,29 +127,42 @@ impl LocalExecutor {
     /// its first start; a directory of another owner, e.g. from a server
     /// that ran every runner as `nobody`, is handed over whole).
     pub(super) fn prepare_dirs(&self, runner: &Runner) -> Result<(), SandboxError> {
-        let ids = match &self.inner.identities {
-            Some(identities) => Some(identities.of(&runner.name, &runner.dir)?),
-            None => None,
-        };
-        for sub in WRITABLE_DIRS {
-            let dir = runner.dir.join(sub);
-            std::fs::create_dir_all(&dir)?;
-            if let Some((uid, gid)) = ids {
-                std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
-            }
-        }
+        let ids = self.make_dirs(&runner.name, &runner.dir)?;
         if let Some(ids) = ids {
-            give_tree(&runner.dir, ids)?;
-            // Its own user alone may enter it, even without bubblewrap.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&runner.dir, std::fs::Permissions::from_mode(0o700))?;
             if let Ok(mut current) = runner.ids.lock() {
                 *current = Some(ids);
             }
         }
-        match std::fs::remove_file(runner.socket()) {
+        Ok(())
+    }
+
+    /// Makes the directories of the worker `name` under `dir`, owned by
+    /// its own ids when it gets some (returned), with no stale socket.
+    pub(super) fn make_dirs(
+        &self,
+        name: &str,
+        dir: &Path,
+    ) -> Result<Option<(u32, u32)>, SandboxError> {
+        let ids = match &self.inner.identities {
+            Some(identities) => Some(identities.of(name, dir)?),
+            None => None,
+        };
+        for sub in WRITABLE_DIRS {
+            let sub = dir.join(sub);
+            std::fs::create_dir_all(&sub)?;
+            if let Some((uid, gid)) = ids {
+                std::os::unix::fs::lchown(&sub, Some(uid), Some(gid))?;
+            }
+        }
+        if let Some(ids) = ids {
+            give_tree(dir, ids)?;
+            // Its own user alone may enter it, even without bubblewrap.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        match std::fs::remove_file(dir.join(WORKER_SOCKET)) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
-            _ => Ok(()),
+            _ => Ok(ids),
         }
     }
 
@@ -155,13 +187,42 @@ impl LocalExecutor {
         Ok(())
     }
 
+    /// Starts `runner`'s worker, cold.
     pub(super) async fn start(&self, runner: &Runner) -> Result<Arc<WorkerProcess>, SandboxError> {
         self.prepare_dirs(runner)?;
         self.serve_egress(runner)?;
-        let socket = runner.socket();
+        let cgroup = self.cgroup(runner)?;
+        let placement = Placement {
+            dir: &runner.dir,
+            ids: runner.ids(),
+            cgroup: cgroup.as_deref(),
+        };
+        let (child, lines) = self
+            .spawn_worker(&placement, &runner.name, runner.heap_counter())
+            .await?;
+        let notice = ExitNotice {
+            runner: runner.name.clone(),
+            exits: self.inner.exits.clone(),
+            bwrapped: self.inner.bwrap.is_some(),
+            cgroup,
+            backend: BACKEND,
+            owner: Owner::Runner(runner.key.clone(), self.inner.stops.clone()),
+        };
+        Ok(WorkerProcess::watch(child, lines, notice))
+    }
+
+    /// Spawns the worker `name` at `placement` and waits until it reports
+    /// ready; its stderr is logged, counting heap exhaustions in `heap`.
+    pub(super) async fn spawn_worker(
+        &self,
+        placement: &Placement<'_>,
+        name: &str,
+        heap: Arc<AtomicU64>,
+    ) -> Result<Spawned, SandboxError> {
+        let socket = placement.dir.join(WORKER_SOCKET);
         let socket_arg = socket.to_string_lossy().into_owned();
         let (mut command, _filters) = self.command(
-            runner,
+            placement,
             &self.inner.assets.worker(),
             &["--socket", &socket_arg, "--lifeline-stdin"],
         )?;
@@ -173,7 +234,7 @@ impl LocalExecutor {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::Start(format!("spawning node: {e}")))?;
-        forward_stderr(runner, child.stderr.take());
+        forward_stderr(name, heap, child.stderr.take());
         let stdout = child
             .stdout
             .take()
@@ -190,20 +251,8 @@ impl LocalExecutor {
                 )));
             }
         }
-        tracing::info!(runner = %runner.name, pid = child.id(), "runner started");
-        let notice = ExitNotice {
-            runner: runner.name.clone(),
-            exits: self.inner.exits.clone(),
-            bwrapped: self.inner.bwrap.is_some(),
-            cgroup: runner
-                .cgroup
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-            backend: BACKEND,
-            stopped: (runner.key.clone(), self.inner.stops.clone()),
-        };
-        Ok(WorkerProcess::watch(child, lines, notice))
+        tracing::info!(worker = %name, pid = child.id(), "worker started");
+        Ok((child, lines))
     }
 
     /// Makes sure `runner`'s worker runs, starting one if needed; the
@@ -227,12 +276,28 @@ impl LocalExecutor {
             worker.kill().await;
         }
         let starting = Instant::now();
-        let worker = self.start(runner).await?;
+        let worker = match self.claim_warm(runner).await {
+            Some(worker) => worker,
+            None => self.start(runner).await?,
+        };
         metrics::runner_started(BACKEND, starting.elapsed());
         metrics::runner_live(BACKEND);
         *runner.worker_slot() = Some(worker.clone());
         Ok((worker, true))
     }
+}
+
+/// A worker that reported ready, and the rest of its output.
+pub(super) type Spawned = (Child, Lines<BufReader<ChildStdout>>);
+
+/// Where a worker runs and as whom.
+pub(super) struct Placement<'a> {
+    /// Its directory (bound at the same path under bubblewrap).
+    pub(super) dir: &'a Path,
+    /// Its own (uid, gid), when it gets some.
+    pub(super) ids: Option<(u32, u32)>,
+    /// Its cgroup, when it gets one.
+    pub(super) cgroup: Option<&'a RunnerCgroup>,
 }
 
 /// The directories of a runner its worker may write.

@@ -8,4 +8,5 @@ mod fair_cpu;
 mod isolation;
 mod lifecycle;
 mod limits;
+mod pool;
 mod support;

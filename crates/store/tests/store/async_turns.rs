@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use toolserver_domain::{AccountId, ResultId, TurnStatus};
 use toolserver_store::async_results::{self, AsyncOutcome, Settlement};
 use toolserver_store::async_turns::{self, Committed, NewTurn, RunCommit, RunEnd};
-use toolserver_store::conversations::{self, Begun, LeaseTerms};
+use toolserver_store::conversations::{self, Begun, Known, LeaseTerms};
 use toolserver_store::jobs::{self, Job, JobKind};
 use toolserver_store::StoreError;
 use uuid::Uuid;
@@ -58,6 +58,7 @@ async fn take_conversation(pool: &PgPool, tenant: &Tenant, job: &Job, process: U
         &tenant.conversation,
         tenant.agent,
         lease,
+        Known::default(),
     )
     .await
     .unwrap();

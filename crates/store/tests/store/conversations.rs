@@ -4,6 +4,7 @@
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+use toolserver_store::conversation_messages::MessageTail;
 use toolserver_store::conversations;
 
 use crate::support::{conversation_holder, lease, live_process, tenant};
@@ -26,7 +27,7 @@ async fn a_turns_start_leaves_its_connection_committing_durably(pool: PgPool) {
         &tenant.account,
         &tenant.conversation,
         holder,
-        &messages,
+        &MessageTail::whole(&messages),
     )
     .await
     .unwrap();

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
-use toolserver_store::conversations::{self, Begun, LeaseTerms};
+use toolserver_store::conversation_messages::MessageTail;
+use toolserver_store::conversations::{self, Begun, Known, LeaseTerms};
 use toolserver_store::handoffs::{self, ANNOUNCEMENT};
 use toolserver_store::webhook_deliveries::{self, NewDelivery};
 use toolserver_store::StoreError;
@@ -67,9 +68,15 @@ async fn a_handoff_is_stored_with_its_announcement_and_released_once(pool: PgPoo
 
     // The next turn's lease sees the handoff.
     let said = [json!({"id": "m1", "role": "user", "parts": []})];
-    conversations::save(&pool, &a.account, "conv-1", holder, &said)
-        .await
-        .unwrap();
+    conversations::save(
+        &pool,
+        &a.account,
+        "conv-1",
+        holder,
+        &MessageTail::whole(&said),
+    )
+    .await
+    .unwrap();
     conversations::end_turn(&pool, &a.account, "conv-1", holder)
         .await
         .unwrap();
@@ -78,9 +85,16 @@ async fn a_handoff_is_stored_with_its_announcement_and_released_once(pool: PgPoo
         process,
         lease: Duration::from_secs(60),
     };
-    let begun = conversations::begin_turn(&pool, &a.account, "conv-1", a.agent, terms)
-        .await
-        .unwrap();
+    let begun = conversations::begin_turn(
+        &pool,
+        &a.account,
+        "conv-1",
+        a.agent,
+        terms,
+        Known::default(),
+    )
+    .await
+    .unwrap();
     assert!(
         matches!(&begun, Begun::Held { handoff: Some(seen), .. } if *seen == handoff),
         "{begun:?}"

@@ -9,6 +9,7 @@ mod account_limits;
 mod async_results;
 mod async_turns;
 mod channel_events;
+mod conversation_messages;
 mod conversations;
 mod handoffs;
 mod invoke_keys;

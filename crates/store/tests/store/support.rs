@@ -15,7 +15,7 @@ use toolserver_domain::{
 };
 use toolserver_store::async_results::{self, NewAsyncResult, PassOwner};
 use toolserver_store::async_turns::{self, NewTurn};
-use toolserver_store::conversations::{self, Begun, LeaseTerms};
+use toolserver_store::conversations::{self, Begun, Known, LeaseTerms};
 use toolserver_store::jobs::{ClaimTerms, Job, JobKind};
 use toolserver_store::{agents, processes, tools, AgentWrite, NewTool, ToolBody};
 use uuid::Uuid;
@@ -104,9 +104,16 @@ pub async fn lease(pool: &PgPool, tenant: &Tenant, id: &str, process: Uuid) -> U
         process,
         lease: Duration::from_secs(60),
     };
-    let begun = conversations::begin_turn(pool, &tenant.account, id, tenant.agent, terms)
-        .await
-        .unwrap();
+    let begun = conversations::begin_turn(
+        pool,
+        &tenant.account,
+        id,
+        tenant.agent,
+        terms,
+        Known::default(),
+    )
+    .await
+    .unwrap();
     assert!(matches!(begun, Begun::Held { .. }), "{begun:?}");
     holder
 }

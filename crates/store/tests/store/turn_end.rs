@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_store::conversation_messages::MessageTail;
+use toolserver_store::conversations;
 use toolserver_store::turn_end::{self, TurnEnded};
 use toolserver_store::turn_streams::{self, Append, Appended, Opening};
 use uuid::Uuid;
@@ -43,14 +45,10 @@ fn end_of(stream: Uuid, from: i32) -> Append {
 }
 
 async fn stored_messages(pool: &PgPool, tenant: &Tenant) -> Value {
-    let (messages,): (Value,) =
-        sqlx::query_as("SELECT messages FROM conversations WHERE account_id = $1 AND id = $2")
-            .bind(tenant.account.as_str())
-            .bind(&tenant.conversation)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-    messages
+    let stored = conversations::get(pool, &tenant.account, &tenant.conversation)
+        .await
+        .unwrap();
+    Value::Array(stored.messages)
 }
 
 #[sqlx::test(migrations = "../../migrations")]
@@ -60,11 +58,12 @@ async fn only_the_holder_stores_and_releases_the_conversation(pool: PgPool) {
     let process = live_process(&pool).await;
     let holder = lease(&pool, &owner, "conv-1", process).await;
     let messages = [json!({"role": "user"}), json!({"role": "assistant"})];
+    let tail = MessageTail::whole(&messages);
 
     for (account, turn) in [(&owner.account, Uuid::now_v7()), (&other.account, holder)] {
-        let ended = turn_end::store_and_release(&pool, account, "conv-1", turn, &messages, None);
+        let ended = turn_end::store_and_release(&pool, account, "conv-1", turn, &tail, None);
         let expected = TurnEnded {
-            stored: false,
+            stored: None,
             stream_end: None,
         };
         assert_eq!(ended.await.unwrap(), expected);
@@ -75,9 +74,8 @@ async fn only_the_holder_stores_and_releases_the_conversation(pool: PgPool) {
         );
     }
 
-    let ended =
-        turn_end::store_and_release(&pool, &owner.account, "conv-1", holder, &messages, None);
-    assert!(ended.await.unwrap().stored);
+    let ended = turn_end::store_and_release(&pool, &owner.account, "conv-1", holder, &tail, None);
+    assert!(ended.await.unwrap().stored.is_some());
     assert_eq!(stored_messages(&pool, &owner).await, json!(messages));
     assert_eq!(conversation_holder(&pool, &owner, "conv-1").await, None);
 }
@@ -89,23 +87,19 @@ async fn the_stream_ends_with_the_conversation_stored(pool: PgPool) {
     let holder = lease(&pool, &tenant, "conv-1", process).await;
     let stream = open_stream(&pool, &tenant).await;
     let messages = [json!({"role": "assistant"})];
+    let tail = MessageTail::whole(&messages);
 
     let end = end_of(stream, 1);
-    let ended = turn_end::store_and_release(
-        &pool,
-        &tenant.account,
-        "conv-1",
-        holder,
-        &messages,
-        Some(&end),
-    );
-    let expected = TurnEnded {
-        stored: true,
-        stream_end: Some(Appended::Recorded {
+    let ended =
+        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
+    let ended = ended.await.unwrap();
+    assert!(ended.stored.is_some());
+    assert_eq!(
+        ended.stream_end,
+        Some(Appended::Recorded {
             stop_requested: false,
-        }),
-    };
-    assert_eq!(ended.await.unwrap(), expected);
+        })
+    );
     let state = turn_streams::state(&pool, stream).await.unwrap();
     assert!(state.finished && state.chunk_count == 2, "{state:?}");
     assert_eq!(stored_messages(&pool, &tenant).await, json!(messages));
@@ -119,21 +113,14 @@ async fn an_end_at_the_wrong_count_is_refused_and_the_turn_still_stored(pool: Pg
     let holder = lease(&pool, &tenant, "conv-1", process).await;
     let stream = open_stream(&pool, &tenant).await;
     let messages = [json!({"role": "assistant"})];
+    let tail = MessageTail::whole(&messages);
 
     let end = end_of(stream, 5);
-    let ended = turn_end::store_and_release(
-        &pool,
-        &tenant.account,
-        "conv-1",
-        holder,
-        &messages,
-        Some(&end),
-    );
-    let expected = TurnEnded {
-        stored: true,
-        stream_end: Some(Appended::Refused),
-    };
-    assert_eq!(ended.await.unwrap(), expected);
+    let ended =
+        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
+    let ended = ended.await.unwrap();
+    assert!(ended.stored.is_some());
+    assert_eq!(ended.stream_end, Some(Appended::Refused));
     let state = turn_streams::state(&pool, stream).await.unwrap();
     assert!(!state.finished && state.chunk_count == 1, "{state:?}");
     assert_eq!(stored_messages(&pool, &tenant).await, json!(messages));
@@ -146,17 +133,12 @@ async fn an_end_that_does_not_finish_the_stream_is_an_error_and_stores_nothing(p
     let holder = lease(&pool, &tenant, "conv-1", process).await;
     let stream = open_stream(&pool, &tenant).await;
     let messages = [json!({"role": "assistant"})];
+    let tail = MessageTail::whole(&messages);
 
     let mut end = end_of(stream, 1);
     end.finish = false;
-    let ended = turn_end::store_and_release(
-        &pool,
-        &tenant.account,
-        "conv-1",
-        holder,
-        &messages,
-        Some(&end),
-    );
+    let ended =
+        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
     assert!(ended.await.is_err());
     assert_eq!(stored_messages(&pool, &tenant).await, json!([]));
     assert_eq!(

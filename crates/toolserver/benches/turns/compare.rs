@@ -1,48 +1,83 @@
 //! Arms compared round by round and turn by turn.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use toolserver_testsupport::bench::{ms, summary};
 
 use crate::cpu::{median, ArmMedians, CpuUse};
 use crate::measure::{concurrent, turn};
 use crate::plan::{INTERLEAVED_TURNS, ROUNDS};
 use crate::server::Server;
+use crate::statements::{settle, Statements};
 
-/// `ROUNDS` rounds of `agent`'s turns on each arm in turn (so all see the
-/// same machine state); the medians of each arm.
+/// One turn of an arm: time to the first body byte and to the end.
+pub(crate) type TurnFn = Arc<dyn Fn() -> BoxFuture<'static, (Duration, Duration)> + Send + Sync>;
+
+/// An arm of a comparison: its name, the process whose CPU is its own (with
+/// the processes it starts), and its turn.
+pub(crate) struct Arm {
+    pub(crate) label: String,
+    pub(crate) pid: u32,
+    pub(crate) turn: TurnFn,
+}
+
+impl Arm {
+    /// Turns of `agent` on `server`.
+    pub(crate) fn server(label: &str, server: &Arc<Server>, agent: &str) -> Self {
+        let (server, agent) = (server.clone(), agent.to_owned());
+        Self {
+            label: label.to_owned(),
+            pid: server.child.id().unwrap(),
+            turn: Arc::new(move || {
+                let (server, agent) = (server.clone(), agent.clone());
+                Box::pin(async move { turn(&server, &agent).await })
+            }),
+        }
+    }
+}
+
+/// `ROUNDS` rounds of turns on each arm in turn (so all see the same
+/// machine state), each run counting its statements; the medians of each
+/// arm.
 pub(crate) async fn rounds(
-    arms: &[(&str, std::sync::Arc<Server>)],
-    agent: &str,
+    arms: &[Arm],
     clients: usize,
     per_client: usize,
+    statements: &mut Statements,
 ) -> ArmMedians {
+    let turns = clients * per_client;
     let mut rates = vec![Vec::new(); arms.len()];
     let mut ttfbs = vec![Vec::new(); arms.len()];
     let mut cpus = vec![Vec::new(); arms.len()];
+    let mut counts = vec![Vec::new(); arms.len()];
     for _ in 0..ROUNDS {
-        for (arm, (label, target)) in arms.iter().enumerate() {
-            let (s, a) = (target.clone(), agent.to_owned());
-            let pid = target.child.id().unwrap();
-            let before = CpuUse::now(pid);
-            let (rate, ttfb) = concurrent(label, clients, per_client, move || {
-                let (s, a) = (s.clone(), a.clone());
-                async move { turn(&s, &a).await }
-            })
-            .await;
-            cpus[arm].push(CpuUse::now(pid).per_turn(before, clients * per_client));
-            rates[arm].push(rate);
-            ttfbs[arm].push(ms(ttfb));
+        for (n, arm) in arms.iter().enumerate() {
+            let run = arm.turn.clone();
+            settle().await;
+            statements.reset().await;
+            let before = CpuUse::now(arm.pid, &statements.name);
+            let (rate, ttfb) = concurrent(&arm.label, clients, per_client, move || run()).await;
+            settle().await;
+            cpus[n].push(CpuUse::now(arm.pid, &statements.name).per_turn(before, turns));
+            counts[n].push(statements.read().await);
+            rates[n].push(rate);
+            ttfbs[n].push(ms(ttfb));
         }
     }
-    let part = |samples: &Vec<[f64; 3]>, n: usize| median(samples.iter().map(|s| s[n]).collect());
     ArmMedians {
         round_rates: rates.clone(),
         rate: rates.into_iter().map(median).collect(),
         ttfb: ttfbs.into_iter().map(median).collect(),
-        cpu: cpus
+        cpu: cpus.iter().map(|samples| CpuUse::median(samples)).collect(),
+        statements: counts
             .iter()
-            .map(|samples| [part(samples, 0), part(samples, 1), part(samples, 2)])
+            .map(|runs| median(runs.iter().map(|c| c.per_turn(turns)).collect()))
+            .collect(),
+        last_statements: counts
+            .into_iter()
+            .map(|mut runs| runs.pop().unwrap())
             .collect(),
     }
 }

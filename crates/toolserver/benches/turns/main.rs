@@ -11,8 +11,10 @@
 //!     turn (a closed loop) a saturated server's queue sits in its slowest
 //!     stage, so the closed loop's first byte says where that queue is as
 //!     much as how fast the server is;
-//!   - the CPU time each turn costs (its server, Postgres, every process
-//!     of the machine), read from /proc around each arm's run;
+//!   - the CPU time each turn costs (its server, the server's runners,
+//!     Postgres: the connections to the scratch database and the cluster's
+//!     own processes, every process of the machine), read from /proc
+//!     around each arm's run;
 //!   - the same turns on a server recording chunks in NATS JetStream
 //!     (`TOOLSERVER_TURN_CHUNKS=nats`, the server at 127.0.0.1:4222, a
 //!     stream of this run's own) and on one with recording off
@@ -45,119 +47,118 @@
 //!     alternating blocks of turns rather than turn by turn (the ledger's
 //!     writer works a moment after each call, which turn by turn lands in
 //!     the other arm's turn); the goal is a cost of at most 3% of the
-//!     turns/s. `TURNS_BENCH=ledger` runs only this comparison.
+//!     turns/s. `TURNS_BENCH=ledger` runs only this comparison;
+//!   - statements per turn: every arm resets `pg_stat_statements` before
+//!     its run and counts the calls of the statements run in the scratch
+//!     database after it (transactions' `BEGIN` and `COMMIT` too);
+//!   - the server against a peer built on the AI SDK alone
+//!     (`peer/server.mjs`: `streamText` on the same scripted model, the
+//!     same echo tool in-process, no auth, no storage), round by round with
+//!     `CLIENTS` clients: turns/s and CPU per turn of each, the server's
+//!     CPU split into its own, its runners' (the Node workers it starts)
+//!     and Postgres', and its statements per turn, against the goals
+//!     (Postgres at most 0.8 ms and 5 statements a turn, 3x the peer's
+//!     turns/s), then its most called statements. `TURNS_BENCH=peer` runs
+//!     only this comparison;
+//!   - growth: 1,000 sequential turns on one conversation, each sending
+//!     only its new 400-byte user message, on a server whose conversation
+//!     limits allow it; median turn, CPU and statements per turn in
+//!     windows of 10 turns (turns 1-10, 91-100, 491-500, 991-1000), and the
+//!     last window's median turn over the first's (the goal is at most
+//!     1.2x). `TURNS_BENCH=growth` runs only this arm.
 //!
 //! `TOOLSERVER_BIN=/path` runs another build of the server (e.g. an older
 //! one, for a before/after comparison).
 //!
-//! Needs `DATABASE_URL` (a server where it may create a scratch database)
-//! and NATS with JetStream at 127.0.0.1:4222.
+//! Needs `DATABASE_URL` (a server where it may create a scratch database,
+//! with `pg_stat_statements` preloaded), NATS with JetStream at
+//! 127.0.0.1:4222, and the AI SDK installed in `clients/ai-sdk` (all three
+//! from `scripts/test-services.sh`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod compare;
 mod cpu;
+mod growth;
 mod measure;
+mod peer;
 mod plan;
 mod server;
+mod statements;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::json;
 use toolserver_testsupport::bench::{ms, summary, ScratchDatabase};
 use toolserver_testsupport::{Reply, ScriptedModel};
 
-use crate::compare::{in_blocks, interleaved, report_interleaved, rounds};
+use crate::compare::{in_blocks, interleaved, report_interleaved, rounds, Arm};
 use crate::cpu::ArmMedians;
 use crate::measure::{concurrent, model_direct, open_loop, resume_latency, turn};
 use crate::plan::{
-    ADMISSION_COST_GOAL, CLIENTS, ECHO, INTERLEAVED_TURNS, LEDGER_BLOCK, LEDGER_COST_GOAL,
+    ADMISSION_COST_GOAL, CLIENTS, GROWTH_LIMITS, INTERLEAVED_TURNS, LEDGER_BLOCK, LEDGER_COST_GOAL,
     NATS_URL, OPEN_LOOP_RATES, OPEN_LOOP_TURNS, OPEN_TURNS, PACED_CHUNK_DELAY,
     PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS, SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
 };
 use crate::server::Server;
+use crate::statements::Statements;
 
 #[tokio::main]
 async fn main() {
     let database = ScratchDatabase::create("turns").await;
-    let data = tempfile::tempdir().unwrap();
+    let mut statements = Statements::connect(&database.url).await;
     let bundles = tempfile::tempdir().unwrap();
     let model = ScriptedModel::start().await;
-    let server =
-        std::sync::Arc::new(Server::start(&database.url, data.path(), bundles.path(), &[]).await);
-    let unrecorded_data = tempfile::tempdir().unwrap();
-    let unrecorded = std::sync::Arc::new(
-        Server::start(
-            &database.url,
-            unrecorded_data.path(),
-            bundles.path(),
-            &[("TOOLSERVER_STREAM_RECORDING", "false")],
-        )
-        .await,
-    );
-    let unadmitted_data = tempfile::tempdir().unwrap();
-    let unadmitted = std::sync::Arc::new(
-        Server::start(
-            &database.url,
-            unadmitted_data.path(),
-            bundles.path(),
-            &[("TOOLSERVER_ADMISSION", "false")],
-        )
-        .await,
-    );
-    let unledgered_data = tempfile::tempdir().unwrap();
-    let unledgered = std::sync::Arc::new(
-        Server::start(
-            &database.url,
-            unledgered_data.path(),
-            bundles.path(),
-            &[("TOOLSERVER_LEDGER", "false")],
-        )
-        .await,
-    );
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let jetstream_name = format!("BENCH_{run_id}");
-    let (chunk_prefix, request_subject) = (
-        format!("bench-chunks.{run_id}"),
-        format!("bench-turns.{run_id}"),
-    );
-    let jetstream_data = tempfile::tempdir().unwrap();
-    let jetstream = std::sync::Arc::new(
-        Server::start(
-            &database.url,
-            jetstream_data.path(),
-            bundles.path(),
-            &[
-                ("TOOLSERVER_NATS_URL", NATS_URL),
-                ("TOOLSERVER_TURN_CHUNKS", "nats"),
-                ("TOOLSERVER_NATS_STREAM", &jetstream_name),
-                ("TOOLSERVER_NATS_CHUNK_PREFIX", &chunk_prefix),
-                ("TOOLSERVER_NATS_SUBJECT", &request_subject),
-            ],
-        )
-        .await,
-    );
+    script(&model);
+    match std::env::var("TURNS_BENCH").as_deref() {
+        Ok("growth") => {
+            let data = tempfile::tempdir().unwrap();
+            let server =
+                Server::start(&database.url, data.path(), bundles.path(), &GROWTH_LIMITS).await;
+            let tool = server.upload_echo().await;
+            growth::run(&server, &tool, &model, &mut statements).await;
+        }
+        Ok("peer") => {
+            let data = tempfile::tempdir().unwrap();
+            let server =
+                Arc::new(Server::start(&database.url, data.path(), bundles.path(), &[]).await);
+            let tool = server.upload_echo().await;
+            let agent = server
+                .create_agent(&model.base_url(), "bench-tool", json!({ &tool: {} }))
+                .await;
+            for _ in 0..20 {
+                turn(&server, &agent).await;
+            }
+            peer::compare(
+                &server,
+                &agent,
+                &model.base_url(),
+                "bench-tool",
+                &mut statements,
+            )
+            .await;
+        }
+        selected => {
+            every_arm(
+                &database.url,
+                bundles.path(),
+                &model,
+                &mut statements,
+                selected == Ok("ledger"),
+            )
+            .await;
+        }
+    }
+    drop(statements);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    database.drop_now().await;
+}
 
-    let tool = server
-        .post(
-            "/accounts/me/tools",
-            json!({
-                "name": "echo", "description": "echo", "inputSchema": {"type": "object"},
-                "bundle": base64::engine::general_purpose::STANDARD.encode(ECHO),
-            }),
-        )
-        .await["toolId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let agent = |model_id: &str, tools: Value| {
-        json!({"name": model_id, "config": {
-            "model": {"provider": "openai", "modelId": model_id},
-            "provider": {"openai": {"baseUrl": model.base_url(), "apiKey": "bench"}},
-            "tools": tools,
-        }})
-    };
+/// Scripts the scripted model's models: `bench-tool` (one tool call, then
+/// the answer), `bench-hold` (a pass held open) and `bench-paced` (one tool
+/// call, then text paced as a hosted model streams).
+fn script(model: &ScriptedModel) {
     model.script(
         "bench-tool",
         vec![
@@ -177,33 +178,91 @@ async fn main() {
             Reply::text(&paced_text).chunk_delay(PACED_CHUNK_DELAY),
         ],
     );
+}
+
+/// Every arm of the bench; with `ledger_only`, only the ledger's.
+async fn every_arm(
+    database_url: &str,
+    bundles: &std::path::Path,
+    model: &ScriptedModel,
+    statements: &mut Statements,
+    ledger_only: bool,
+) {
+    let data = tempfile::tempdir().unwrap();
+    let server = Arc::new(Server::start(database_url, data.path(), bundles, &[]).await);
+    let unrecorded_data = tempfile::tempdir().unwrap();
+    let unrecorded = Arc::new(
+        Server::start(
+            database_url,
+            unrecorded_data.path(),
+            bundles,
+            &[("TOOLSERVER_STREAM_RECORDING", "false")],
+        )
+        .await,
+    );
+    let unadmitted_data = tempfile::tempdir().unwrap();
+    let unadmitted = Arc::new(
+        Server::start(
+            database_url,
+            unadmitted_data.path(),
+            bundles,
+            &[("TOOLSERVER_ADMISSION", "false")],
+        )
+        .await,
+    );
+    let unledgered_data = tempfile::tempdir().unwrap();
+    let unledgered = Arc::new(
+        Server::start(
+            database_url,
+            unledgered_data.path(),
+            bundles,
+            &[("TOOLSERVER_LEDGER", "false")],
+        )
+        .await,
+    );
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let jetstream_name = format!("BENCH_{run_id}");
+    let (chunk_prefix, request_subject) = (
+        format!("bench-chunks.{run_id}"),
+        format!("bench-turns.{run_id}"),
+    );
+    let jetstream_data = tempfile::tempdir().unwrap();
+    let jetstream = Arc::new(
+        Server::start(
+            database_url,
+            jetstream_data.path(),
+            bundles,
+            &[
+                ("TOOLSERVER_NATS_URL", NATS_URL),
+                ("TOOLSERVER_TURN_CHUNKS", "nats"),
+                ("TOOLSERVER_NATS_STREAM", &jetstream_name),
+                ("TOOLSERVER_NATS_CHUNK_PREFIX", &chunk_prefix),
+                ("TOOLSERVER_NATS_SUBJECT", &request_subject),
+            ],
+        )
+        .await,
+    );
+
+    let tool = server.upload_echo().await;
+    let model_base = model.base_url();
     let paced_agent = server
-        .post("/agents", agent("bench-paced", json!({ &tool: {} })))
-        .await["agentId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .create_agent(&model_base, "bench-paced", json!({ &tool: {} }))
+        .await;
     let tool_agent = server
-        .post("/agents", agent("bench-tool", json!({ &tool: {} })))
-        .await["agentId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let hold_agent = server.post("/agents", agent("bench-hold", json!({}))).await["agentId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .create_agent(&model_base, "bench-tool", json!({ &tool: {} }))
+        .await;
+    let hold_agent = server
+        .create_agent(&model_base, "bench-hold", json!({}))
+        .await;
 
     for target in [&server, &jetstream, &unrecorded, &unadmitted, &unledgered] {
         for _ in 0..20 {
             turn(target, &tool_agent).await;
         }
     }
-    if std::env::var("TURNS_BENCH").as_deref() == Ok("ledger") {
+    if ledger_only {
         compare_ledger([&server, &unledgered], &tool_agent).await;
         drop((server, jetstream, unrecorded, unadmitted, unledgered));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        database.drop_now().await;
         delete_stream(&jetstream_name).await;
         return;
     }
@@ -221,20 +280,23 @@ async fn main() {
             })
             .await;
         let arms = [
-            ("server turn, recorded in Postgres", server.clone()),
-            ("server turn, recorded in JetStream", jetstream.clone()),
-            ("server turn, recording off", unrecorded.clone()),
+            Arm::server("server turn, recorded in Postgres", &server, &tool_agent),
+            Arm::server(
+                "server turn, recorded in JetStream",
+                &jetstream,
+                &tool_agent,
+            ),
+            Arm::server("server turn, recording off", &unrecorded, &tool_agent),
         ];
-        let medians = rounds(&arms, &tool_agent, clients, per_client).await;
+        let medians = rounds(&arms, clients, per_client, statements).await;
         let ArmMedians {
             rate, ttfb, cpu, ..
         } = &medians;
         println!("-- medians of {ROUNDS} rounds ({clients} concurrent clients) --");
-        for (arm, (label, _)) in arms.iter().enumerate() {
-            let [server_cpu, postgres_cpu, all_cpu] = cpu[arm];
+        for (n, arm) in arms.iter().enumerate() {
             println!(
-                "{label:<40} {:.1} turns/s, time to first byte p50 {:.3} ms, CPU per turn: server {server_cpu:.3} ms, Postgres {postgres_cpu:.3} ms, all processes {all_cpu:.3} ms",
-                rate[arm], ttfb[arm]
+                "{:<40} {:.1} turns/s, time to first byte p50 {:.3} ms, CPU per turn: server {:.3} ms, runners {:.3} ms, {}, all processes {:.3} ms; statements per turn {:.2}",
+                arm.label, rate[n], ttfb[n], cpu[n].server, cpu[n].runners, cpu[n].postgres_text(), cpu[n].all, medians.statements[n]
             );
         }
         println!(
@@ -260,6 +322,8 @@ async fn main() {
             ttfb[1] - ttfb[0]
         );
     }
+
+    peer::compare(&server, &tool_agent, &model_base, "bench-tool", statements).await;
 
     println!(
         "== open loop: {OPEN_LOOP_TURNS} turns started at a fixed rate, each its own request, one tool call each =="
@@ -319,16 +383,16 @@ async fn main() {
         PACED_CHUNK_DELAY.as_millis()
     );
     let arms = [
-        ("paced, recorded in Postgres", server.clone()),
-        ("paced, recorded in JetStream", jetstream.clone()),
-        ("paced, recording off", unrecorded.clone()),
+        Arm::server("paced, recorded in Postgres", &server, &paced_agent),
+        Arm::server("paced, recorded in JetStream", &jetstream, &paced_agent),
+        Arm::server("paced, recording off", &unrecorded, &paced_agent),
     ];
-    let paced = rounds(&arms, &paced_agent, CLIENTS, PACED_TURNS_PER_CLIENT).await;
+    let paced = rounds(&arms, CLIENTS, PACED_TURNS_PER_CLIENT, statements).await;
     let ArmMedians { rate, cpu, .. } = &paced;
-    for (arm, (label, _)) in arms.iter().enumerate() {
+    for (n, arm) in arms.iter().enumerate() {
         println!(
-            "{label:<40} {:.1} turns/s, all processes' CPU per turn {:.3} ms (medians of {ROUNDS})",
-            rate[arm], cpu[arm][2]
+            "{:<40} {:.1} turns/s, all processes' CPU per turn {:.3} ms (medians of {ROUNDS})",
+            arm.label, rate[n], cpu[n].all
         );
     }
     println!(
@@ -385,11 +449,13 @@ async fn main() {
         (rss - idle_rss) * 1024.0 / streams.len() as f64
     );
     drop(streams);
-    drop(server);
-    drop(jetstream);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    database.drop_now().await;
+    drop((arms, server, jetstream, unrecorded));
     delete_stream(&jetstream_name).await;
+
+    let growth_data = tempfile::tempdir().unwrap();
+    let growth_server =
+        Server::start(database_url, growth_data.path(), bundles, &GROWTH_LIMITS).await;
+    growth::run(&growth_server, &tool, model, statements).await;
 }
 
 /// Deletes the JetStream stream `name` the run's servers recorded in.

@@ -4,24 +4,31 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{json, Value};
 use toolserver_testsupport::bench::summary;
 
 use crate::server::Server;
 
-/// One turn: time to the first body byte and to the end.
+/// One turn on a new conversation: time to the first body byte and to the
+/// end.
 pub(crate) async fn turn(server: &Server, agent: &str) -> (Duration, Duration) {
     let body = json!({
         "id": uuid::Uuid::new_v4().to_string(),
         "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}],
         "trigger": "submit-message",
     });
+    turn_with(server, agent, &body).await
+}
+
+/// One turn of the chat request `body`: time to the first body byte and to
+/// the end.
+pub(crate) async fn turn_with(server: &Server, agent: &str, body: &Value) -> (Duration, Duration) {
     let started = Instant::now();
     let response = server
         .client
         .post(format!("{}/agents/{agent}/chat", server.base))
         .bearer_auth(&server.token)
-        .json(&body)
+        .json(body)
         .send()
         .await
         .unwrap();

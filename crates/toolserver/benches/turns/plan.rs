@@ -39,3 +39,46 @@ pub(crate) const GENEROUS_LIMITS: [(&str, &str); 6] = [
     ("TOOLSERVER_ACCOUNT_TURN_BURST", "100000000"),
 ];
 pub(crate) const ECHO: &str = "export default { execute(ctx, input) { return { echo: input }; } };";
+
+/// How long after an arm's last turn its statements are read: the ledger
+/// holds its writes 20 ms after a call.
+pub(crate) const STATEMENTS_SETTLE: Duration = Duration::from_millis(100);
+/// Statements listed by calls per turn after the main arm.
+pub(crate) const TOP_STATEMENTS: usize = 15;
+/// The most Postgres CPU a turn of the main arm may cost, in milliseconds.
+pub(crate) const POSTGRES_CPU_GOAL_MS: f64 = 0.8;
+/// The most statements a turn of the main arm may run.
+pub(crate) const STATEMENTS_GOAL: f64 = 5.0;
+/// Turns per client that warm the AI SDK peer up (its JavaScript compiled)
+/// before it is measured.
+pub(crate) const PEER_WARMUP_TURNS: usize = 4;
+/// The least turns/s of the server over the AI SDK peer's.
+pub(crate) const PEER_RATIO_GOAL: f64 = 3.0;
+
+/// Sequential turns on one conversation in the growth arm.
+pub(crate) const GROWTH_TURNS: usize = 1000;
+/// Bytes of text of each of the growth arm's user messages.
+pub(crate) const GROWTH_MESSAGE_BYTES: usize = 400;
+/// The growth arm's windows of turns measured, by their last turn
+/// (counted from 1).
+pub(crate) const GROWTH_WINDOW_ENDS: [usize; 4] = [10, 100, 500, 1000];
+/// Turns in each of the growth arm's windows.
+pub(crate) const GROWTH_WINDOW: usize = 10;
+/// The most the growth arm's last window's median turn may take, over its
+/// first window's.
+pub(crate) const GROWTH_RATIO_GOAL: f64 = 1.2;
+/// Conversation limits the growth arm's conversation stays within (two
+/// messages a turn, about 1 KiB of JSON each).
+pub(crate) const GROWTH_LIMITS: [(&str, &str); 2] = [
+    ("TOOLSERVER_MAX_CONVERSATION_MESSAGES", "10000"),
+    ("TOOLSERVER_MAX_CONVERSATION_BYTES", "67108864"),
+];
+
+/// How a measure fares against its goal.
+pub(crate) fn verdict(met: bool) -> &'static str {
+    if met {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}

@@ -2,12 +2,13 @@
 
 use std::process::Stdio;
 
-use serde_json::Value;
+use base64::Engine;
+use serde_json::{json, Value};
 use toolserver_testsupport::bench::server_binary;
 use toolserver_testsupport::http::{free_port, hs256_token, post_json, wait_ready};
 use toolserver_testsupport::server_env::inherited_settings;
 
-use crate::plan::{GENEROUS_LIMITS, OPEN_TURNS, SECRET};
+use crate::plan::{ECHO, GENEROUS_LIMITS, OPEN_TURNS, SECRET};
 
 pub(crate) struct Server {
     pub(crate) base: String,
@@ -75,6 +76,38 @@ impl Server {
             body,
         )
         .await
+    }
+
+    /// Uploads the echo tool ([`ECHO`]) to the bench's account; its id.
+    pub(crate) async fn upload_echo(&self) -> String {
+        let bundle = base64::engine::general_purpose::STANDARD.encode(ECHO);
+        let tool = self
+            .post(
+                "/accounts/me/tools",
+                json!({
+                    "name": "echo", "description": "echo", "inputSchema": {"type": "object"},
+                    "bundle": bundle,
+                }),
+            )
+            .await;
+        tool["toolId"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates an agent on model `model_id` of the scripted model at
+    /// `model_base_url` (OpenAI wire format) with `tools`; its id.
+    pub(crate) async fn create_agent(
+        &self,
+        model_base_url: &str,
+        model_id: &str,
+        tools: Value,
+    ) -> String {
+        let config = json!({"name": model_id, "config": {
+            "model": {"provider": "openai", "modelId": model_id},
+            "provider": {"openai": {"baseUrl": model_base_url, "apiKey": "bench"}},
+            "tools": tools,
+        }});
+        let agent = self.post("/agents", config).await;
+        agent["agentId"].as_str().unwrap().to_owned()
     }
 
     /// Resident and peak resident memory of the server, in MiB.

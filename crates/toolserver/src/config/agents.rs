@@ -169,6 +169,25 @@ pub struct AgentsConfig {
         default_value_t = HarnessSettings::DEFAULT_MAX_CONVERSATION_BYTES
     )]
     pub max_conversation_bytes: usize,
+    /// Most bytes of conversation messages a server keeps in memory between
+    /// turns, so a conversation's next turn reads none of its history from
+    /// Postgres (0 keeps none).
+    #[arg(
+        long,
+        env = "TOOLSERVER_CONVERSATION_CACHE_BYTES",
+        default_value_t = HarnessSettings::DEFAULT_CONVERSATION_CACHE_BYTES
+    )]
+    pub conversation_cache_bytes: usize,
+    /// Most entries of each kind (agents, the uploaded tools their configs
+    /// name, accounts' policies, accounts' scoped policies) a server keeps
+    /// read, so a warm turn reads none of them from Postgres first; a
+    /// change reaches every server by `NOTIFY`. 0 reads them every turn.
+    #[arg(
+        long,
+        env = "TOOLSERVER_TURN_CONFIG_CACHE_ENTRIES",
+        default_value_t = HarnessSettings::DEFAULT_CONFIG_CACHE_ENTRIES
+    )]
+    pub turn_config_cache_entries: usize,
     /// Longest a turn may run, in seconds (an `error` chunk and
     /// `finishReason: "error"` past it).
     #[arg(

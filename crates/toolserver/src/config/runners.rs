@@ -153,6 +153,14 @@ pub struct RunnerConfig {
         value_parser = within::<u64>(1..)
     )]
     pub runner_max_live: u64,
+    /// Local runners started ahead of demand, so a tool's first call does
+    /// not wait for one to boot: each is isolated like any runner, belongs
+    /// to no account until a tool's first call claims it, and is replaced
+    /// in the background. They count against `TOOLSERVER_RUNNER_MAX_LIVE`
+    /// (started only into free room, discarded first when it is full).
+    /// 0 starts none. Kubernetes: not kept.
+    #[arg(long, env = "TOOLSERVER_RUNNER_WARM_POOL", default_value_t = 2)]
+    pub runner_warm_pool: u64,
     /// Milliseconds a call may wait for a runner when a cap is reached
     /// before it is refused.
     #[arg(long, env = "TOOLSERVER_RUNNER_QUEUE_WAIT_MS", default_value_t = 5_000)]

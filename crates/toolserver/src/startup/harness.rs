@@ -97,6 +97,7 @@ pub(super) fn build(
         max_parallel_tool_calls: agents.max_parallel_tool_calls,
         max_conversation_messages: agents.max_conversation_messages,
         max_conversation_bytes: agents.max_conversation_bytes,
+        conversation_cache_bytes: agents.conversation_cache_bytes,
         max_turn_duration: Duration::from_secs(agents.max_turn_secs),
         turn_lease: Duration::from_secs(agents.turn_lease_secs),
         keep_alive: Duration::from_secs(config.streams.sse_keepalive_secs),
@@ -114,6 +115,7 @@ pub(super) fn build(
             signature_window: Duration::from_secs(config.webhooks.webhook_signature_window_secs),
         },
         ledger: config.ledger.settings(),
+        config_cache_entries: agents.turn_config_cache_entries,
     };
     Ok(Harness::new(sources, settings))
 }

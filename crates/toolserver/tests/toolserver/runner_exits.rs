@@ -120,9 +120,16 @@ async fn turn_becomes(
 async fn a_killed_runner_fails_its_call_at_once_and_is_reaped(pool: PgPool) {
     let setup = Setup::new(&pool);
     let model = ScriptedModel::start().await;
-    // Silent runners are judged after a minute: only the exit can settle the call sooner.
+    // Silent runners are judged after a minute: only the exit can settle the
+    // call sooner. No warm workers, so the one worker is the call's.
     let server = setup
-        .start_with(50, &[("TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS", "60000")])
+        .start_with(
+            50,
+            &[
+                ("TOOLSERVER_RUNNER_LIVENESS_TIMEOUT_MS", "60000"),
+                ("TOOLSERVER_RUNNER_WARM_POOL", "0"),
+            ],
+        )
         .await;
     let input = json!({"job": "doomed", "ms": 120_000});
     let id = detached_call(&setup, &server, &model, "exits", input, "Heard about it.").await;

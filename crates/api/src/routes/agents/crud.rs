@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
 use toolserver_domain::{AccountId, AgentId, AgentName, Secrets};
+use toolserver_store::config_changes::ConfigChange;
 use toolserver_store::{agents, AgentWrite};
 
 use super::wire::{AgentBody, AgentPage, AgentPatch, AgentView};
@@ -178,9 +179,9 @@ pub async fn update_agent(
         config,
         sealed_secrets,
     };
-    let record = agents::update(state.pool(), &account, id, write)
-        .await
-        .map_err(agent_not_found)?;
+    let updated = agents::update(state.pool(), &account, id, write).await;
+    state.config_changed(&ConfigChange::Agent(account, id));
+    let record = updated.map_err(agent_not_found)?;
     Ok(Json(AgentView::new(record, warnings)))
 }
 
@@ -201,8 +202,8 @@ pub async fn delete_agent(
 ) -> ApiResult<StatusCode> {
     let id = parse_agent_id(&agent_id)?;
     state.lifecycle().agent_deleted(&account, id).await?;
-    agents::delete(state.pool(), &account, id)
-        .await
-        .map_err(agent_not_found)?;
+    let deleted = agents::delete(state.pool(), &account, id).await;
+    state.config_changed(&ConfigChange::Agent(account, id));
+    deleted.map_err(agent_not_found)?;
     Ok(StatusCode::NO_CONTENT)
 }

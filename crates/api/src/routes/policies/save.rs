@@ -5,6 +5,7 @@ use axum::Json;
 use toolserver_domain::{refuse_nul_text, ValidationError};
 use toolserver_harness::outbound;
 use toolserver_harness::policy::{self, CheckError};
+use toolserver_store::config_changes::ConfigChange;
 use toolserver_store::policies;
 use url::Url;
 
@@ -55,8 +56,9 @@ pub async fn put_policies(
         Some(raw) => Some(webhook_url(&state, raw).await?),
         None => None,
     };
-    let record = policies::put(state.pool(), &account, &body.policies, webhook.as_deref()).await?;
-    Ok(Json(Some(record).into()))
+    let saved = policies::put(state.pool(), &account, &body.policies, webhook.as_deref()).await;
+    state.config_changed(&ConfigChange::Policies(account));
+    Ok(Json(Some(saved?).into()))
 }
 
 /// The approval webhook `raw`, when it is an http(s) URL the outbound

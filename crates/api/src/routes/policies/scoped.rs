@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use toolserver_domain::{refuse_nul_text, AccountId, ConversationId};
 use toolserver_harness::policy;
+use toolserver_store::config_changes::ConfigChange;
 use toolserver_store::scoped_policies::{self, PolicyScope};
 
 use super::save::check_error;
@@ -120,8 +121,9 @@ async fn save(
     policy::check_layer(state.pool(), account, text)
         .await
         .map_err(check_error)?;
-    let record = scoped_policies::put(state.pool(), account, scope, text).await?;
-    Ok(Json(Some(record).into()))
+    let saved = scoped_policies::put(state.pool(), account, scope, text).await;
+    state.config_changed(&ConfigChange::ScopedPolicies(account.clone()));
+    Ok(Json(Some(saved?).into()))
 }
 
 /// An end user id names a token's `sub`: 1 to 255 characters, no NUL.

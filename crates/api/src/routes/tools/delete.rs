@@ -27,7 +27,7 @@ pub async fn delete_tool(
 ) -> ApiResult<StatusCode> {
     let id = parse_tool_id(&tool_id)?;
     let deleted = tools::delete(state.pool(), &account, id).await;
-    state.tools().invalidate(id);
+    state.tool_changed(id);
     deleted.map_err(tool_not_found)?;
     Ok(StatusCode::NO_CONTENT)
 }

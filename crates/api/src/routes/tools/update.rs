@@ -204,6 +204,6 @@ pub async fn update_tool(
         });
     }
     let updated = tools::update(state.pool(), &account, id, patch).await;
-    state.tools().invalidate(id);
+    state.tool_changed(id);
     Ok(Json(updated.map_err(tool_not_found)?.into()))
 }

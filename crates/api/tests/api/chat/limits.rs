@@ -111,6 +111,7 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
             process: uuid::Uuid::now_v7(),
             lease: Duration::from_secs(1),
         },
+        toolserver_store::conversations::Known::default(),
     )
     .await
     .unwrap();

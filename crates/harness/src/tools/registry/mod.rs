@@ -22,7 +22,7 @@ use toolserver_domain::{
     AccountId, AgentConfig, BuiltinTool, ToolEffects, ToolKey, ToolSetting, ValidationError,
 };
 use toolserver_sandbox::Executor;
-use toolserver_store::{tools, StoreError, ToolRecord};
+use toolserver_store::{StoreError, ToolRecord};
 
 mod remote;
 
@@ -31,6 +31,7 @@ use super::mcp::McpClients;
 use super::stored;
 use super::tavily::{Endpoint, TavilySettings, TavilyTool};
 use super::{Breaker, Breakers, DetachedLimits, RegisteredTool, ToolImpl, ToolVersion};
+use crate::config_cache::ConfigCache;
 use crate::connections::{Connections, ACCOUNT_USER};
 use crate::handoff::{self, HandoffOptions, HandoffTool, TurnScope};
 use crate::outbound::OutboundPolicy;
@@ -111,10 +112,12 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// Builds the registry of `config` for `account`. `provider_supports`
-    /// says whether the model's provider runs a provider-defined tool.
+    /// Builds the registry of `config` for `account`, its uploaded tools
+    /// read through `cache`. `provider_supports` says whether the model's
+    /// provider runs a provider-defined tool.
     pub async fn build(
         sources: &ToolSources,
+        cache: &ConfigCache,
         account: &AccountId,
         config: &AgentConfig,
         provider_supports: &(dyn Fn(&str) -> bool + Sync),
@@ -195,7 +198,7 @@ impl ToolRegistry {
                     )
                 }
                 ToolKey::Uploaded(id) => {
-                    let record = match tools::get(&sources.pool, account, id).await {
+                    let record = match cache.tool(&sources.pool, account, id).await {
                         Ok(record) => record,
                         Err(StoreError::NotFound) => {
                             return Err(ValidationError::new(
@@ -211,6 +214,7 @@ impl ToolRegistry {
                     let name = record.name.clone();
                     let description = record.description.clone();
                     let schema = record.input_schema.as_value().clone();
+                    let record = ToolRecord::clone(&record);
                     let tool = stored::implementation(sources, account, &setting.options, record);
                     (name, description, schema, tool, declared)
                 }

@@ -21,7 +21,7 @@ impl ToolRegistry {
     /// listed now adds nothing, with a warning. A server that acts through
     /// end users' connections adds its connect tool until [`Self::in_scope`]
     /// lists it for the turn's user; saving it needs the account to have
-    /// its provider.
+    /// its provider (a stored config is not checked for it again).
     pub(super) async fn add_remote(
         &mut self,
         sources: &ToolSources,
@@ -42,26 +42,23 @@ impl ToolRegistry {
             .into());
         }
         if let Some(provider) = server.connection() {
-            match oauth_providers::get(&sources.pool, account, provider).await {
-                Ok(_) => {}
-                Err(StoreError::NotFound) => {
-                    let problem = format!(
-                        "the account has no OAuth provider {provider:?} (PUT /accounts/me/oauth-providers/{provider})"
-                    );
-                    match source {
-                        ConfigSource::Saving => {
-                            return Err(ValidationError::new(
-                                format!("{field}.auth.provider"),
-                                problem,
-                            )
-                            .into())
-                        }
-                        ConfigSource::Stored => {
-                            self.warn(format!("{field}.auth.provider: {problem}"))
-                        }
+            // Only a config being saved is checked: before a turn, a
+            // missing provider is reported when a connection through it is
+            // asked for, so turns read nothing for it.
+            if matches!(source, ConfigSource::Saving) {
+                match oauth_providers::get(&sources.pool, account, provider).await {
+                    Ok(_) => {}
+                    Err(StoreError::NotFound) => {
+                        return Err(ValidationError::new(
+                            format!("{field}.auth.provider"),
+                            format!(
+                                "the account has no OAuth provider {provider:?} (PUT /accounts/me/oauth-providers/{provider})"
+                            ),
+                        )
+                        .into())
                     }
+                    Err(err) => return Err(RegistryError::Store(err)),
                 }
-                Err(err) => return Err(RegistryError::Store(err)),
             }
             let (name, description, schema) = connect_tool(server_name, provider);
             let described = Described {

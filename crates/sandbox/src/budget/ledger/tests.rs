@@ -34,7 +34,7 @@ fn granted(receiver: &mut oneshot::Receiver<()>) -> bool {
 }
 
 fn keys(evictions: &[Eviction]) -> Vec<ReservationKey> {
-    evictions.iter().map(|e| e.key.clone()).collect()
+    evictions.iter().filter_map(|e| e.key.clone()).collect()
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn the_accounts_cap_evicts_its_own_least_recently_used_idle_runner() {
         "one eviction under way is enough for one waiting runner"
     );
     let a2_eviction = Eviction {
-        key: a2.clone(),
+        key: Some(a2.clone()),
         for_account: a2.account().clone(),
     };
     assert!(!granted(&mut third));
@@ -242,4 +242,31 @@ fn a_withdrawn_call_is_not_served() {
         ledger.release(&a).is_empty(),
         "nobody waits: nothing to stop"
     );
+}
+
+#[test]
+fn warm_runners_take_only_free_room_and_go_first_for_the_servers_cap() {
+    let mut ledger = ledger(3, 3, 8);
+    let (a1, b1) = (key("a"), key("b"));
+    assert!(ledger.take_warm() && ledger.take_warm());
+    goes(&mut ledger, &a1);
+    assert!(!ledger.take_warm(), "the server's cap counts warm runners");
+    ledger.release(&a1);
+    let mut waiting = waits(&mut ledger, &b1);
+    let evictions = ledger.pump();
+    assert_eq!(evictions.len(), 1);
+    assert!(evictions[0].key.is_none(), "a warm runner goes, not a1");
+    assert!(
+        !ledger.take_warm(),
+        "no warm runner takes room a call waits for"
+    );
+    ledger.evicted(&evictions[0], true);
+    assert!(
+        !granted(&mut waiting),
+        "served once the warm runner is gone"
+    );
+    ledger.warm_gone();
+    assert!(granted(&mut waiting));
+    assert_eq!(ledger.live(a1.account()), 1);
+    assert_eq!(ledger.live(b1.account()), 1);
 }

@@ -216,4 +216,6 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0026: 26,
     in_flight_work_settles_after_an_upgrade_from_0027: 27,
     in_flight_work_settles_after_an_upgrade_from_0028: 28,
+    in_flight_work_settles_after_an_upgrade_from_0029: 29,
+    in_flight_work_settles_after_an_upgrade_from_0030: 30,
 }

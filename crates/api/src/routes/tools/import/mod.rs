@@ -148,7 +148,7 @@ async fn store_one(
         Some(record) if matches!(record.body, ToolBody::Http(_)) => {
             let updated =
                 tools::update(state.pool(), account, record.id, patch(manifest, body)).await;
-            state.tools().invalidate(record.id);
+            state.tool_changed(record.id);
             view.updated.push(imported(updated?));
         }
         Some(_) => view.skipped.push(skip(format!(
