@@ -98,8 +98,11 @@ mod tests {
     #[tokio::test]
     async fn a_process_is_found_by_its_arguments_and_seen_to_end() {
         let marker = format!("chaos-procs-test-{}", std::process::id());
-        let mut child = tokio::process::Command::new("sh")
-            .args(["-c", "sleep 30", &marker])
+        // `sleep` itself under the marker's name: a shell would fork a child
+        // that bears the shell's command line until it execs.
+        let mut child = tokio::process::Command::new("sleep")
+            .arg0(&marker)
+            .arg("30")
             .kill_on_drop(true)
             .spawn()
             .expect("sh runs");
