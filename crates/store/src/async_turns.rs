@@ -4,6 +4,7 @@
 //! alone, so a turn settles once; the winning settlement names its event
 //! (the job whose run ended the turn, or the turn itself for a reaper).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -12,8 +13,8 @@ use time::OffsetDateTime;
 use toolserver_domain::{AccountId, AgentId, TurnStatus};
 use uuid::Uuid;
 
-use crate::conversation_messages::{message_list, stored_messages, MessageTail};
-use crate::conversations::{released, store_and_free};
+use crate::conversation_messages::{stored_messages, MessageTail};
+use crate::conversations::{free, store_and_free};
 use crate::jobs::{self, Job};
 use crate::status_sql::{TURNS_UNFINISHED, TURN_RUNNING, TURN_WAITING};
 use crate::text::storable;
@@ -186,7 +187,7 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
     };
     let saved = match written {
         Some(messages) => {
-            let tail = MessageTail::whole(&message_list(messages.clone()));
+            let tail = MessageTail::whole(messages.as_array().map_or(&[], Vec::as_slice));
             store_and_free(
                 &mut *tx,
                 commit.account,
@@ -198,16 +199,7 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
             .is_some()
         }
         None => {
-            sqlx::query(concat!(
-                "UPDATE conversations SET ",
-                released!(),
-                " WHERE account_id = $1 AND id = $2 AND active_turn = $3"
-            ))
-            .bind(commit.account.as_str())
-            .bind(commit.conversation_id)
-            .bind(job.id)
-            .execute(&mut *tx)
-            .await?;
+            free(&mut *tx, commit.account, commit.conversation_id, job.id).await?;
             true
         }
     };
@@ -235,7 +227,7 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
         }
         _ => {
             let stored = match written {
-                Some(messages) => messages.clone(),
+                Some(messages) => Cow::Borrowed(messages),
                 None => {
                     let (stored,): (Value,) = sqlx::query_as(concat!(
                         "SELECT ",
@@ -246,7 +238,7 @@ pub async fn commit_run(pool: &PgPool, commit: RunCommit<'_>) -> Result<Committe
                     .bind(commit.conversation_id)
                     .fetch_one(&mut *tx)
                     .await?;
-                    stored
+                    Cow::Owned(stored)
                 }
             };
             settle(&mut tx, job.turn_id, job.id, Ok(&stored)).await?;

@@ -396,17 +396,7 @@ where
     };
     let tail = rewrite(message_list(messages)).map(|messages| MessageTail::whole(&messages));
     let Some(tail) = tail else {
-        let released = sqlx::query(concat!(
-            "UPDATE conversations SET ",
-            released!(),
-            " WHERE account_id = $1 AND id = $2 AND active_turn = $3"
-        ))
-        .bind(account.as_str())
-        .bind(id)
-        .bind(abandoned.holder)
-        .execute(pool)
-        .await?;
-        return Ok(released.rows_affected() > 0);
+        return free(pool, account, id, abandoned.holder).await;
     };
     Ok(store_and_free(pool, account, id, abandoned.holder, &tail)
         .await?
@@ -599,17 +589,29 @@ pub async fn end_turn(
     if removed.rows_affected() > 0 {
         return Ok(());
     }
-    sqlx::query(concat!(
+    free(pool, account, id, turn_id).await?;
+    Ok(())
+}
+
+/// Releases `account`'s conversation `id` if `holder` holds it, its
+/// messages as they are; whether it did.
+pub(crate) async fn free<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    account: &AccountId,
+    id: &str,
+    holder: Uuid,
+) -> Result<bool, StoreError> {
+    let released = sqlx::query(concat!(
         "UPDATE conversations SET ",
         released!(),
         " WHERE account_id = $1 AND id = $2 AND active_turn = $3"
     ))
     .bind(account.as_str())
     .bind(id)
-    .bind(turn_id)
-    .execute(pool)
+    .bind(holder)
+    .execute(executor)
     .await?;
-    Ok(())
+    Ok(released.rows_affected() > 0)
 }
 
 /// Reads one of `account`'s conversations.

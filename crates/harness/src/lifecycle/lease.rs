@@ -85,9 +85,7 @@ impl ConversationLease {
         id: &ConversationId,
         agent: AgentId,
     ) -> Result<Self, LeaseError> {
-        let holder = Uuid::now_v7();
-        let (lease, _) = Self::take_with(lifecycle, account, id, agent, holder, None).await?;
-        Ok(lease)
+        Self::take_as(lifecycle, account, id, agent, Uuid::now_v7()).await
     }
 
     /// [`Self::take`], storing `write` with the take if `assumed` (the
@@ -99,7 +97,7 @@ impl ConversationLease {
         account: &AccountId,
         id: &ConversationId,
         agent: AgentId,
-        assumed: &StoredMessages,
+        assumed: &Arc<StoredMessages>,
         write: PendingWrite,
     ) -> Result<(Self, bool), LeaseError> {
         let holder = Uuid::now_v7();
@@ -133,7 +131,7 @@ impl ConversationLease {
         id: &ConversationId,
         agent: AgentId,
         holder: Uuid,
-        mut writing: Option<(&StoredMessages, PendingWrite)>,
+        mut writing: Option<(&Arc<StoredMessages>, PendingWrite)>,
     ) -> Result<(Self, bool), LeaseError> {
         let pool = lifecycle.pool();
         let terms = LeaseTerms {
@@ -176,7 +174,7 @@ impl ConversationLease {
             };
             let known_messages = match writing.take() {
                 Some((_, write)) if wrote => Some(Arc::new(write.stored(head))),
-                Some((assumed, _)) => Some(Arc::new(assumed.clone())),
+                Some((assumed, _)) => Some(Arc::clone(assumed)),
                 None => cached,
             };
             let stored = match (messages, known_messages) {

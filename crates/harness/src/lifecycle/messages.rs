@@ -30,7 +30,17 @@ impl StoredMessages {
     /// The messages stored under `head`; `moved` says whether they are rows
     /// already (otherwise the next write writes them whole).
     pub fn parse(head: i64, moved: bool, values: Vec<Value>) -> Result<Self, serde_json::Error> {
-        Self::parse_under(Some(head), moved, values)
+        let sizes = values.iter().map(|value| value.to_string().len()).collect();
+        let messages = values
+            .into_iter()
+            .map(serde_json::from_value)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            head: Some(head),
+            moved,
+            messages,
+            sizes,
+        })
     }
 
     /// No message, under no head: what a turn assumes of a conversation
@@ -42,24 +52,6 @@ impl StoredMessages {
             messages: Vec::new(),
             sizes: Vec::new(),
         }
-    }
-
-    fn parse_under(
-        head: Option<i64>,
-        moved: bool,
-        values: Vec<Value>,
-    ) -> Result<Self, serde_json::Error> {
-        let sizes = values.iter().map(|value| value.to_string().len()).collect();
-        let messages = values
-            .into_iter()
-            .map(serde_json::from_value)
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            head,
-            moved,
-            messages,
-            sizes,
-        })
     }
 
     /// The head these messages are stored under (`None`: assumed, not
