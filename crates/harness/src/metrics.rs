@@ -26,6 +26,10 @@ pub const DETACHED_RUNS: &str = "toolserver_detached_runs_total";
 pub const DETACHED_RUN_SECONDS: &str = "toolserver_detached_run_duration_seconds";
 /// What the reaper did, by `action`.
 pub const REAPER_ACTIONS: &str = "toolserver_reaper_actions_total";
+/// CPU seconds (of the thread doing it) spent building one model request:
+/// turning the conversation into the provider's messages and encoding the
+/// request body.
+pub const MODEL_REQUEST_CPU_SECONDS: &str = "toolserver_model_request_cpu_seconds";
 
 /// Gives the agent loop's series their help text (once the recorder is
 /// installed).
@@ -48,6 +52,25 @@ pub fn describe() {
         "Seconds a detached run took, by outcome."
     );
     metrics::describe_counter!(REAPER_ACTIONS, "What the reaper did, by action.");
+    metrics::describe_histogram!(
+        MODEL_REQUEST_CPU_SECONDS,
+        Seconds,
+        "CPU seconds spent building one model request (its messages and encoded body)."
+    );
+}
+
+/// Runs `build`, a part of building a model request, and records the CPU
+/// time of this thread it took. `build` must not wait: the thread's clock
+/// counts whatever the thread runs.
+pub(crate) fn model_request_cpu<T>(build: impl FnOnce() -> T) -> T {
+    let clock = || rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let before = clock();
+    let built = build();
+    let after = clock();
+    let nanos =
+        (after.tv_sec - before.tv_sec) as f64 * 1e9 + (after.tv_nsec - before.tv_nsec) as f64;
+    metrics::histogram!(MODEL_REQUEST_CPU_SECONDS).record(nanos / 1e9);
+    built
 }
 
 /// Counts a turn that starts now.

@@ -15,10 +15,13 @@
 //! idle timeout, at a call's start and end and every quarter idle timeout
 //! while it runs. The reaper asks an idle pod's worker before deleting it: a
 //! worker still running calls (detached ones outlive their request) keeps
-//! its pod, marked used.
+//! its pod, marked used. A runner's pod is named by its key, unless it
+//! started from a warm pod of the pool (`warm.rs`): then each runner
+//! remembers its pod's name, learned on the slow path.
 
 mod backend;
 mod pod_runner;
+mod pool;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::{Api, Client};
-use serde_json::Value;
 use toolserver_domain::AccountId;
 use toolserver_sandbox::metrics;
 use toolserver_sandbox::{
@@ -38,7 +40,9 @@ use crate::channel::PodChannel;
 use crate::exec::ExecStream;
 use crate::manifests;
 use crate::pods::{EnsuredPod, RunnerPods};
+use crate::scripts;
 use crate::settings::{KubernetesSettings, RunnerChannel};
+use crate::warm::{WarmPods, WarmPool};
 
 /// This backend's name in metrics.
 const BACKEND: &str = "kubernetes";
@@ -55,6 +59,9 @@ pub struct KubernetesExecutor {
 struct Inner {
     pods: RunnerPods,
     settings: KubernetesSettings,
+    /// Pods started ahead of demand (none until started).
+    pool: WarmPool,
+    /// By runner name (the key's hash).
     runners: Mutex<HashMap<String, Arc<Runner>>>,
     /// Told of every pod the reaper deletes.
     stops: Mutex<Vec<StopListener>>,
@@ -62,8 +69,11 @@ struct Inner {
 
 /// What this server knows of one runner.
 struct Runner {
+    /// The runner's name (the key's hash).
     name: String,
     key: ReservationKey,
+    /// Its pod's name as last found: its own, or a claimed warm pod's.
+    pod: Mutex<Option<String>>,
     /// Serializes pod creation and worker start for this key in this server.
     starting: tokio::sync::Mutex<()>,
     inflight: AtomicUsize,
@@ -103,12 +113,32 @@ impl Runner {
         self.touched.lock().is_ok_and(|touched| touched.is_some())
     }
 
+    /// The name of the runner's pod as last found (its own name until
+    /// then).
+    fn pod(&self) -> String {
+        self.known_pod().unwrap_or_else(|| self.name.clone())
+    }
+
+    /// The name of the runner's pod, when found.
+    fn known_pod(&self) -> Option<String> {
+        self.pod
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the name of the runner's pod (`None`: not known).
+    fn set_pod(&self, pod: Option<&str>) {
+        *self.pod.lock().unwrap_or_else(PoisonError::into_inner) = pod.map(str::to_owned);
+    }
+
     /// Records that the runner's pod is gone: the next call starts one and
     /// learns its route again.
     fn forget_pod(&self) {
         if let Ok(mut touched) = self.touched.lock() {
             *touched = None;
         }
+        self.set_pod(None);
         self.set_route(Route::Unknown);
     }
 
@@ -143,6 +173,10 @@ impl KubernetesExecutor {
         tracing::info!(namespace = %settings.namespace, image = %settings.image, "kubernetes runner backend ready");
         Ok(Self {
             inner: Arc::new(Inner {
+                pool: WarmPool::new(WarmPods::new(
+                    Api::namespaced(client.clone(), &settings.namespace),
+                    settings.clone(),
+                )),
                 pods: RunnerPods::new(client, settings.clone()),
                 settings,
                 runners: Mutex::new(HashMap::new()),
@@ -169,6 +203,7 @@ impl KubernetesExecutor {
                 Arc::new(Runner {
                     name,
                     key: key.clone(),
+                    pod: Mutex::new(None),
                     starting: tokio::sync::Mutex::new(()),
                     inflight: AtomicUsize::new(0),
                     touched: Mutex::new(None),
@@ -178,10 +213,28 @@ impl KubernetesExecutor {
             .clone()
     }
 
-    fn command(&self, script: &str, args: &[&str]) -> Vec<String> {
-        let mut command = vec!["node".to_owned(), self.inner.settings.script(script)];
-        command.extend(args.iter().map(|arg| (*arg).to_owned()));
-        command
+    /// The runner already known by pod `pod`, if any.
+    fn runner_in(&self, pod: &str) -> Option<Arc<Runner>> {
+        let runners = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        runners.values().find(|runner| runner.pod() == pod).cloned()
+    }
+
+    /// The name of `runner`'s pod: as last found, else as it is now.
+    async fn pod_of(&self, runner: &Runner) -> Result<String, SandboxError> {
+        if let Some(pod) = runner.known_pod() {
+            return Ok(pod);
+        }
+        let pod = self
+            .inner
+            .pods
+            .locate(&runner.key, &self.inner.pool)
+            .await?;
+        runner.set_pod(Some(&pod));
+        Ok(pod)
     }
 
     async fn exec(
@@ -190,8 +243,8 @@ impl KubernetesExecutor {
         script: &str,
         args: &[&str],
     ) -> Result<ExecStream, SandboxError> {
-        let command = self.command(script, args);
-        ExecStream::open(self.inner.pods.api(), pod, &command).await
+        let (api, settings) = (self.inner.pods.api(), &self.inner.settings);
+        scripts::run(api, settings, pod, script, args).await
     }
 
     /// A connection to the worker of pod `pod`, through the bridge.
@@ -203,26 +256,7 @@ impl KubernetesExecutor {
 
     /// Starts the worker in pod `pod` unless a healthy one runs; true if started.
     async fn launch(&self, pod: &str) -> Result<bool, SandboxError> {
-        let socket = self.inner.settings.socket_path.clone();
-        let timeout = self
-            .inner
-            .settings
-            .worker_start_timeout
-            .as_millis()
-            .to_string();
-        let output = self
-            .exec(
-                pod,
-                "launch.mjs",
-                &["--socket", &socket, "--timeout-ms", &timeout],
-            )
-            .await?
-            .output()
-            .await
-            .map_err(|e| SandboxError::Start(format!("starting the worker in {pod}: {e}")))?;
-        let answer: Value = serde_json::from_str(output.trim())
-            .map_err(|e| SandboxError::Protocol(format!("launcher said {output:?}: {e}")))?;
-        Ok(answer["started"].as_bool().unwrap_or(false))
+        scripts::launch(self.inner.pods.api(), &self.inner.settings, pod).await
     }
 
     /// A bridge to pod `pod`'s worker whose health check passed, if any.
@@ -238,7 +272,7 @@ impl KubernetesExecutor {
     /// bridge whose health check passed.
     async fn warm_connection(&self, runner: &Runner) -> Option<WorkerConnection> {
         match (self.inner.settings.channel, runner.route()) {
-            (RunnerChannel::Exec, _) => self.healthy_bridge(&runner.name).await,
+            (RunnerChannel::Exec, _) => self.healthy_bridge(&runner.pod()).await,
             (
                 RunnerChannel::Direct {
                     connect_timeout, ..
@@ -253,7 +287,7 @@ impl KubernetesExecutor {
                 }
             },
             (RunnerChannel::Direct { .. }, Route::Exec(until)) if Instant::now() < until => {
-                self.healthy_bridge(&runner.name).await
+                self.healthy_bridge(&runner.pod()).await
             }
             (RunnerChannel::Direct { .. }, _) => None,
         }
@@ -277,7 +311,7 @@ impl KubernetesExecutor {
             _ => None,
         };
         let Some((connect_timeout, channel)) = direct else {
-            let mut connection = self.bridge(&runner.name).await?;
+            let mut connection = self.bridge(&pod.name).await?;
             connection.health().await?;
             if matches!(self.inner.settings.channel, RunnerChannel::Direct { .. }) {
                 // A pod made without a channel (by a server using exec).
@@ -308,16 +342,22 @@ impl KubernetesExecutor {
                 return Ok((connection, false));
             }
         }
-        let pod = self.inner.pods.ensure(&runner.key).await?;
+        let known = runner.known_pod();
+        let pod = self
+            .inner
+            .pods
+            .ensure_with(&runner.key, known.as_deref(), &self.inner.pool)
+            .await?;
+        runner.set_pod(Some(&pod.name));
         if let Ok(connection) = self.checked_connection(runner, &pod).await {
             if pod.created {
                 metrics::runner_started(BACKEND, starting.elapsed());
             }
             return Ok((connection, pod.created));
         }
-        let launched = self.launch(&runner.name).await?;
+        let launched = self.launch(&pod.name).await?;
         if launched {
-            tracing::info!(runner = %runner.name, pod.uid = %pod.uid, "worker started");
+            tracing::info!(runner = %runner.name, pod = %pod.name, pod.uid = %pod.uid, "worker started");
         }
         if pod.created || launched {
             metrics::runner_started(BACKEND, starting.elapsed());
@@ -332,7 +372,7 @@ impl KubernetesExecutor {
                     EXEC_FALLBACK_PERIOD.as_secs()
                 );
                 runner.use_exec_for_a_while();
-                let mut connection = self.bridge(&runner.name).await?;
+                let mut connection = self.bridge(&pod.name).await?;
                 connection.health().await?;
                 Ok((connection, pod.created || launched))
             }
@@ -344,12 +384,7 @@ impl KubernetesExecutor {
     /// worker: its direct channel when this server has one and the worker
     /// there answers a health check with it, else the bridge.
     async fn query_connection(&self, name: &str) -> Result<WorkerConnection, SandboxError> {
-        let known = self
-            .inner
-            .runners
-            .lock()
-            .ok()
-            .and_then(|runners| runners.get(name).cloned());
+        let known = self.runner_in(name);
         if let (
             Some(runner),
             RunnerChannel::Direct {
@@ -424,7 +459,7 @@ impl KubernetesExecutor {
             Err(_) => true,
         };
         if due {
-            if let Err(err) = self.inner.pods.touch(&runner.name).await {
+            if let Err(err) = self.inner.pods.touch(&runner.pod()).await {
                 tracing::warn!(runner = %runner.name, error = %err, "could not record runner use");
             }
         }
@@ -461,7 +496,7 @@ impl KubernetesExecutor {
             Ok(map) => map
                 .values()
                 .filter(|runner| runner.inflight.load(Ordering::SeqCst) > 0)
-                .map(|runner| runner.name.clone())
+                .map(|runner| runner.pod())
                 .collect(),
             Err(_) => return Ok(Vec::new()),
         };
@@ -471,21 +506,14 @@ impl KubernetesExecutor {
             .reap_idle(&busy, |pod| async move { self.worker_busy(&pod).await })
             .await?;
         metrics::runners_evicted(BACKEND, reaped.len() as u64);
-        let stopped: Vec<ReservationKey> = {
-            let map = self
-                .inner
-                .runners
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            reaped
-                .iter()
-                .filter_map(|name| map.get(name))
-                .map(|runner| {
-                    runner.forget_pod();
-                    runner.key.clone()
-                })
-                .collect()
-        };
+        let stopped: Vec<ReservationKey> = reaped
+            .iter()
+            .filter_map(|pod| self.runner_in(pod))
+            .map(|runner| {
+                runner.forget_pod();
+                runner.key.clone()
+            })
+            .collect();
         let listeners = self
             .inner
             .stops

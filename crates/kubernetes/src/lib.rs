@@ -4,15 +4,20 @@
 //! secret (`channel.rs`), or by exec where that network is out of reach,
 //! with the same worker protocol and call relay as the local backend. Idle pods
 //! are deleted (scale to zero) and recreated on the next call; their module
-//! cache lives on a per-runner claim that outlives them.
+//! cache lives on a per-runner claim that outlives them. A warm pool
+//! (`warm.rs`) keeps pods started ahead of demand, bound to no key until a
+//! new runner claims one.
 
 mod channel;
 mod exec;
 mod executor;
 pub mod manifests;
 mod names;
+mod pod_state;
 pub mod pods;
+mod scripts;
 mod settings;
+pub mod warm;
 
 pub use channel::PodChannel;
 pub use exec::ExecStream;

@@ -1,5 +1,6 @@
 //! The objects the backend creates, built purely from settings and a
-//! reservation key: the runner pod, its cache claim, and the runner
+//! reservation key: the runner pod, its cache claim, a warm pod of the pool
+//! (`warm.rs`) and the patch that binds it to a key, and the runner
 //! NetworkPolicy that `deploy/kubernetes/base` ships (a test compares the two).
 
 use std::collections::BTreeMap;
@@ -38,6 +39,22 @@ pub const ACCOUNT_ANNOTATION: &str = "toolserver.dev/account";
 pub const TOOL_ANNOTATION: &str = "toolserver.dev/tool";
 /// Annotation with the time of the runner's last call (RFC 3339).
 pub const LAST_USED_ANNOTATION: &str = "toolserver.dev/last-used";
+/// Label of a warm pod waiting in the pool, bound to no key (`"true"`);
+/// its claim removes it.
+pub const WARM_LABEL: &str = "toolserver.dev/warm";
+/// Label naming the server process whose pool made a warm pod.
+pub const REPLICA_LABEL: &str = "toolserver.dev/replica";
+/// Label naming the runner (the key's hash, [`pod_name`]) a claimed warm
+/// pod serves, since its own name is not the key's.
+pub const RUNNER_NAME_LABEL: &str = "toolserver.dev/runner";
+/// Annotation with the last time a warm pod's server vouched for it
+/// (RFC 3339); a warm pod whose server stopped doing so is deleted.
+pub const HEARTBEAT_ANNOTATION: &str = "toolserver.dev/warm-heartbeat";
+/// Annotation with the time a warm pod was claimed (RFC 3339): of two pods
+/// claimed for one key, the earlier claim is the runner.
+pub const CLAIMED_AT_ANNOTATION: &str = "toolserver.dev/claimed-at";
+/// How warm pods' names start (`tr-warm-` and random hex).
+pub const WARM_NAME_PREFIX: &str = "tr-warm-";
 /// Namespace of the server's pods (the only ones a runner admits), as
 /// `deploy/kubernetes/base` installs it.
 pub const SERVER_NAMESPACE: &str = "toolserver";
@@ -194,6 +211,86 @@ pub fn runner_pod(
         },
         CacheVolume::Ephemeral { size } => empty_dir("cache", size),
     };
+    let metadata = ObjectMeta {
+        name: Some(pod_name(key)),
+        namespace: Some(settings.namespace.clone()),
+        labels: Some(runner_labels(key)),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    hardened_pod(settings, metadata, cache, secret)
+}
+
+/// The warm pod `name` of server `replica`'s pool: hardened and wired as a
+/// runner pod (the NetworkPolicy selects it from the start), with a secret
+/// of its own, but of no key: no account or tool labels, and its module
+/// cache an `emptyDir` of the cache's size, since a pod's volumes cannot
+/// change once it exists and a key's claim is unknown until it is claimed.
+pub fn warm_pod(
+    settings: &KubernetesSettings,
+    name: &str,
+    replica: &str,
+    now: &str,
+    secret: &str,
+) -> Pod {
+    let size = match &settings.cache {
+        CacheVolume::Persistent { size, .. } | CacheVolume::Ephemeral { size } => size,
+    };
+    let metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(settings.namespace.clone()),
+        labels: Some(BTreeMap::from([
+            (RUNNER_LABEL.0.into(), RUNNER_LABEL.1.into()),
+            (MANAGED_LABEL.0.into(), MANAGED_LABEL.1.into()),
+            (WARM_LABEL.into(), "true".into()),
+            (REPLICA_LABEL.into(), replica.to_owned()),
+        ])),
+        annotations: Some(BTreeMap::from([(
+            HEARTBEAT_ANNOTATION.into(),
+            now.to_owned(),
+        )])),
+        ..ObjectMeta::default()
+    };
+    hardened_pod(settings, metadata, empty_dir("cache", size), secret)
+}
+
+/// The merge patch that binds a warm pod to `key` for good: the key's
+/// labels and annotations (what the NetworkPolicy, the reaper and
+/// [`belongs_to`] look at), [`RUNNER_NAME_LABEL`], the claim's time, the
+/// pool's marks removed; applied only to the pod's `resource_version`, so
+/// of two claims of one pod exactly one succeeds.
+pub fn claim_patch(key: &ReservationKey, resource_version: &str, now: &str) -> serde_json::Value {
+    let mut labels = serde_json::Map::new();
+    for (name, value) in runner_labels(key) {
+        labels.insert(name, value.into());
+    }
+    labels.insert(RUNNER_NAME_LABEL.into(), pod_name(key).into());
+    labels.insert(WARM_LABEL.into(), serde_json::Value::Null);
+    labels.insert(REPLICA_LABEL.into(), serde_json::Value::Null);
+    let mut annotations = serde_json::Map::new();
+    for (name, value) in runner_annotations(key) {
+        annotations.insert(name, value.into());
+    }
+    annotations.insert(LAST_USED_ANNOTATION.into(), now.into());
+    annotations.insert(CLAIMED_AT_ANNOTATION.into(), now.into());
+    annotations.insert(HEARTBEAT_ANNOTATION.into(), serde_json::Value::Null);
+    serde_json::json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "labels": labels,
+            "annotations": annotations,
+        }
+    })
+}
+
+/// A runner pod (of a key or warm) with `metadata` and `cache` as its
+/// module cache: the hardening and wiring every runner pod shares.
+fn hardened_pod(
+    settings: &KubernetesSettings,
+    metadata: ObjectMeta,
+    cache: Volume,
+    secret: &str,
+) -> Pod {
     let limits = &settings.resources;
     let container = Container {
         name: CONTAINER.into(),
@@ -246,13 +343,7 @@ pub fn runner_pod(
         ..Container::default()
     };
     Pod {
-        metadata: ObjectMeta {
-            name: Some(pod_name(key)),
-            namespace: Some(settings.namespace.clone()),
-            labels: Some(runner_labels(key)),
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
-        },
+        metadata,
         spec: Some(PodSpec {
             containers: vec![container],
             restart_policy: Some("Always".into()),

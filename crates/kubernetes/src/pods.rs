@@ -4,12 +4,21 @@
 //! crash or eviction) → delete and create again. A pod of the same name that
 //! belongs to another key is refused. Scale to zero deletes idle pods; the
 //! next call's `ensure` resumes the runner as a new pod on the same claim.
+//!
+//! With a warm pool (`warm.rs`), a key with no pod of its name looks for a
+//! claimed warm pod of its own ([`RUNNER_NAME_LABEL`]) before it claims one
+//! or, when the pool has none ready, creates its pod as above. Two servers
+//! claiming for one new key at once may each bind a pod: then both settle
+//! on the earlier claim ([`CLAIMED_AT_ANNOTATION`], then the name), and the
+//! later one is deleted by its claimer. Each may still keep a pod of its
+//! own, until the idle reaper deletes one: with clocks further apart than
+//! the two claims, or with persistent caches when the second finds the
+//! key's cache claim already made and creates the key's own pod.
 
 use std::future::Future;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 use time::format_description::well_known::Rfc3339;
@@ -17,49 +26,14 @@ use time::OffsetDateTime;
 use toolserver_sandbox::{ReservationKey, SandboxError};
 
 use crate::channel::PodChannel;
-use crate::manifests::{self, LAST_USED_ANNOTATION, MANAGED_LABEL, RUNNER_LABEL};
-use crate::names;
+use crate::manifests::{
+    self, CLAIMED_AT_ANNOTATION, LAST_USED_ANNOTATION, MANAGED_LABEL, RUNNER_LABEL,
+    RUNNER_NAME_LABEL, WARM_LABEL,
+};
+use crate::pod_state::{api_error, delete_unless_changed, is_status, POLL};
+pub use crate::pod_state::{now_rfc3339, state_of, PodState};
 use crate::settings::KubernetesSettings;
-
-/// Pause between looks at a pod that is starting or going away.
-const POLL: Duration = Duration::from_millis(250);
-
-/// Container waiting reasons that will not resolve by waiting.
-const FATAL_WAITING: [&str; 5] = [
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-];
-
-/// What a pod of the runner's name is doing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodState {
-    /// There is none.
-    Absent,
-    /// Running and ready; `uid` identifies this incarnation.
-    Ready {
-        /// The pod's UID.
-        uid: String,
-    },
-    /// Scheduled or starting.
-    Starting,
-    /// Being deleted.
-    Terminating,
-    /// Ended (`Succeeded`/`Failed`) or its container is down; it must be replaced.
-    Finished {
-        /// The pod's UID.
-        uid: String,
-    },
-    /// Cannot start without a change (bad image, bad config).
-    Broken {
-        /// Why.
-        reason: String,
-    },
-    /// A pod of that name that does not belong to the key.
-    Foreign,
-}
+use crate::warm::WarmPool;
 
 /// Classifies `pod` (or its absence) for `key`.
 pub fn classify(pod: Option<&Pod>, key: &ReservationKey) -> PodState {
@@ -69,57 +43,14 @@ pub fn classify(pod: Option<&Pod>, key: &ReservationKey) -> PodState {
     if !manifests::belongs_to(&pod.metadata, key) {
         return PodState::Foreign;
     }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return PodState::Terminating;
-    }
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
-    if matches!(phase, "Succeeded" | "Failed") {
-        return PodState::Finished { uid };
-    }
-    let container = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|all| all.iter().find(|c| c.name == names::CONTAINER));
-    let waiting = container
-        .and_then(|c| c.state.as_ref())
-        .and_then(|state| state.waiting.as_ref());
-    if let Some(reason) = waiting.and_then(|w| w.reason.as_deref()) {
-        if FATAL_WAITING.contains(&reason) {
-            let message = waiting.and_then(|w| w.message.clone()).unwrap_or_default();
-            return PodState::Broken {
-                reason: format!("{reason}: {message}"),
-            };
-        }
-    }
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|all| all.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    if phase == "Running" && ready {
-        PodState::Ready { uid }
-    } else {
-        PodState::Starting
-    }
-}
-
-fn api_error(context: &str, err: kube::Error) -> SandboxError {
-    SandboxError::Transport(format!("{context}: {err}"))
-}
-
-fn is_status(err: &kube::Error, code: u16) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == code)
-}
-
-/// The current time as the last-used annotation holds it.
-pub fn now_rfc3339() -> String {
-    OffsetDateTime::now_utc()
-        .format(&Rfc3339)
-        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+    state_of(pod)
 }
 
 /// The outcome of [`RunnerPods::ensure`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnsuredPod {
+    /// The pod's name: the key's own, or a claimed warm pod's.
+    pub name: String,
     /// The pod's UID.
     pub uid: String,
     /// Whether this call created it (first use or resume).
@@ -154,32 +85,80 @@ impl RunnerPods {
     /// Makes sure `key`'s pod exists and is ready, creating or replacing it
     /// as needed, within the ready timeout.
     pub async fn ensure(&self, key: &ReservationKey) -> Result<EnsuredPod, SandboxError> {
-        let name = manifests::pod_name(key);
+        self.ensure_in(key, None, None).await
+    }
+
+    /// [`Self::ensure`], with `pool`'s warm pods when it keeps any: the
+    /// key's pod is then `known` while it lasts (a claimed warm pod found
+    /// before), else the pod of its name, else a claimed warm pod of its
+    /// own, else one claimed now, else one created as without a pool.
+    pub(crate) async fn ensure_with(
+        &self,
+        key: &ReservationKey,
+        known: Option<&str>,
+        pool: &WarmPool,
+    ) -> Result<EnsuredPod, SandboxError> {
+        if pool.enabled() {
+            self.ensure_in(key, known, Some(pool)).await
+        } else {
+            self.ensure(key).await
+        }
+    }
+
+    async fn ensure_in(
+        &self,
+        key: &ReservationKey,
+        known: Option<&str>,
+        pool: Option<&WarmPool>,
+    ) -> Result<EnsuredPod, SandboxError> {
+        let home = manifests::pod_name(key);
+        let mut name = known.unwrap_or(&home).to_owned();
         let deadline = tokio::time::Instant::now() + self.settings.ready_timeout;
         let mut created = false;
+        // Whether this call looked for a claimed pod of the key already.
+        let mut looked = false;
+        // A pod just claimed, as patched: no need to read it again.
+        let mut seen: Option<Pod> = None;
         loop {
-            let pod = self
-                .pods
-                .get_opt(&name)
-                .await
-                .map_err(|e| api_error("reading the runner pod", e))?;
+            let pod = match seen.take() {
+                Some(pod) => Some(pod),
+                None => self
+                    .pods
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| api_error("reading the runner pod", e))?,
+            };
             match classify(pod.as_ref(), key) {
                 PodState::Ready { uid } => {
                     let channel = pod.as_ref().and_then(PodChannel::of);
                     return Ok(EnsuredPod {
+                        name,
                         uid,
                         created,
                         channel,
                     });
                 }
+                // A claimed pod that went away: the key starts over.
+                PodState::Absent | PodState::Foreign if name != home => {
+                    name.clone_from(&home);
+                    continue;
+                }
                 PodState::Absent => {
-                    self.create(key).await?;
-                    created = true;
+                    if pool.is_some() && !looked {
+                        looked = true;
+                        if let Some(found) = self.claimed(key).await? {
+                            name = found;
+                            continue;
+                        }
+                    }
+                    let (started, claimed) = self.start(key, pool).await?;
+                    (name, seen, created) = (started, claimed, true);
                     continue;
                 }
                 PodState::Finished { uid } => {
                     tracing::info!(runner = %name, pod.uid = %uid, "runner pod ended; replacing it");
                     self.delete(&name, Some(uid)).await?;
+                    name.clone_from(&home);
                 }
                 PodState::Broken { reason } => {
                     return Err(SandboxError::Start(format!(
@@ -203,14 +182,109 @@ impl RunnerPods {
         }
     }
 
-    async fn create(&self, key: &ReservationKey) -> Result<(), SandboxError> {
-        if let Some(claim) = manifests::cache_claim(&self.settings, key) {
-            match self.claims.create(&PostParams::default(), &claim).await {
-                Ok(_) => {}
-                Err(err) if is_status(&err, 409) => {}
-                Err(err) => return Err(api_error("creating the runner cache claim", err)),
+    /// Starts `key`'s runner, which has no pod: its cache claim first (when
+    /// persistent), then a warm pod of `pool` claimed when this is the
+    /// key's first start, else its own pod created. The pod's name, and the
+    /// claimed pod as patched.
+    async fn start(
+        &self,
+        key: &ReservationKey,
+        pool: Option<&WarmPool>,
+    ) -> Result<(String, Option<Pod>), SandboxError> {
+        let first = self.create_claim(key).await?;
+        if let (Some(pool), true) = (pool, first) {
+            if let Some(pod) = pool.claim(key).await {
+                return self.settle(key, pod).await;
             }
         }
+        self.create_pod(key).await?;
+        Ok((manifests::pod_name(key), None))
+    }
+
+    /// The pod `key` runs in after claiming `mine`: `mine`, unless another
+    /// server claimed a pod for the key earlier, which is then the key's
+    /// and `mine` is deleted.
+    async fn settle(
+        &self,
+        key: &ReservationKey,
+        mine: Pod,
+    ) -> Result<(String, Option<Pod>), SandboxError> {
+        let name = mine.metadata.name.clone().unwrap_or_default();
+        let Some(first) = self.claimed(key).await? else {
+            return Ok((name, Some(mine)));
+        };
+        if first == name {
+            return Ok((name, Some(mine)));
+        }
+        tracing::info!(runner = %manifests::pod_name(key), pod = %name, kept = %first, "another server claimed a pod for this runner first; deleting this one");
+        self.delete(&name, mine.metadata.uid.clone()).await?;
+        Ok((first, None))
+    }
+
+    /// The claimed warm pod `key` runs in, if any: of those bound to it and
+    /// not going away, the earliest claimed (then the first by name).
+    async fn claimed(&self, key: &ReservationKey) -> Result<Option<String>, SandboxError> {
+        let selector = format!("{RUNNER_NAME_LABEL}={}", manifests::pod_name(key));
+        let pods = self
+            .pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| api_error("listing claimed runner pods", e))?;
+        let claimed_at = |pod: &Pod| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(CLAIMED_AT_ANNOTATION))
+                .and_then(|at| OffsetDateTime::parse(at, &Rfc3339).ok())
+        };
+        Ok(pods
+            .items
+            .into_iter()
+            .filter(|pod| {
+                manifests::belongs_to(&pod.metadata, key)
+                    && pod.metadata.deletion_timestamp.is_none()
+            })
+            .filter_map(|pod| Some((claimed_at(&pod)?, pod.metadata.name.clone()?)))
+            .min()
+            .map(|(_, name)| name))
+    }
+
+    /// The name of `key`'s pod as it is now: its own, a claimed warm pod
+    /// of its own when `pool` keeps any, else its own name anyway.
+    pub(crate) async fn locate(
+        &self,
+        key: &ReservationKey,
+        pool: &WarmPool,
+    ) -> Result<String, SandboxError> {
+        let home = manifests::pod_name(key);
+        if !pool.enabled() {
+            return Ok(home);
+        }
+        let own = self
+            .pods
+            .get_opt(&home)
+            .await
+            .map_err(|e| api_error("reading the runner pod", e))?;
+        if own.is_some() {
+            return Ok(home);
+        }
+        Ok(self.claimed(key).await?.unwrap_or(home))
+    }
+
+    /// Creates `key`'s cache claim when the cache is persistent; whether
+    /// this is the key's first start (the claim is new, or there is none).
+    async fn create_claim(&self, key: &ReservationKey) -> Result<bool, SandboxError> {
+        let Some(claim) = manifests::cache_claim(&self.settings, key) else {
+            return Ok(true);
+        };
+        match self.claims.create(&PostParams::default(), &claim).await {
+            Ok(_) => Ok(true),
+            Err(err) if is_status(&err, 409) => Ok(false),
+            Err(err) => Err(api_error("creating the runner cache claim", err)),
+        }
+    }
+
+    async fn create_pod(&self, key: &ReservationKey) -> Result<(), SandboxError> {
         let secret = PodChannel::new_secret();
         let pod = manifests::runner_pod(&self.settings, key, &now_rfc3339(), &secret);
         match self.pods.create(&PostParams::default(), &pod).await {
@@ -244,15 +318,7 @@ impl RunnerPods {
         name: &str,
         preconditions: Preconditions,
     ) -> Result<bool, SandboxError> {
-        let params = DeleteParams {
-            preconditions: Some(preconditions),
-            ..DeleteParams::default()
-        };
-        match self.pods.delete(name, &params).await {
-            Ok(_) => Ok(true),
-            Err(err) if is_status(&err, 404) || is_status(&err, 409) => Ok(false),
-            Err(err) => Err(api_error("deleting the runner pod", err)),
-        }
+        delete_unless_changed(&self.pods, name, preconditions, "deleting the runner pod").await
     }
 
     /// Records a call on pod `name` (the idle clock restarts).
@@ -270,12 +336,12 @@ impl RunnerPods {
         }
     }
 
-    /// Deletes every runner pod whose last call is older than the idle
-    /// timeout, except those named in `busy` and those whose worker still
+    /// Deletes every runner pod (warm pods are not runners yet) whose last
+    /// call is older than the idle timeout, except those named in `busy` and those whose worker still
     /// runs calls (`worker_busy(name)`: detached calls outlive the request
     /// that launched them), which are marked used now instead. The delete is
     /// conditional on the pod's resource version, so a pod touched meanwhile
-    /// (by another server) survives. Returns the names deleted.
+    /// (by another server) survives. Returns the pod names deleted.
     pub async fn reap_idle<F, Fut>(
         &self,
         busy: &[String],
@@ -286,7 +352,7 @@ impl RunnerPods {
         Fut: Future<Output = bool>,
     {
         let selector = format!(
-            "{}={},{}={}",
+            "{}={},{}={},{WARM_LABEL}!=true",
             RUNNER_LABEL.0, RUNNER_LABEL.1, MANAGED_LABEL.0, MANAGED_LABEL.1
         );
         let pods = self

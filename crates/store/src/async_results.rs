@@ -36,8 +36,8 @@ use crate::text::storable;
 use crate::{accounts, StoreError};
 use fan_in::{enqueue_if_ready, release_from_group};
 pub use reaping::{
-    expire_due, fail_legacy_runners, fail_lost_runners, relaunch_lost_runners, LostRunners,
-    LEGACY_RUNNER_ERROR, SILENT_RUNNER_ERROR,
+    expire_due, fail_lost_runners, relaunch_lost_runners, settle_silent_runners, LostRunners,
+    SilentRunners, LEGACY_RUNNER_ERROR, SILENT_RUNNER_ERROR,
 };
 
 mod fan_in;

@@ -302,7 +302,7 @@ pub async fn fail(pool: &PgPool, id: Uuid, error: &str) -> Result<bool, StoreErr
 async fn fail_in(tx: &mut PgConnection, id: Uuid, error: &str) -> Result<bool, StoreError> {
     sqlx::query(
         "UPDATE conversations c SET active_turn = NULL, lease_expires_at = NULL, \
-             lease_process = NULL, lease_taken_at = NULL \
+             lease_taken_at = NULL \
          FROM continuation_outbox o \
          WHERE o.turn_id = $1 AND c.active_turn = o.id",
     )

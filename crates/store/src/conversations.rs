@@ -17,10 +17,13 @@ use crate::conversation_messages::{
 };
 use crate::StoreError;
 
-/// SQL: the assignments that release a conversation's lease.
+/// SQL: the assignments that release a conversation's lease. The
+/// `lease_process` of a free conversation names the process that last held
+/// it: left as it is, a turn that takes the lease on the same process
+/// changes no indexed column (`migrations/0032_conversation_leases_heap_only.sql`).
 macro_rules! released {
     () => {
-        "active_turn = NULL, lease_expires_at = NULL, lease_process = NULL, lease_taken_at = NULL"
+        "active_turn = NULL, lease_expires_at = NULL, lease_taken_at = NULL"
     };
 }
 pub(crate) use released;

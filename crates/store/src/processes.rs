@@ -38,12 +38,14 @@ pub async fn mark_dead(pool: &PgPool, process: Uuid) -> Result<(), StoreError> {
 }
 
 /// Removes the rows of processes dead longer than `after` that hold no
-/// conversation any more; returns how many.
+/// conversation any more (a free conversation may still name the process
+/// that last held it); returns how many.
 pub async fn purge_dead(pool: &PgPool, after: Duration) -> Result<u64, StoreError> {
     let done = sqlx::query(
         "DELETE FROM server_processes p \
          WHERE p.alive_until < now() - make_interval(secs => $1) \
-           AND NOT EXISTS (SELECT 1 FROM conversations c WHERE c.lease_process = p.id)",
+           AND NOT EXISTS (SELECT 1 FROM conversations c \
+                           WHERE c.lease_process = p.id AND c.active_turn IS NOT NULL)",
     )
     .bind(after.as_secs_f64())
     .execute(pool)

@@ -7,10 +7,12 @@
 //! liveness timeout. A process that itself stalled (paused, starved) longer
 //! than the liveness interval cannot have heard its runners meanwhile: its
 //! reaper leaves silent runners alone for one liveness timeout after the
-//! stall, so their pings (and finished outcomes) can land first.
+//! stall, so their pings (and finished outcomes) can land first. The stall
+//! may come at any instruction, a pass's own included: silence is judged on
+//! the clock of a transaction that began while the process was known to be
+//! awake (`stall_watch.rs`).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::Semaphore;
 use toolserver_store::async_results::LostRunners;
@@ -96,10 +98,14 @@ impl ReapReport {
 }
 
 impl Lifecycle {
-    /// Starts the job loop, the reaper, the exit loop and the webhook
-    /// deliverer.
+    /// Starts the job loop, the reaper (and its stall watch), the exit loop
+    /// and the webhook deliverer.
     pub fn start_background(&self) {
-        let (jobs, reaper, exits) = (self.clone(), self.clone(), self.clone());
+        let (jobs, reaper, exits, watch) = (self.clone(), self.clone(), self.clone(), self.clone());
+        let stop = self.0.stop.clone();
+        self.0
+            .tasks
+            .spawn(async move { watch.0.stall_watch.run(stop).await });
         self.0.tasks.spawn(async move { jobs.job_loop().await });
         self.0
             .tasks
@@ -159,26 +165,13 @@ impl Lifecycle {
         // The first tick is immediate; the first pass comes one interval in.
         ticks.tick().await;
         let stop = self.0.stop.clone();
-        let mut last_pass = Instant::now();
-        let mut silence_judged_from = last_pass;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let settings = self.settings();
-            let late = last_pass.elapsed().saturating_sub(settings.reaper_interval);
-            if late > settings.liveness_interval {
-                silence_judged_from = Instant::now() + settings.liveness_timeout;
-                tracing::warn!(
-                    stalled_ms = late.as_millis() as u64,
-                    "this process stalled and may not have heard its runners' pings; \
-                     silent runners are judged again after the liveness timeout"
-                );
-            }
-            let judge_silence = Instant::now() >= silence_judged_from;
-            let reaped = self.reap(judge_silence).await;
-            last_pass = Instant::now();
+            let watch = &self.0.stall_watch;
+            let reaped = self.reap(&|| watch.heard_until_now()).await;
             match reaped {
                 Ok(report) if report != ReapReport::default() => {
                     report.count();
@@ -215,25 +208,30 @@ impl Lifecycle {
     /// than the streams' retention; and denies approvals past their expiry
     /// and resumes turns whose resumption after approvals was lost.
     pub async fn reap_once(&self) -> Result<ReapReport, StoreError> {
-        self.reap(true).await
+        self.reap(&|| true).await
     }
 
-    /// [`Self::reap_once`], leaving silent runners alone unless
-    /// `judge_silence`.
-    async fn reap(&self, judge_silence: bool) -> Result<ReapReport, StoreError> {
+    /// [`Self::reap_once`], judging silent runners only if
+    /// `heard_until_now` answers true once their transaction began (see
+    /// [`async_results::settle_silent_runners`]).
+    async fn reap(
+        &self,
+        heard_until_now: &(dyn Fn() -> bool + Sync),
+    ) -> Result<ReapReport, StoreError> {
         let pool = self.pool();
         let settings = self.settings();
         let expired = self.expire_tasks(REAP_BATCH).await?
             + async_results::expire_due(pool, REAP_BATCH).await?;
-        let (relaunched, silent_runners) = if judge_silence {
-            let (relaunched, silent) = self.settle_lost(LostRunners::Silent).await?;
-            let legacy =
-                async_results::fail_legacy_runners(pool, settings.liveness_timeout, REAP_BATCH)
-                    .await?;
-            (relaunched, silent + legacy)
-        } else {
-            (0, 0)
-        };
+        let silent = async_results::settle_silent_runners(
+            pool,
+            heard_until_now,
+            settings.max_call_launches,
+            settings.liveness_timeout,
+            REAP_BATCH,
+        )
+        .await?
+        .unwrap_or_default();
+        let (relaunched, silent_runners) = (silent.relaunched, silent.failed);
         let sealed_groups =
             async_results::seal_orphaned_groups(pool, settings.unsealed_group_grace, REAP_BATCH)
                 .await?;
@@ -289,8 +287,8 @@ impl Lifecycle {
 
     /// Launches again the calls of lost runners that are safe to repeat
     /// (under the launch bound) and fails the others, their groups
-    /// continuing as with any settlement: the one path for silent runners
-    /// and for workers seen to exit. Returns (relaunched, failed).
+    /// continuing as with any settlement: the path for workers seen to
+    /// exit. Returns (relaunched, failed).
     pub(super) async fn settle_lost(
         &self,
         lost: LostRunners<'_>,

@@ -58,6 +58,7 @@ mod messages;
 mod process;
 mod recover;
 mod run;
+mod stall_watch;
 mod status;
 mod stop;
 mod tasks;
@@ -85,6 +86,7 @@ pub use tasks::{TaskLaunch, TaskTerms};
 use crate::ledger::Ledger;
 use crate::stream::StreamHub;
 use crate::Harness;
+use stall_watch::StallWatch;
 
 /// Knobs of the detached lifecycle; each one is a server setting.
 #[derive(Debug, Clone)]
@@ -192,6 +194,8 @@ struct Inner {
     process: ServerProcess,
     ledger: Ledger,
     messages: MessageCache,
+    /// Whether this process could have heard its runners' pings.
+    stall_watch: StallWatch,
     /// Whether conversations stored whole by an earlier release may be
     /// left to move into rows (cleared by the first pass that finds none).
     unmoved_left: std::sync::atomic::AtomicBool,
@@ -219,8 +223,11 @@ impl Lifecycle {
             harness.settings().ledger.clone(),
         );
         let messages = MessageCache::new(harness.settings().conversation_cache_bytes);
+        let lifecycle = &harness.settings().lifecycle;
+        let stall_watch = StallWatch::new(lifecycle.liveness_interval, lifecycle.liveness_timeout);
         Self(Arc::new(Inner {
             messages,
+            stall_watch,
             unmoved_left: std::sync::atomic::AtomicBool::new(true),
             streams,
             process,

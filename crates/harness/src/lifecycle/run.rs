@@ -221,14 +221,7 @@ impl Lifecycle {
             _ => (open_message(&mut messages, job), Vec::new()),
         };
         let parts_before = assistant.parts.len();
-        let mut plan = self.plan(
-            job,
-            &account,
-            &checked,
-            arrivals,
-            messages.clone(),
-            assistant,
-        );
+        let mut plan = self.plan(job, &account, &checked, arrivals, messages, assistant);
         let provider = match (job.kind, lease.handoff()) {
             (JobKind::Start, Some(_)) => handoff::held_answer(&checked.config),
             _ => self
@@ -297,6 +290,7 @@ impl Lifecycle {
         let reply = channel_event
             .as_ref()
             .and_then(|event| channels::reply_for_pass(event, added, outcome.error.as_deref()));
+        let mut messages = outcome.history;
         messages.push(outcome.assistant);
         let value = serde_json::to_value(&messages)
             .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;

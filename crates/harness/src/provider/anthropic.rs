@@ -9,7 +9,7 @@ mod decode;
 use async_trait::async_trait;
 use url::Url;
 
-use super::transport::ProviderHttp;
+use super::transport::{EncodedBody, ProviderHttp};
 use super::{send, sse, ModelProvider, ModelRequest, ModelStream, ProviderError};
 
 /// The version of the Messages API this adapter speaks.
@@ -41,8 +41,8 @@ impl AnthropicProvider {
 impl ModelProvider for AnthropicProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
         let url = self.http.endpoint(&self.base_url, &["messages"])?;
-        let body = body::body(&request);
-        let key = request.idempotency_key.as_deref();
+        let (body, key) = EncodedBody::of(request, body::body);
+        let key = key.as_deref();
         let response = send::send(self.http.max_retry_wait, || {
             let post = self
                 .http

@@ -10,7 +10,7 @@ mod decode;
 use async_trait::async_trait;
 use url::Url;
 
-use super::transport::ProviderHttp;
+use super::transport::{EncodedBody, ProviderHttp};
 use super::{send, sse, ModelProvider, ModelRequest, ModelStream, ProviderError};
 
 /// A Gemini API endpoint.
@@ -45,8 +45,8 @@ impl ModelProvider for GoogleProvider {
         let method = format!("{model}:streamGenerateContent");
         let mut url = self.http.endpoint(&self.base_url, &["models", &method])?;
         url.query_pairs_mut().append_pair("alt", "sse");
-        let body = body::body(&request);
-        let key = request.idempotency_key.as_deref();
+        let (body, key) = EncodedBody::of(request, body::body);
+        let key = key.as_deref();
         let response = send::send(self.http.max_retry_wait, || {
             let post = self.http.post(&url, &body, key);
             match &self.api_key {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::ProviderError;
+use super::{ModelRequest, ProviderError};
+use crate::metrics;
 use crate::outbound::{check_url, OutboundPolicy};
 use crate::trace_context;
 
@@ -45,14 +46,15 @@ impl ProviderHttp {
     pub(super) fn post(
         &self,
         url: &Url,
-        body: &serde_json::Value,
+        body: &EncodedBody,
         idempotency_key: Option<&str>,
     ) -> reqwest::RequestBuilder {
         let mut request = self
             .client
             .post(url.clone())
             .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(body);
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.0.clone());
         if let Some(key) = idempotency_key {
             request = request.header("idempotency-key", key);
         }
@@ -60,5 +62,23 @@ impl ProviderHttp {
             request = request.header(name, value);
         }
         request
+    }
+}
+
+/// A request body encoded once, sent as is by every attempt.
+pub(super) struct EncodedBody(bytes::Bytes);
+
+impl EncodedBody {
+    /// The body `build` makes of `request`, encoded as JSON, and the
+    /// request's idempotency key; the rest of the request is dropped. The
+    /// CPU all of it takes counts as building the model request.
+    pub(super) fn of(
+        request: ModelRequest,
+        build: fn(&ModelRequest) -> serde_json::Value,
+    ) -> (Self, Option<String>) {
+        metrics::model_request_cpu(|| {
+            let body = Self(bytes::Bytes::from(build(&request).to_string()));
+            (body, request.idempotency_key)
+        })
     }
 }

@@ -41,12 +41,7 @@ pub(super) async fn launch(
     let mut plan = TurnPlan {
         can_ask_approval: true,
         durable_status: Some(durable),
-        ..TurnPlan::for_agent(
-            &turn.checked.config,
-            settings,
-            turn.history.clone(),
-            turn.assistant,
-        )
+        ..TurnPlan::for_agent(&turn.checked.config, settings, turn.history, turn.assistant)
     };
     plan.ledger = Some(TurnLedger {
         ledger: lifecycle.ledger().clone(),
@@ -82,14 +77,13 @@ pub(super) async fn launch(
         public_url: settings.public_url.clone(),
         user: asking.subject.clone(),
     };
-    let (lease, provider, registry, history) = (
+    let (lease, provider, registry) = (
         turn.lease,
         turn.provider,
         turn.checked
             .registry
             .in_scope(lifecycle.harness().sources(), scope)
             .await,
-        turn.history,
     );
     let (forward, client) = mpsc::channel(FORWARD_BUFFER);
     let recording = match stream::record(
@@ -125,7 +119,7 @@ pub(super) async fn launch(
         if let Err(err) = recorder.record_asked(&asking, &outcome.asked).await {
             tracing::error!(error = %err, "could not record the turn's approvals");
         }
-        let mut messages = history;
+        let mut messages = outcome.history;
         messages.push(outcome.assistant);
         recording
             .finish_with(|stream_end| store_and_release(&recorder, lease, messages, stream_end))

@@ -124,6 +124,9 @@ impl TurnPlan {
 /// How a turn ended.
 #[derive(Debug)]
 pub struct TurnOutcome {
+    /// The conversation before the assistant message, as the plan gave it
+    /// (handed back rather than copied).
+    pub history: Vec<UiMessage>,
     /// The assistant message as the client saw it built.
     pub assistant: UiMessage,
     /// The `finish` reason sent (`None` when the client went away first).
@@ -194,6 +197,7 @@ pub async fn run_turn(
     };
     let asked = asked_in(&turn.registry, &assistant);
     TurnOutcome {
+        history: std::mem::take(&mut turn.plan.history),
         assistant,
         finish_reason,
         error,
@@ -311,7 +315,7 @@ impl Turn {
             }
             self.emitter.emit(UiChunk::StartStep).await?;
             self.model_passes += 1;
-            let request = self.model_request(passes);
+            let request = metrics::model_request_cpu(|| self.model_request(passes));
             let span =
                 tracing::info_span!("model_call", model = %request.model_id, step = passes + 1);
             let end = run_pass(self.provider.as_ref(), request, &mut self.emitter)

@@ -1,19 +1,19 @@
 //! The Kubernetes backend as the server sees it: [`Executor`].
 
 use std::sync::atomic::Ordering;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::Value;
 use toolserver_domain::AccountId;
 use toolserver_sandbox::{
     spawn_relay, Executor, FrameStream, InvokeRequest, ReservationKey, RunnerInfo, RunnerUsage,
-    SandboxError, StopListener,
+    SandboxError, StopListener, WarmRoom,
 };
 
 use super::pod_runner::PodRunner;
 use super::{KubernetesExecutor, Route};
-use crate::manifests;
+
 #[async_trait]
 impl Executor for KubernetesExecutor {
     async fn ensure(&self, key: &ReservationKey) -> Result<RunnerInfo, SandboxError> {
@@ -65,22 +65,19 @@ impl Executor for KubernetesExecutor {
     }
 
     async fn cancel(&self, key: &ReservationKey, call_id: &str) -> Result<bool, SandboxError> {
-        self.query_connection(&manifests::pod_name(key))
-            .await?
-            .cancel(call_id)
-            .await
+        let pod = self.pod_of(&self.runner(key)).await?;
+        self.query_connection(&pod).await?.cancel(call_id).await
     }
 
     async fn logs(&self, key: &ReservationKey, call_id: &str) -> Result<Value, SandboxError> {
-        self.query_connection(&manifests::pod_name(key))
-            .await?
-            .logs(call_id)
-            .await
+        let pod = self.pod_of(&self.runner(key)).await?;
+        self.query_connection(&pod).await?.logs(call_id).await
     }
 
     async fn stop(&self, key: &ReservationKey) -> Result<(), SandboxError> {
         let runner = self.runner(key);
-        self.inner.pods.delete(&runner.name, None).await?;
+        let pod = self.pod_of(&runner).await?;
+        self.inner.pods.delete(&pod, None).await?;
         runner.forget_pod();
         Ok(())
     }
@@ -92,10 +89,11 @@ impl Executor for KubernetesExecutor {
             return Ok(false);
         }
         let _starting = runner.starting.lock().await;
-        if !idle() || self.worker_busy(&runner.name).await {
+        let pod = runner.pod();
+        if !idle() || self.worker_busy(&pod).await {
             return Ok(false);
         }
-        self.inner.pods.delete(&runner.name, None).await?;
+        self.inner.pods.delete(&pod, None).await?;
         tracing::info!(runner = %runner.name, "runner pod deleted to make room");
         runner.forget_pod();
         Ok(true)
@@ -119,6 +117,14 @@ impl Executor for KubernetesExecutor {
                 (account, usage)
             })
             .collect()
+    }
+
+    fn govern_warm(&self, room: Arc<dyn WarmRoom>) {
+        self.inner.pool.govern(room);
+    }
+
+    async fn shed_warm(&self) -> bool {
+        self.inner.pool.shed().await
     }
 
     fn watch_stops(&self, listener: StopListener) {

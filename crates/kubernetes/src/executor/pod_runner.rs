@@ -27,7 +27,7 @@ impl RunnerControl for PodRunner {
         let stopped = match self
             .executor
             .exec(
-                &self.runner.name,
+                &self.runner.pod(),
                 "launch.mjs",
                 &["--socket", &socket, "--stop"],
             )
@@ -48,7 +48,7 @@ impl RunnerControl for PodRunner {
     ) -> Result<(), SandboxError> {
         let mut stream = self
             .executor
-            .exec(&self.runner.name, "oneshot.mjs", &[])
+            .exec(&self.runner.pod(), "oneshot.mjs", &[])
             .await?;
         let body =
             serde_json::to_vec(request).map_err(|e| SandboxError::Protocol(e.to_string()))?;
@@ -64,7 +64,7 @@ impl RunnerControl for PodRunner {
     }
 
     async fn knows_call(&self, call_id: &str) -> bool {
-        match self.executor.query_connection(&self.runner.name).await {
+        match self.executor.query_connection(&self.runner.pod()).await {
             Ok(mut connection) => connection.logs(call_id).await.is_ok(),
             Err(_) => false,
         }

@@ -373,7 +373,7 @@ async fn idle_runners_are_deleted_only_if_unchanged_and_not_busy() {
         .expect(
             "GET",
             &format!(
-                "/api/v1/namespaces/{NS}/pods?&labelSelector=app.kubernetes.io%2Fname%3Dtoolserver-runner%2Capp.kubernetes.io%2Fmanaged-by%3Dtoolserver"
+                "/api/v1/namespaces/{NS}/pods?&labelSelector=app.kubernetes.io%2Fname%3Dtoolserver-runner%2Capp.kubernetes.io%2Fmanaged-by%3Dtoolserver%2Ctoolserver.dev%2Fwarm%21%3Dtrue"
             ),
         )
         .await;
@@ -430,7 +430,7 @@ async fn an_idle_pod_whose_worker_still_runs_calls_is_marked_used_not_deleted() 
         .expect(
             "GET",
             &format!(
-                "/api/v1/namespaces/{NS}/pods?&labelSelector=app.kubernetes.io%2Fname%3Dtoolserver-runner%2Capp.kubernetes.io%2Fmanaged-by%3Dtoolserver"
+                "/api/v1/namespaces/{NS}/pods?&labelSelector=app.kubernetes.io%2Fname%3Dtoolserver-runner%2Capp.kubernetes.io%2Fmanaged-by%3Dtoolserver%2Ctoolserver.dev%2Fwarm%21%3Dtrue"
             ),
         )
         .await;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use toolserver_domain::{CallStatus, ResultId};
 use uuid::Uuid;
 
@@ -59,6 +59,15 @@ impl LostRunners<'_> {
         }
     }
 
+    /// The SQL condition naming those of these calls that may not be
+    /// launched again: not safe to repeat, or launched `max_launches` times.
+    fn not_to_relaunch(&self, max_launches: i32) -> String {
+        format!(
+            "{} AND (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))",
+            self.condition()
+        )
+    }
+
     /// The ids and launches an `Exited` condition binds.
     fn binds(&self) -> Option<(Vec<ResultId>, Vec<i32>)> {
         match self {
@@ -103,38 +112,19 @@ pub async fn fail_lost_runners(
     max_launches: i32,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let due = format!(
-        "{} AND (group_id IS NULL OR NOT (safe_to_repeat AND launches < {max_launches}))",
-        lost.condition()
-    );
+    let due = lost.not_to_relaunch(max_launches);
     let reason = lost.reason();
     settle_due(pool, &due, lost.binds(), CallStatus::Failed, &reason, limit).await
 }
 
-/// Fails up to `limit` pending calls launched before the server was
-/// upgraded by runners that never ping, once `liveness` has passed since the
-/// upgrade with no outcome (the runner is gone, or will only ever report
-/// late): the model reads why. They are not launched again: nothing of
-/// that release declared a call safe to repeat. Returns how many.
-#[tracing::instrument(skip(pool))]
-pub async fn fail_legacy_runners(
-    pool: &PgPool,
-    liveness: Duration,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    settle_due(
-        pool,
-        &format!(
-            "alive_until IS NULL \
-             AND legacy_runner_since <= now() - make_interval(secs => {})",
-            liveness.as_secs_f64()
-        ),
-        None,
-        CallStatus::Failed,
-        LEGACY_RUNNER_ERROR,
-        limit,
+/// The calls of runners that never pinged, silent for `liveness` since the
+/// upgrade.
+fn legacy_condition(liveness: Duration) -> String {
+    format!(
+        "alive_until IS NULL \
+         AND legacy_runner_since <= now() - make_interval(secs => {})",
+        liveness.as_secs_f64()
     )
-    .await
 }
 
 /// Queues a `relaunch` job for up to `limit` pending calls whose runner is
@@ -144,6 +134,18 @@ pub async fn fail_legacy_runners(
 #[tracing::instrument(skip(pool))]
 pub async fn relaunch_lost_runners(
     pool: &PgPool,
+    lost: LostRunners<'_>,
+    max_launches: i32,
+    liveness: Duration,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut conn = pool.acquire().await?;
+    relaunch_in(&mut conn, lost, max_launches, liveness, limit).await
+}
+
+/// [`relaunch_lost_runners`] on `conn` (within its transaction, if any).
+async fn relaunch_in(
+    conn: &mut PgConnection,
     lost: LostRunners<'_>,
     max_launches: i32,
     liveness: Duration,
@@ -171,7 +173,69 @@ pub async fn relaunch_lost_runners(
         Some((ids, launches)) => query.bind(ids).bind(launches),
         None => query,
     };
-    Ok(query.execute(pool).await?.rows_affected())
+    Ok(query.execute(conn).await?.rows_affected())
+}
+
+/// What [`settle_silent_runners`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SilentRunners {
+    /// Calls queued to launch again.
+    pub relaunched: u64,
+    /// Calls failed: not safe to repeat, out of launches, or launched by a
+    /// release whose runners never pinged.
+    pub failed: u64,
+}
+
+/// Settles up to `limit` calls of each kind whose runner went silent (as
+/// [`relaunch_lost_runners`] and [`fail_lost_runners`] do with
+/// [`LostRunners::Silent`]), all judged by
+/// the clock of one transaction, read when it began. A call launched
+/// before the server was upgraded by a runner that never pings fails once
+/// `liveness` has passed since the upgrade with no outcome (the runner is
+/// gone, or will only ever report late); nothing of that release declared
+/// a call safe to repeat. `heard_until_now` is
+/// asked once the transaction has begun: it says whether this process has
+/// been able to hear its runners' pings up to then, and nothing is settled
+/// (`None`) when it has not. So a process paused anywhere before that
+/// answer settles nothing on its clock, and one paused after it judges as
+/// of before the pause: a ping it missed while paused never fails a call.
+#[tracing::instrument(skip(pool, heard_until_now))]
+pub async fn settle_silent_runners(
+    pool: &PgPool,
+    heard_until_now: impl FnOnce() -> bool,
+    max_launches: i32,
+    liveness: Duration,
+    limit: i64,
+) -> Result<Option<SilentRunners>, StoreError> {
+    let mut tx = pool.begin().await?;
+    if !heard_until_now() {
+        return Ok(None);
+    }
+    let silent = LostRunners::Silent;
+    let relaunched = relaunch_in(&mut tx, silent, max_launches, liveness, limit).await?;
+    let failed = settle_due_in(
+        &mut tx,
+        &silent.not_to_relaunch(max_launches),
+        None,
+        CallStatus::Failed,
+        &silent.reason(),
+        limit,
+    )
+    .await?;
+    let legacy = settle_due_in(
+        &mut tx,
+        &legacy_condition(liveness),
+        None,
+        CallStatus::Failed,
+        LEGACY_RUNNER_ERROR,
+        limit,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(SilentRunners {
+        relaunched,
+        failed: failed + legacy,
+    }))
 }
 
 /// Settles up to `limit` pending calls matching `due` (a fixed SQL
@@ -186,6 +250,20 @@ async fn settle_due(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await?;
+    let settled = settle_due_in(&mut tx, due, binds, status, error, limit).await?;
+    tx.commit().await?;
+    Ok(settled)
+}
+
+/// [`settle_due`] within the transaction `tx`.
+async fn settle_due_in(
+    tx: &mut PgConnection,
+    due: &str,
+    binds: Option<(Vec<ResultId>, Vec<i32>)>,
+    status: CallStatus,
+    error: &str,
+    limit: i64,
+) -> Result<u64, StoreError> {
     if status == CallStatus::Failed {
         // Every call this fails lost its runner; the ledger's trigger
         // records its attempt so (`migrations/0021_tool_calls.sql`).
@@ -209,12 +287,11 @@ async fn settle_due(
     let mut groups: Vec<Uuid> = settled.iter().filter_map(|(g,)| *g).collect();
     groups.sort();
     for group_id in &groups {
-        release_from_group(&mut tx, *group_id).await?;
+        release_from_group(tx, *group_id).await?;
     }
     groups.dedup();
     for group_id in groups {
-        enqueue_if_ready(&mut tx, group_id).await?;
+        enqueue_if_ready(tx, group_id).await?;
     }
-    tx.commit().await?;
     Ok(settled.len() as u64)
 }

@@ -8,8 +8,8 @@ use serde_json::json;
 use sqlx::{FromRow, PgPool};
 use toolserver_domain::{CallStatus, ResultId};
 use toolserver_store::async_results::{
-    self, AsyncOutcome, Beat, HeartbeatAnswer, LostRunners, Settlement, LEGACY_RUNNER_ERROR,
-    SILENT_RUNNER_ERROR,
+    self, AsyncOutcome, Beat, HeartbeatAnswer, LostRunners, Settlement, SilentRunners,
+    LEGACY_RUNNER_ERROR, SILENT_RUNNER_ERROR,
 };
 use toolserver_store::jobs::JobKind;
 use toolserver_store::StoreError;
@@ -390,6 +390,60 @@ async fn a_silent_runner_is_relaunched_when_safe_and_failed_otherwise(pool: PgPo
 }
 
 #[sqlx::test(migrations = "../../migrations")]
+async fn silence_is_judged_on_the_clock_of_when_the_process_was_known_to_hear(pool: PgPool) {
+    let tenant = tenant(&pool, "acct-a").await;
+    let turn = start_turn(&pool, &tenant).await;
+    let mut safe = call(&tenant, "safe");
+    safe.safe_to_repeat = true;
+    let calls = [call(&tenant, "unsafe"), safe, call(&tenant, "heard")];
+    let ids = register(&pool, &tenant, &turn, &calls).await;
+    let silent = "UPDATE async_tool_results SET alive_until = now() - interval '1 second' \
+                  WHERE id = $1";
+    exec(&pool, silent, ids[0]).await;
+    exec(&pool, silent, ids[1]).await;
+    let soon = "UPDATE async_tool_results SET alive_until = now() + interval '1 second' \
+                WHERE id = $1";
+    exec(&pool, soon, ids[2]).await;
+    let liveness = Duration::from_secs(60);
+
+    let deaf = async_results::settle_silent_runners(&pool, || false, 3, liveness, 10);
+    assert_eq!(
+        deaf.await.unwrap(),
+        None,
+        "a process that could not hear judges nothing"
+    );
+    for id in &ids {
+        assert_eq!(call_row(&pool, *id).await.status, CallStatus::Pending);
+    }
+
+    // The process stalls right after it answered that it heard: the third
+    // call's runner goes unheard past its deadline meanwhile, and is still
+    // not judged silent, since the judgement is as of before the stall.
+    let stalls = || {
+        std::thread::sleep(Duration::from_millis(1500));
+        true
+    };
+    let judged = async_results::settle_silent_runners(&pool, stalls, 3, liveness, 10);
+    let expected = SilentRunners {
+        relaunched: 1,
+        failed: 1,
+    };
+    assert_eq!(judged.await.unwrap(), Some(expected));
+    assert_eq!(call_row(&pool, ids[0]).await.status, CallStatus::Failed);
+    assert_eq!(call_row(&pool, ids[1]).await.launches, 2);
+    assert_eq!(call_row(&pool, ids[2]).await.status, CallStatus::Pending);
+
+    let later = async_results::settle_silent_runners(&pool, || true, 3, liveness, 10);
+    let expected = SilentRunners {
+        relaunched: 0,
+        failed: 1,
+    };
+    assert_eq!(later.await.unwrap(), Some(expected));
+    let unheard = call_row(&pool, ids[2]).await;
+    assert_eq!(unheard.error.as_deref(), Some(SILENT_RUNNER_ERROR));
+}
+
+#[sqlx::test(migrations = "../../migrations")]
 async fn an_exited_runner_loses_only_the_launch_it_ran(pool: PgPool) {
     let tenant = tenant(&pool, "acct-a").await;
     let turn = start_turn(&pool, &tenant).await;
@@ -445,8 +499,13 @@ async fn a_runner_from_before_the_upgrade_fails_once_its_liveness_passed(pool: P
                     legacy_runner_since = now() WHERE id = $1";
     exec(&pool, just_now, ids[1]).await;
 
-    let failed = async_results::fail_legacy_runners(&pool, Duration::from_secs(60), 10);
-    assert_eq!(failed.await.unwrap(), 1);
+    let judged =
+        async_results::settle_silent_runners(&pool, || true, 3, Duration::from_secs(60), 10);
+    let expected = SilentRunners {
+        relaunched: 0,
+        failed: 1,
+    };
+    assert_eq!(judged.await.unwrap(), Some(expected));
     let lost = call_row(&pool, ids[0]).await;
     assert_eq!(lost.status, CallStatus::Failed);
     assert_eq!(lost.error.as_deref(), Some(LEGACY_RUNNER_ERROR));

@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use toolserver_store::async_results::{self, AsyncOutcome};
 use toolserver_store::jobs::{self, JobKind};
-use toolserver_store::processes;
+use toolserver_store::{conversations, processes};
 use uuid::Uuid;
 
 use crate::support::{
@@ -189,8 +189,28 @@ async fn dead_processes_are_purged_unless_they_still_hold_a_conversation(pool: P
     let gone = live_process(&pool).await;
     let holding = live_process(&pool).await;
     let alive = live_process(&pool).await;
+    let held_once = live_process(&pool).await;
     lease(&pool, &tenant, "conv-1", holding).await;
-    for process in [gone, holding] {
+    // A conversation freed by `held_once` still names it as its last
+    // holder (so that its next take on that process changes no index).
+    let turn = lease(&pool, &tenant, "conv-2", held_once).await;
+    exec(
+        &pool,
+        "UPDATE conversations SET message_count = 1 WHERE id = $1",
+        "conv-2",
+    )
+    .await;
+    conversations::end_turn(&pool, &tenant.account, "conv-2", turn)
+        .await
+        .unwrap();
+    let (last, free): (Option<Uuid>, bool) = sqlx::query_as(
+        "SELECT lease_process, active_turn IS NULL FROM conversations WHERE id = 'conv-2'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((last, free), (Some(held_once), true));
+    for process in [gone, holding, held_once] {
         processes::mark_dead(&pool, process).await.unwrap();
         let long_ago = "UPDATE server_processes SET alive_until = now() - interval '2 minutes' \
                         WHERE id = $1";
@@ -198,7 +218,7 @@ async fn dead_processes_are_purged_unless_they_still_hold_a_conversation(pool: P
     }
 
     let purged = processes::purge_dead(&pool, Duration::from_secs(60)).await;
-    assert_eq!(purged.unwrap(), 1);
+    assert_eq!(purged.unwrap(), 2);
     let left: Vec<(Uuid, bool)> =
         sqlx::query_as("SELECT id, alive_until > now() FROM server_processes ORDER BY id")
             .fetch_all(&pool)

@@ -137,13 +137,27 @@ impl CpuUse {
 
     /// Milliseconds per turn of each part used since `before`.
     pub(crate) fn per_turn(self, before: Self, turns: usize) -> Self {
-        let per = |now: f64, then: f64| (now - then) * 1000.0 / turns as f64;
+        self.minus(before).times(1000.0 / turns as f64)
+    }
+
+    /// Each part of this less the same part of `other`.
+    pub(crate) fn minus(self, other: Self) -> Self {
+        self.zip(other, |this, that| this - that)
+    }
+
+    /// Each part times `factor`.
+    pub(crate) fn times(self, factor: f64) -> Self {
+        self.zip(self, |this, _| this * factor)
+    }
+
+    /// Each part of this and `other` put together by `join`.
+    fn zip(self, other: Self, join: impl Fn(f64, f64) -> f64) -> Self {
         Self {
-            server: per(self.server, before.server),
-            runners: per(self.runners, before.runners),
-            connections: per(self.connections, before.connections),
-            cluster: per(self.cluster, before.cluster),
-            all: per(self.all, before.all),
+            server: join(self.server, other.server),
+            runners: join(self.runners, other.runners),
+            connections: join(self.connections, other.connections),
+            cluster: join(self.cluster, other.cluster),
+            all: join(self.all, other.all),
         }
     }
 

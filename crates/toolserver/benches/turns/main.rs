@@ -97,7 +97,7 @@ use crate::compare::{in_blocks, interleaved, report_interleaved, rounds, Arm};
 use crate::cpu::ArmMedians;
 use crate::measure::{concurrent, model_direct, open_loop, resume_latency, turn};
 use crate::plan::{
-    ADMISSION_COST_GOAL, CLIENTS, GROWTH_LIMITS, INTERLEAVED_TURNS, LEDGER_BLOCK, LEDGER_COST_GOAL,
+    ADMISSION_COST_GOAL, CLIENTS, GROWTH_SERVER, INTERLEAVED_TURNS, LEDGER_BLOCK, LEDGER_COST_GOAL,
     NATS_URL, OPEN_LOOP_RATES, OPEN_LOOP_TURNS, OPEN_TURNS, PACED_CHUNK_DELAY,
     PACED_TURNS_PER_CLIENT, RESUMES, ROUNDS, SEQUENTIAL_TURNS, TURNS_PER_CLIENT,
 };
@@ -115,7 +115,7 @@ async fn main() {
         Ok("growth") => {
             let data = tempfile::tempdir().unwrap();
             let server =
-                Server::start(&database.url, data.path(), bundles.path(), &GROWTH_LIMITS).await;
+                Server::start(&database.url, data.path(), bundles.path(), &GROWTH_SERVER).await;
             let tool = server.upload_echo().await;
             growth::run(&server, &tool, &model, &mut statements).await;
         }
@@ -454,7 +454,7 @@ async fn every_arm(
 
     let growth_data = tempfile::tempdir().unwrap();
     let growth_server =
-        Server::start(database_url, growth_data.path(), bundles, &GROWTH_LIMITS).await;
+        Server::start(database_url, growth_data.path(), bundles, &GROWTH_SERVER).await;
     growth::run(&growth_server, &tool, model, statements).await;
 }
 

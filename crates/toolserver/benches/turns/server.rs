@@ -12,6 +12,8 @@ use crate::plan::{ECHO, GENEROUS_LIMITS, OPEN_TURNS, SECRET};
 
 pub(crate) struct Server {
     pub(crate) base: String,
+    /// Where the server's `/metrics` listens.
+    metrics: String,
     pub(crate) child: tokio::process::Child,
     pub(crate) client: reqwest::Client,
     pub(crate) token: String,
@@ -27,6 +29,7 @@ impl Server {
         env: &[(&str, &str)],
     ) -> Self {
         let port = free_port();
+        let metrics_port = free_port();
         let mut command =
             tokio::process::Command::new(server_binary(env!("CARGO_BIN_EXE_toolserver")));
         for name in inherited_settings() {
@@ -37,7 +40,10 @@ impl Server {
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("TOOLSERVER_BIND", format!("127.0.0.1:{port}"))
-            .env("TOOLSERVER_METRICS_BIND", "127.0.0.1:0")
+            .env(
+                "TOOLSERVER_METRICS_BIND",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env("TOOLSERVER_DATA_DIR", data_dir)
             .env("TOOLSERVER_BUNDLE_DIR", bundles)
             .env("TOOLSERVER_JWT_SECRET", SECRET)
@@ -62,6 +68,7 @@ impl Server {
         let token = hs256_token(SECRET, "bench");
         Self {
             base,
+            metrics: format!("http://127.0.0.1:{metrics_port}/metrics"),
             child,
             client,
             token,
@@ -108,6 +115,23 @@ impl Server {
         }});
         let agent = self.post("/agents", config).await;
         agent["agentId"].as_str().unwrap().to_owned()
+    }
+
+    /// CPU seconds the server spent building model requests so far: the
+    /// sum of its `toolserver_model_request_cpu_seconds`.
+    pub(crate) async fn model_request_cpu(&self) -> f64 {
+        let text = self
+            .client
+            .get(&self.metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("toolserver_model_request_cpu_seconds_sum "))
+            .map_or(0.0, |sum| sum.trim().parse().unwrap())
     }
 
     /// Resident and peak resident memory of the server, in MiB.

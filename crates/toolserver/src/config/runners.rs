@@ -153,12 +153,15 @@ pub struct RunnerConfig {
         value_parser = within::<u64>(1..)
     )]
     pub runner_max_live: u64,
-    /// Local runners started ahead of demand, so a tool's first call does
-    /// not wait for one to boot: each is isolated like any runner, belongs
-    /// to no account until a tool's first call claims it, and is replaced
-    /// in the background. They count against `TOOLSERVER_RUNNER_MAX_LIVE`
-    /// (started only into free room, discarded first when it is full).
-    /// 0 starts none. Kubernetes: not kept.
+    /// Runners started ahead of demand, so a tool's first call does not
+    /// wait for one to boot: each is isolated like any runner (local: a
+    /// worker process; Kubernetes: a hardened runner pod with its worker
+    /// started, per server process), belongs to no account until a tool's
+    /// first call claims it, and is replaced in the background. They count
+    /// against `TOOLSERVER_RUNNER_MAX_LIVE` (started only into free room,
+    /// discarded first when it is full). On Kubernetes a claimed pod's
+    /// module cache is an emptyDir, and a tool whose cache claim exists
+    /// starts cold on it. 0 starts none.
     #[arg(long, env = "TOOLSERVER_RUNNER_WARM_POOL", default_value_t = 2)]
     pub runner_warm_pool: u64,
     /// Milliseconds a call may wait for a runner when a cap is reached

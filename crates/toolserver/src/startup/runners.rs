@@ -27,15 +27,34 @@ pub(super) async fn executor(
     development: bool,
     caps: Arc<dyn AccountRunnerCaps>,
 ) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
-    let (backend, local, reaper) = backend(config, db, public_url, development).await?;
+    let (backend, pool, reaper) = backend(config, db, public_url, development).await?;
     let budget = RunnerBudget::new(backend, budget_settings(config), caps);
-    if let Some(local) = local {
-        // After the budget holds the backend: warm runners count against it.
-        local
-            .start_warm_pool(count(config.runner_warm_pool))
-            .context("starting the warm runner pool")?;
-    }
+    // After the budget holds the backend: warm runners count against it.
+    pool.start(count(config.runner_warm_pool))?;
     Ok((Arc::new(budget), reaper))
+}
+
+/// The backend as itself, for its warm pool.
+enum WarmPool {
+    /// Warm worker processes.
+    Local(LocalExecutor),
+    /// Warm runner pods.
+    Kubernetes(KubernetesExecutor),
+}
+
+impl WarmPool {
+    /// Keeps `size` warm runners from now on.
+    fn start(&self, size: usize) -> anyhow::Result<()> {
+        match self {
+            Self::Local(local) => local
+                .start_warm_pool(size)
+                .context("starting the warm runner pool"),
+            Self::Kubernetes(kubernetes) => {
+                kubernetes.start_warm_pool(size);
+                Ok(())
+            }
+        }
+    }
 }
 
 /// The runner budget's settings.
@@ -52,23 +71,23 @@ fn count(setting: u64) -> usize {
     usize::try_from(setting).unwrap_or(usize::MAX)
 }
 
-/// The configured runner backend (the local one also as itself, for its
-/// warm pool) and its idle reaper.
+/// The configured runner backend (also as itself, for its warm pool) and
+/// its idle reaper.
 async fn backend(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,
     development: bool,
-) -> anyhow::Result<(
-    Arc<dyn Executor>,
-    Option<LocalExecutor>,
-    tokio::task::JoinHandle<()>,
-)> {
+) -> anyhow::Result<(Arc<dyn Executor>, WarmPool, tokio::task::JoinHandle<()>)> {
     Ok(match config.executor {
         ExecutorKind::Local => {
             let executor = local_executor(config, db, public_url, development)?;
             let reaper = executor.spawn_reaper();
-            (Arc::new(executor.clone()), Some(executor), reaper)
+            (
+                Arc::new(executor.clone()),
+                WarmPool::Local(executor),
+                reaper,
+            )
         }
         ExecutorKind::Kubernetes => {
             let settings = kubernetes::settings(config)?;
@@ -77,7 +96,11 @@ async fn backend(
                 .await
                 .context("starting the kubernetes runner backend")?;
             let reaper = executor.spawn_reaper();
-            (Arc::new(executor), None, reaper)
+            (
+                Arc::new(executor.clone()),
+                WarmPool::Kubernetes(executor),
+                reaper,
+            )
         }
     })
 }

@@ -324,7 +324,7 @@ async fn a_stop_from_another_process_ends_a_turn_whose_server_died(pool: PgPool)
     assert_eq!(stored.len(), 2);
     assert_stored_as_seen(&stored[1], &seen);
     let (free,): (bool,) = sqlx::query_as(
-        "SELECT active_turn IS NULL AND lease_process IS NULL FROM conversations WHERE id = $1",
+        "SELECT active_turn IS NULL AND lease_expires_at IS NULL FROM conversations WHERE id = $1",
     )
     .bind(CONVERSATION)
     .fetch_one(&pool)

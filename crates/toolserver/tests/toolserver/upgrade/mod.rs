@@ -218,4 +218,5 @@ from_version! {
     in_flight_work_settles_after_an_upgrade_from_0028: 28,
     in_flight_work_settles_after_an_upgrade_from_0029: 29,
     in_flight_work_settles_after_an_upgrade_from_0030: 30,
+    in_flight_work_settles_after_an_upgrade_from_0031: 31,
 }
