@@ -45,6 +45,8 @@ async fn the_api_runs_tools_in_pods_unchanged(pool: PgPool) {
     );
     let setup = Setup::new(&pool);
     let config = kubeconfig(setup.dir.path(), &cluster.url());
+    // No warm pods: the tool's first call creates its own pod, which this
+    // test looks for (the pool is tested in toolserver-kubernetes).
     let server = setup
         .start_with(
             50,
@@ -52,6 +54,7 @@ async fn the_api_runs_tools_in_pods_unchanged(pool: PgPool) {
                 ("TOOLSERVER_EXECUTOR", "kubernetes"),
                 ("TOOLSERVER_K8S_NAMESPACE", NS),
                 ("KUBECONFIG", config.to_str().unwrap()),
+                ("TOOLSERVER_RUNNER_WARM_POOL", "0"),
             ],
         )
         .await;
