@@ -188,17 +188,18 @@ pub struct SilentRunners {
 
 /// Settles up to `limit` calls of each kind whose runner went silent (as
 /// [`relaunch_lost_runners`] and [`fail_lost_runners`] do with
-/// [`LostRunners::Silent`]), all judged by
-/// the clock of one transaction, read when it began. A call launched
-/// before the server was upgraded by a runner that never pings fails once
-/// `liveness` has passed since the upgrade with no outcome (the runner is
-/// gone, or will only ever report late); nothing of that release declared
-/// a call safe to repeat. `heard_until_now` is
-/// asked once the transaction has begun: it says whether this process has
-/// been able to hear its runners' pings up to then, and nothing is settled
-/// (`None`) when it has not. So a process paused anywhere before that
-/// answer settles nothing on its clock, and one paused after it judges as
-/// of before the pause: a ping it missed while paused never fails a call.
+/// [`LostRunners::Silent`]), all judged by the clock of one transaction,
+/// read when it began. A call launched before the server was upgraded by a
+/// runner that never pings fails once `liveness` has passed since the
+/// upgrade with no outcome (the runner is gone, or will only ever report
+/// late); nothing of that release declared a call safe to repeat.
+///
+/// `heard_until_now` is asked once the transaction has begun: it says
+/// whether this process has been able to hear its runners' pings up to
+/// then, and nothing is settled (`None`) when it has not. So a process
+/// paused anywhere before that answer settles nothing on its clock, and one
+/// paused after it judges as of before the pause: a ping it missed while
+/// paused never fails a call.
 #[tracing::instrument(skip(pool, heard_until_now))]
 pub async fn settle_silent_runners(
     pool: &PgPool,
