@@ -58,7 +58,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Preconditions;
 use rand::RngCore;
 use time::OffsetDateTime;
-use toolserver_sandbox::{ReservationKey, SandboxError, WarmRoom};
+use toolserver_sandbox::{ReservationKey, SandboxError, WarmRoom, WarmRoomSlot};
 
 pub use pods::{abandoned, Claim, WarmPods};
 
@@ -93,7 +93,7 @@ struct Shared {
     replica: String,
     state: Mutex<PoolState>,
     /// Who gives warm pods room, when a budget does.
-    room: Mutex<Option<Arc<dyn WarmRoom>>>,
+    room: WarmRoomSlot,
 }
 
 #[derive(Default)]
@@ -135,7 +135,7 @@ impl WarmPool {
                 pods,
                 replica: random_hex(),
                 state: Mutex::new(PoolState::default()),
-                room: Mutex::new(None),
+                room: WarmRoomSlot::default(),
             }),
         }
     }
@@ -151,11 +151,7 @@ impl WarmPool {
 
     /// Lets `room` account for warm pods from now on.
     pub(crate) fn govern(&self, room: Arc<dyn WarmRoom>) {
-        *self
-            .shared
-            .room
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(room);
+        self.shared.room.govern(room);
     }
 
     /// Keeps `size` warm pods from now on, and tends them (and sweeps
@@ -191,7 +187,7 @@ impl WarmPool {
                 self.refill();
                 return None;
             };
-            self.shared.give_back_room();
+            self.shared.room.give_back();
             let claimed = self.claim_one(&warm, key).await;
             self.refill();
             if let Some(pod) = claimed {
@@ -254,7 +250,7 @@ impl WarmPool {
             }
         };
         self.shared.discard(&victim).await;
-        self.shared.give_back_room();
+        self.shared.room.give_back();
         tracing::info!(pod = %victim, "warm pod deleted to make room for a runner");
         true
     }
@@ -266,7 +262,7 @@ impl WarmPool {
                 let mut state = self.state();
                 let held =
                     (state.ready.len() + state.booting.len()).saturating_sub(state.shed.len());
-                if state.resting || held >= state.size || !self.shared.take_room() {
+                if state.resting || held >= state.size || !self.shared.room.take() {
                     return;
                 }
                 let name = format!("{WARM_NAME_PREFIX}{}", random_hex());
@@ -301,7 +297,7 @@ impl WarmPool {
                 if was_shed {
                     return;
                 }
-                self.shared.give_back_room();
+                self.shared.room.give_back();
                 tracing::warn!(pod = %name, error = %err, "a warm pod failed to start; refilling the pool later");
                 self.state().resting = true;
                 tokio::time::sleep(REFILL_REST).await;
@@ -341,7 +337,7 @@ impl WarmPool {
         for ready in &lost {
             tracing::info!(pod = %ready.name, "a warm pod died or went away; replacing it");
             self.shared.discard(&ready.name).await;
-            self.shared.give_back_room();
+            self.shared.room.give_back();
         }
         for name in vouch {
             self.vouch(&name).await;
@@ -398,25 +394,6 @@ impl WarmPool {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn room(&self) -> Option<Arc<dyn WarmRoom>> {
-        self.room
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Takes room for one more warm pod (always, with no budget).
-    fn take_room(&self) -> bool {
-        self.room().is_none_or(|room| room.take())
-    }
-
-    /// Gives back the room of a warm pod claimed or discarded.
-    fn give_back_room(&self) {
-        if let Some(room) = self.room() {
-            room.give_back();
-        }
     }
 
     /// Deletes this pool's warm pod `name`, if it is still there.

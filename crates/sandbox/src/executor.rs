@@ -1,6 +1,6 @@
 //! The executor abstraction every runner backend implements.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -70,6 +70,37 @@ pub trait WarmRoom: Send + Sync + 'static {
     /// Gives back the room of a warm runner that was claimed (its runner
     /// counts from then on) or discarded.
     fn give_back(&self);
+}
+
+/// Where a backend's warm pool keeps the [`WarmRoom`] that governs it:
+/// empty until a budget takes the backend, and every start has room then.
+#[derive(Default)]
+pub struct WarmRoomSlot(Mutex<Option<Arc<dyn WarmRoom>>>);
+
+impl WarmRoomSlot {
+    /// Lets `room` account for warm runners from now on.
+    pub fn govern(&self, room: Arc<dyn WarmRoom>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(room);
+    }
+
+    /// Takes room for one more warm runner (always, with no budget).
+    pub fn take(&self) -> bool {
+        self.room().is_none_or(|room| room.take())
+    }
+
+    /// Gives back the room of a warm runner claimed or discarded.
+    pub fn give_back(&self) {
+        if let Some(room) = self.room() {
+            room.give_back();
+        }
+    }
+
+    fn room(&self) -> Option<Arc<dyn WarmRoom>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Runs tool calls in runners addressed by reservation key.

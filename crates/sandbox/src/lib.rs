@@ -30,7 +30,7 @@ pub use egress::{EgressGrant, EgressKey, EgressProxy, EgressScope, EgressSetting
 pub use error::SandboxError;
 pub use executor::{
     Executor, FrameStream, LaunchedCall, RunnerExit, RunnerInfo, RunnerUsage, StopListener,
-    WarmRoom,
+    WarmRoom, WarmRoomSlot,
 };
 pub use identity::{RUNNER_UID_BASE, RUNNER_UID_COUNT};
 pub use limits::{CallWatch, Limit, LimitBreach, PendingChecks, RunnerLimits, Settling};

@@ -29,7 +29,7 @@ use super::spawn::{Placement, Spawned};
 use super::warmup::warm_up;
 use super::{LocalExecutor, BACKEND};
 use crate::limits::RunnerCgroup;
-use crate::{SandboxError, WarmRoom};
+use crate::{SandboxError, WarmRoom, WarmRoomSlot};
 
 /// Where warm workers' directories live, under the runner root.
 pub(super) const WARM_DIR: &str = ".warm";
@@ -42,7 +42,7 @@ const REFILL_REST: Duration = Duration::from_secs(1);
 pub(super) struct WarmPool {
     state: Mutex<PoolState>,
     /// Who gives warm workers room, when a budget does.
-    room: Mutex<Option<Arc<dyn WarmRoom>>>,
+    room: WarmRoomSlot,
 }
 
 /// Numbers warm workers' names, across every executor of this process
@@ -90,25 +90,6 @@ pub(super) struct WarmPlace {
 impl WarmPool {
     fn state(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn room(&self) -> Option<Arc<dyn WarmRoom>> {
-        self.room
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Takes room for one more warm worker (always, with no budget).
-    fn take_room(&self) -> bool {
-        self.room().is_none_or(|room| room.take())
-    }
-
-    /// Gives back the room of a warm worker claimed or discarded.
-    fn give_back_room(&self) {
-        if let Some(room) = self.room() {
-            room.give_back();
-        }
     }
 
     /// A starting worker a shed waited for was discarded (or failed to
@@ -161,12 +142,7 @@ impl LocalExecutor {
 
     /// Lets `room` account for warm workers from now on.
     pub(super) fn govern_pool(&self, room: Arc<dyn WarmRoom>) {
-        *self
-            .inner
-            .pool
-            .room
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(room);
+        self.inner.pool.room.govern(room);
     }
 
     /// Takes the oldest ready warm worker out of the pool for good and
@@ -176,7 +152,7 @@ impl LocalExecutor {
         let taken = loop {
             let popped = pool.state().ready.pop_front();
             let Some(warm) = popped else { break None };
-            pool.give_back_room();
+            pool.room.give_back();
             if !warm.worker.exited() {
                 break Some(warm);
             }
@@ -213,7 +189,7 @@ impl LocalExecutor {
         };
         warm.worker.kill().await;
         self.scrap_warm(&warm.place);
-        pool.give_back_room();
+        pool.room.give_back();
         tracing::info!(worker = %warm.place.name, "warm worker discarded to make room for a runner");
         true
     }
@@ -226,7 +202,7 @@ impl LocalExecutor {
             {
                 let mut state = pool.state();
                 let held = (state.ready.len() + state.booting).saturating_sub(state.surplus);
-                if state.resting || held >= state.size || !pool.take_room() {
+                if state.resting || held >= state.size || !pool.room.take() {
                     return;
                 }
                 state.booting += 1;
@@ -248,7 +224,7 @@ impl LocalExecutor {
                     state.booting -= 1;
                     state.resting = true;
                 }
-                pool.give_back_room();
+                pool.room.give_back();
                 // A shed that waited for this one is served by its failure.
                 pool.surplus_gone();
                 tracing::warn!(error = %err, "a warm worker failed to start; refilling the pool later");
@@ -273,7 +249,7 @@ impl LocalExecutor {
             Some(warm) => {
                 warm.worker.kill().await;
                 self.scrap_warm(&warm.place);
-                pool.give_back_room();
+                pool.room.give_back();
                 pool.surplus_gone();
             }
             // Dead before it joined the pool: its exit found nothing to discard.
@@ -359,7 +335,7 @@ impl LocalExecutor {
         };
         let Some(warm) = found else { return };
         self.scrap_warm(&warm.place);
-        pool.give_back_room();
+        pool.room.give_back();
         self.refill();
     }
 
