@@ -25,7 +25,7 @@ pub use failure::{Failure, FailureKind};
 pub use http::{
     proxy, FetchingTool, HttpToolContext, ProxyError, ProxyRequest, ProxyResponse, Redactor,
 };
-pub use mcp::McpClients;
+pub use mcp::{ListTimings, McpClients};
 pub use registry::{RegistryError, ToolRegistry, ToolSources};
 pub use stored::{fetch_minter, http_context, server_call};
 pub use tavily::TavilySettings;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use toolserver_api::mcp::McpSettings;
-use toolserver_harness::tools::McpClients;
+use toolserver_harness::tools::ListTimings;
 
 use super::parse::{http_url, within};
 use super::units::{millis, secs};
@@ -65,7 +65,24 @@ pub struct McpConfig {
     #[arg(
         long,
         env = "TOOLSERVER_MCP_LIST_TTL_SECS",
-        default_value_t = secs(McpClients::DEFAULT_LIST_TTL)
+        default_value_t = secs(ListTimings::DEFAULT_KEEP)
     )]
     pub mcp_list_ttl_secs: u64,
+    /// Milliseconds a save or a turn waits for an MCP server's tool list
+    /// (the servers of one agent are listed together); a listing still
+    /// running then goes on, up to the tool call deadline, and its tools
+    /// are offered from the next turn.
+    #[arg(
+        long,
+        env = "TOOLSERVER_MCP_LIST_WAIT_MS",
+        default_value_t = millis(ListTimings::DEFAULT_WAIT)
+    )]
+    pub mcp_list_wait_ms: u64,
+    /// Seconds an MCP server whose listing failed is not asked again.
+    #[arg(
+        long,
+        env = "TOOLSERVER_MCP_LIST_RETRY_SECS",
+        default_value_t = secs(ListTimings::DEFAULT_RETRY_AFTER)
+    )]
+    pub mcp_list_retry_secs: u64,
 }

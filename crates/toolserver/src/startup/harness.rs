@@ -14,7 +14,7 @@ use toolserver_harness::outbound::{self, OutboundPolicy};
 use toolserver_harness::runner_call::RunnerCallSettings;
 use toolserver_harness::sealing::SecretBox;
 use toolserver_harness::stream::ChunkStore;
-use toolserver_harness::tools::{Breakers, McpClients, TavilySettings, ToolSources};
+use toolserver_harness::tools::{Breakers, ListTimings, McpClients, TavilySettings, ToolSources};
 use toolserver_harness::webhooks::WebhookSettings;
 use toolserver_harness::{Harness, HarnessSettings, ProviderDefault, ProviderDefaults};
 use toolserver_sandbox::Executor;
@@ -46,8 +46,12 @@ pub(super) fn build(
     let mcp = McpClients::new(
         policy.clone(),
         connect_timeout,
-        Duration::from_secs(config.mcp.mcp_list_ttl_secs),
-        api.default_tool_timeout,
+        ListTimings {
+            keep: Duration::from_secs(config.mcp.mcp_list_ttl_secs),
+            wait: Duration::from_millis(config.mcp.mcp_list_wait_ms),
+            retry_after: Duration::from_secs(config.mcp.mcp_list_retry_secs),
+            deadline: api.default_tool_timeout,
+        },
     )
     .context("building the MCP client")?;
     let sources = ToolSources {

@@ -1,9 +1,15 @@
 //! Agents as clients of MCP servers they name: calling their tools, a
 //! server that is down as a tool error, servers checked when the agent is
-//! saved, and remote tools that need approval.
+//! saved, servers that answer late, and remote tools that need approval.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use toolserver_testsupport::http::free_port;
 use toolserver_testsupport::Reply;
@@ -126,6 +132,134 @@ async fn an_mcp_server_that_is_down_is_a_tool_error_not_a_failed_turn(pool: PgPo
             .is_none_or(|tools| tools.as_array().is_none_or(Vec::is_empty)),
         "{offered}"
     );
+}
+
+/// A server on loopback that takes connections and answers none until it
+/// is released; then it passes each to `target`'s port.
+struct HeldServer {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    release: watch::Sender<bool>,
+}
+
+impl HeldServer {
+    async fn before(target: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (release, released) = watch::channel(false);
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut held, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut released = released.clone();
+                tokio::spawn(async move {
+                    let _ = released.wait_for(|open| *open).await;
+                    let mut upstream = TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut held, &mut upstream).await;
+                });
+            }
+        });
+        Self {
+            port,
+            accepted,
+            release,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn servers_that_answer_late_are_waited_for_together_and_serve_the_next_turn(pool: PgPool) {
+    let app = spawn_live_app(pool).await;
+    app.upload(ACCOUNT_B, "echo", ECHO, text_schema()).await;
+    app.model.script("late", vec![Reply::text("answered")]);
+    let target: u16 = app.base().rsplit(':').next().unwrap().parse().unwrap();
+    let held = HeldServer::before(target).await;
+    let mut config = app.agent_config("late", json!({}));
+    for n in 1..=3 {
+        config["mcpServers"][format!("slow{n}")] = json!({
+            "url": format!("http://127.0.0.1:{}/mcp", held.port),
+            "headers": {"x-replica": n.to_string()},
+            "auth": {"type": "bearer", "token": token(ACCOUNT_B)},
+            "tools": ["echo"],
+        });
+    }
+    let body = json!({"name": "late", "config": config});
+    // Listed one after another, each to the tool deadline (25 s), the save
+    // would take over a minute; together, each waited for a few seconds.
+    let (status, created) = tokio::time::timeout(
+        Duration::from_secs(20),
+        app.request(
+            reqwest::Method::POST,
+            "/agents",
+            ACCOUNT_A,
+            Some(body.clone()),
+        ),
+    )
+    .await
+    .expect("a save waits for its servers together, and briefly");
+    assert_eq!(status, 201, "{created}");
+    let warnings = created["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 3, "{created}");
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.as_str().unwrap().contains("no tool list within")),
+        "{created}"
+    );
+    assert_eq!(held.accepted(), 3);
+    let agent = created["agentId"].as_str().unwrap().to_owned();
+
+    let turn = app.say(ACCOUNT_A, &agent, "conv-late", "hello").await;
+    assert_eq!(turn.text(), "answered", "{}", turn.body);
+    let first = &app.model.requests("late")[0];
+    assert!(
+        first
+            .get("tools")
+            .is_none_or(|tools| tools.as_array().is_none_or(Vec::is_empty)),
+        "{first}"
+    );
+    assert_eq!(
+        held.accepted(),
+        3,
+        "a listing still running is waited on, not started again"
+    );
+
+    held.release.send_replace(true);
+    let mut listed = false;
+    for _ in 0..100 {
+        let (status, again) = app
+            .request(
+                reqwest::Method::POST,
+                "/agents",
+                ACCOUNT_A,
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, 201, "{again}");
+        if again.get("warnings").is_none() {
+            listed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(listed, "the released listings settle and are kept");
+    let settled = held.accepted();
+    let turn = app.say(ACCOUNT_A, &agent, "conv-later", "again").await;
+    assert_eq!(turn.text(), "answered", "{}", turn.body);
+    assert_eq!(held.accepted(), settled, "the kept lists serve the turn");
+    let mut offered: Vec<String> = app.model.requests("late")[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    offered.sort();
+    assert_eq!(offered, ["slow1__echo", "slow2__echo", "slow3__echo"]);
 }
 
 #[sqlx::test(migrations = "../../migrations")]

@@ -1,27 +1,28 @@
 //! Tools of the MCP servers an agent names (`config.mcpServers`), reached
 //! over streamable HTTP with `rmcp`'s client through the outbound address
 //! checks. A server's tool list is kept for a while (per account and
-//! bearer token); each call opens its own session. Whatever goes wrong
+//! bearer token), and waited for only briefly ([`lists`]); each call opens
+//! its own session. Whatever goes wrong
 //! remotely reaches the model as a failed call. A server that acts through
 //! each end user's OAuth connection is listed with that user's token; until
 //! the user has one, the model is offered its connect tool instead.
 
 mod connect;
+mod lists;
 mod remote;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest_mcp::header::{HeaderName, HeaderValue};
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
 use toolserver_domain::agent::mcp::{McpAuth, McpServerSetting};
 use toolserver_domain::AccountId;
 
@@ -30,96 +31,66 @@ use crate::outbound::{self, OutboundPolicy};
 use crate::HarnessSettings;
 
 pub(super) use connect::{connect_tool, ConnectTool, CONNECT_TOOL};
+pub use lists::ListTimings;
+pub(crate) use lists::Listing;
+use lists::ToolLists;
 pub(super) use remote::{ActingUser, RemoteTool};
 
 /// Connections to MCP servers, and the tool lists they gave lately.
 pub struct McpClients {
-    http: reqwest_mcp::Client,
-    policy: OutboundPolicy,
-    list_ttl: Duration,
-    timeout: Duration,
-    lists: Mutex<HashMap<String, Listed>>,
-}
-
-struct Listed {
-    at: Instant,
-    tools: Arc<Vec<Tool>>,
+    dialer: Dialer,
+    lists: ToolLists,
 }
 
 impl McpClients {
-    /// Clients under `policy`; a list is kept for `list_ttl`, and listing
-    /// (connecting included) may take `timeout`.
+    /// Clients under `policy`, connecting within `connect_timeout`, their
+    /// lists kept and waited for by `timings`.
     pub fn new(
         policy: OutboundPolicy,
         connect_timeout: Duration,
-        list_ttl: Duration,
-        timeout: Duration,
+        timings: ListTimings,
     ) -> Result<Self, reqwest_mcp::Error> {
         Ok(Self {
-            http: outbound::mcp_client(&policy, connect_timeout)?,
-            policy,
-            list_ttl,
-            timeout,
-            lists: Mutex::new(HashMap::new()),
+            dialer: Dialer {
+                http: outbound::mcp_client(&policy, connect_timeout)?,
+                policy,
+            },
+            lists: ToolLists::new(timings),
         })
     }
 
-    /// The setting's default time a server's tool list is kept.
-    pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(60);
-
     /// Clients with the settings' default timings: the outbound connect
-    /// timeout, lists kept [`Self::DEFAULT_LIST_TTL`], and the default tool
-    /// call deadline to list.
+    /// timeout, the default list timings, and the default tool call
+    /// deadline to list.
     pub fn with_defaults(policy: OutboundPolicy) -> Result<Self, reqwest_mcp::Error> {
         Self::new(
             policy,
             HarnessSettings::DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
-            Self::DEFAULT_LIST_TTL,
-            ToolSources::DEFAULT_TOOL_TIMEOUT,
+            ListTimings::with_deadline(ToolSources::DEFAULT_TOOL_TIMEOUT),
         )
     }
 
     /// The tools of `server` as `account` sees them with `bearer` (the
     /// end user's token of a server that acts through connections), from
-    /// the kept list while it is fresh.
+    /// the kept list while it stands.
     pub async fn list(
         &self,
         account: &AccountId,
         server: &McpServerSetting,
         bearer: Option<&str>,
-    ) -> Result<Arc<Vec<Tool>>, String> {
-        let bearer = bearer.or_else(|| stored_bearer(server));
-        let key = list_key(account, server, bearer);
-        {
-            let lists = self.lists.lock().await;
-            if let Some(listed) = lists.get(&key).filter(|l| l.at.elapsed() < self.list_ttl) {
-                return Ok(listed.tools.clone());
-            }
-        }
-        let listing = async {
-            let session = self.connect(server, bearer).await?;
-            let tools = session.list_all_tools().await.map_err(|err| describe(&err));
-            let _ = session.cancel().await;
-            tools
-        };
-        let tools = Arc::new(
-            tokio::time::timeout(self.timeout, listing)
-                .await
-                .map_err(|_| {
-                    format!("listing took longer than {} ms", self.timeout.as_millis())
-                })??,
-        );
-        let mut lists = self.lists.lock().await;
-        let ttl = self.list_ttl;
-        lists.retain(|_, listed| listed.at.elapsed() < ttl);
-        lists.insert(
-            key,
-            Listed {
-                at: Instant::now(),
-                tools: tools.clone(),
-            },
-        );
-        Ok(tools)
+    ) -> Listing {
+        let bearer = bearer.or_else(|| stored_bearer(server)).map(str::to_owned);
+        let key = list_key(account, server, bearer.as_deref());
+        let dialer = self.dialer.clone();
+        let server = server.clone();
+        self.lists
+            .get(key, move || async move {
+                let session = dialer.connect(&server, bearer.as_deref()).await?;
+                let tools = session.list_all_tools().await.map_err(|err| describe(&err));
+                let _ = session.cancel().await;
+                tools.map(Arc::new)
+            })
+            .await
     }
 
     /// Calls the remote tool `name` of `server` with `input`, sending
@@ -132,7 +103,7 @@ impl McpClients {
         input: Value,
     ) -> Result<CallToolResult, String> {
         let bearer = bearer.or_else(|| stored_bearer(server));
-        let session = self.connect(server, bearer).await?;
+        let session = self.dialer.connect(server, bearer).await?;
         let mut request = CallToolRequestParams::new(name.to_owned());
         if let Value::Object(arguments) = input {
             request.arguments = Some(arguments);
@@ -144,7 +115,16 @@ impl McpClients {
         let _ = session.cancel().await;
         result
     }
+}
 
+/// Opens sessions with MCP servers.
+#[derive(Clone)]
+struct Dialer {
+    http: reqwest_mcp::Client,
+    policy: OutboundPolicy,
+}
+
+impl Dialer {
     async fn connect(
         &self,
         server: &McpServerSetting,

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::join_all;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use toolserver_bundles::BundleStore;
@@ -235,9 +236,16 @@ impl ToolRegistry {
             };
             registry.insert(sources, &field, setting, described)?;
         }
-        for (server_name, server) in &config.mcp_servers {
+        let listings = join_all(config.mcp_servers.values().map(|server| async move {
+            match server.connection() {
+                Some(_) => None,
+                None => Some(sources.mcp.list(account, server, None).await),
+            }
+        }))
+        .await;
+        for ((server_name, server), listing) in config.mcp_servers.iter().zip(listings) {
             registry
-                .add_remote(sources, account, server_name, server, source)
+                .add_remote(sources, account, server_name, server, listing, source)
                 .await?;
         }
         registry.guard_with(&sources.breakers, account);

@@ -1,10 +1,11 @@
 //! The tools of the MCP servers an agent names, added to its registry: a
 //! server with a stored bearer (or none) is listed when the registry is
-//! built; one that acts through end users' connections offers its connect
+//! built, all of an agent's servers together; one that acts through end users' connections offers its connect
 //! tool until the turn's user is known, then that user's list.
 
 use std::sync::Arc;
 
+use futures::future::join_all;
 use serde_json::Value;
 use toolserver_domain::agent::mcp::McpServerSetting;
 use toolserver_domain::{AccountId, ToolSetting, ValidationError};
@@ -13,21 +14,24 @@ use toolserver_store::{oauth_providers, StoreError};
 use super::{model_facing, Described, RegistryError, ToolRegistry, ToolSources};
 use crate::connections::ACCOUNT_USER;
 use crate::tools::effects::{ConfigSource, Declared};
-use crate::tools::mcp::{connect_tool, ActingUser, ConnectTool, RemoteTool, CONNECT_TOOL};
+use crate::tools::mcp::{connect_tool, ActingUser, ConnectTool, Listing, RemoteTool, CONNECT_TOOL};
 
 impl ToolRegistry {
-    /// Adds the tools `server` offers as `<server_name>__<tool>`. A local
-    /// tool whose name has that prefix is refused; a server that cannot be
-    /// listed now adds nothing, with a warning. A server that acts through
-    /// end users' connections adds its connect tool until [`Self::in_scope`]
-    /// lists it for the turn's user; saving it needs the account to have
-    /// its provider (a stored config is not checked for it again).
+    /// Adds the tools `server` offers as `<server_name>__<tool>`, from its
+    /// `listing` (none for a server that acts through connections). A
+    /// local tool whose name has that prefix is refused; a server that
+    /// could not be listed adds nothing, with a warning. A server that
+    /// acts through end users' connections adds its connect tool until
+    /// [`Self::in_scope`] lists it for the turn's user; saving it needs the
+    /// account to have its provider (a stored config is not checked for it
+    /// again).
     pub(super) async fn add_remote(
         &mut self,
         sources: &ToolSources,
         account: &AccountId,
         server_name: &str,
         server: &McpServerSetting,
+        listing: Option<Listing>,
         source: ConfigSource,
     ) -> Result<(), RegistryError> {
         let field = format!("config.mcpServers.{server_name}");
@@ -84,11 +88,12 @@ impl ToolRegistry {
                 .push((server_name.to_owned(), server.clone()));
             return Ok(());
         }
-        match sources.mcp.list(account, server, None).await {
-            Ok(listed) => self.add_listed(sources, server_name, server, &listed, None),
-            Err(error) => self.warn(format!(
+        match listing {
+            Some(Ok(listed)) => self.add_listed(sources, server_name, server, &listed, None),
+            Some(Err(error)) => self.warn(format!(
                 "{field}: its tools are not offered this time: {error}"
             )),
+            None => {}
         }
         Ok(())
     }
@@ -147,6 +152,7 @@ impl ToolRegistry {
         account: &AccountId,
         user: &str,
     ) {
+        let mut reachable = Vec::new();
         for (server_name, server) in self.user_servers.clone() {
             let Some(provider) = server.connection() else {
                 continue;
@@ -163,7 +169,16 @@ impl ToolRegistry {
             if let Some(tool) = self.tools.get_mut(&connect) {
                 tool.hidden = true;
             }
-            match sources.mcp.list(account, &server, Some(&token)).await {
+            reachable.push((server_name, server, acting, token));
+        }
+        let listings = join_all(
+            reachable
+                .iter()
+                .map(|(_, server, _, token)| sources.mcp.list(account, server, Some(token))),
+        )
+        .await;
+        for ((server_name, server, acting, _), listing) in reachable.into_iter().zip(listings) {
+            match listing {
                 Ok(listed) => {
                     self.add_listed(sources, &server_name, &server, &listed, Some(acting))
                 }
