@@ -11,6 +11,8 @@
 //! result, reasoning), is refused wherever the client puts it: tool calls and
 //! their outcomes come from this server's own runs, never from a request.
 
+use std::sync::Arc;
+
 use crate::ui::{Approval, ToolState, UiMessage, UiPart};
 
 /// Why a turn was requested (`trigger` of the AI SDK request).
@@ -54,8 +56,9 @@ pub const AUTHORIZATION_ABANDONED: &str =
 /// The conversation a turn runs on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedTurn {
-    /// Messages before the assistant message.
-    pub history: Vec<UiMessage>,
+    /// Messages before the assistant message, shared with the stored ones
+    /// they did not change.
+    pub history: Vec<Arc<UiMessage>>,
     /// The assistant message to build: new, or continued with decisions.
     pub assistant: UiMessage,
 }
@@ -83,9 +86,10 @@ fn invalid(field: &str, message: impl Into<String>) -> PrepareError {
     }
 }
 
-/// Combines the stored conversation with a request.
+/// Combines the stored conversation with a request; a stored message the
+/// request does not change stays shared.
 pub fn prepare_turn(
-    mut stored: Vec<UiMessage>,
+    mut stored: Vec<Arc<UiMessage>>,
     mut sent: Vec<UiMessage>,
     trigger: TurnTrigger,
     new_message_id: String,
@@ -134,13 +138,13 @@ pub fn prepare_turn(
                 for (index, earlier) in sent.iter().enumerate() {
                     check_client_authored(earlier, index)?;
                 }
-                stored = sent;
+                stored = sent.into_iter().map(Arc::new).collect();
             }
             if last.text().trim().is_empty() {
                 return Err(invalid("messages", "the new user message has no text"));
             }
             abandon_waiting_calls(&mut stored);
-            stored.push(last);
+            stored.push(Arc::new(last));
             Ok(PreparedTurn {
                 history: stored,
                 assistant: UiMessage::assistant(new_message_id),
@@ -164,7 +168,7 @@ pub fn prepare_turn(
 /// each one, still waiting, becomes decided (it runs, as an approved call
 /// does) or fails with why.
 fn apply_authorizations(
-    stored: &mut Vec<UiMessage>,
+    stored: &mut Vec<Arc<UiMessage>>,
     message_id: &str,
     calls: &[AuthorizedCall],
 ) -> Result<UiMessage, PrepareError> {
@@ -179,6 +183,7 @@ fn apply_authorizations(
     }
     let mut assistant = stored
         .pop()
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| mismatch("no waiting call".into()))?;
     let mut answered = 0;
     for call in calls {
@@ -202,7 +207,7 @@ fn apply_authorizations(
         answered += 1;
     }
     if answered == 0 {
-        stored.push(assistant);
+        stored.push(Arc::new(assistant));
         return Err(mismatch(
             "none of the calls still waits for its authorization".into(),
         ));
@@ -212,11 +217,17 @@ fn apply_authorizations(
 
 /// Fails the calls of the last assistant message still waiting for an
 /// authorization: the user wrote again instead.
-fn abandon_waiting_calls(stored: &mut [UiMessage]) {
-    let Some(last) = stored.last_mut().filter(|m| m.role == "assistant") else {
+fn abandon_waiting_calls(stored: &mut [Arc<UiMessage>]) {
+    let waiting = |message: &UiMessage| {
+        message.role == "assistant"
+            && message
+                .tool_parts()
+                .any(|tool| tool.state == ToolState::InputAvailable)
+    };
+    let Some(last) = stored.last_mut().filter(|m| waiting(m)) else {
         return;
     };
-    for part in &mut last.parts {
+    for part in &mut Arc::make_mut(last).parts {
         if let UiPart::Tool(tool) = part {
             if tool.state == ToolState::InputAvailable {
                 tool.fail(AUTHORIZATION_ABANDONED.to_owned());
@@ -258,7 +269,7 @@ fn check_client_authored(message: &UiMessage, index: usize) -> Result<(), Prepar
 /// Takes the stored last assistant message and records the decisions `sent`
 /// carries on its pending approvals.
 fn apply_decisions(
-    stored: &mut Vec<UiMessage>,
+    stored: &mut Vec<Arc<UiMessage>>,
     sent: &UiMessage,
 ) -> Result<UiMessage, PrepareError> {
     let mismatch = |message: String| PrepareError::ApprovalMismatch(message);
@@ -273,6 +284,7 @@ fn apply_decisions(
     }
     let mut assistant = stored
         .pop()
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| mismatch("no pending approval".into()))?;
     let mut answered = 0;
     for part in sent
@@ -339,8 +351,12 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn pending_conversation() -> Vec<UiMessage> {
-        messages(json!([
+    fn stored(value: serde_json::Value) -> Vec<Arc<UiMessage>> {
+        messages(value).into_iter().map(Arc::new).collect()
+    }
+
+    fn pending_conversation() -> Vec<Arc<UiMessage>> {
+        stored(json!([
             {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "delete it"}]},
             {"id": "a1", "role": "assistant", "parts": [
                 {"type": "step-start"},
@@ -349,8 +365,8 @@ mod tests {
         ]))
     }
 
-    fn waiting_conversation() -> Vec<UiMessage> {
-        messages(json!([
+    fn waiting_conversation() -> Vec<Arc<UiMessage>> {
+        stored(json!([
             {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "my repos?"}]},
             {"id": "a1", "role": "assistant", "parts": [
                 {"type": "step-start"},
@@ -446,7 +462,7 @@ mod tests {
 
     #[test]
     fn new_user_messages_append_and_ignore_sent_history() {
-        let stored = messages(
+        let stored = stored(
             json!([{"id": "u0", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]),
         );
         let sent = messages(json!([
@@ -457,6 +473,39 @@ mod tests {
         assert_eq!(turn.history.len(), 2);
         assert_eq!(turn.history[0].text(), "hi");
         assert_eq!(turn.assistant.id, "m");
+    }
+
+    #[test]
+    fn a_new_user_message_shares_the_stored_messages() {
+        let stored = pending_conversation();
+        let mut answered = stored.clone();
+        Arc::make_mut(&mut answered[1]).parts.clear();
+        let sent = messages(json!([
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "next"}]},
+        ]));
+        let turn = prepare_turn(answered.clone(), sent, TurnTrigger::Submit, "m".into()).unwrap();
+        assert_eq!(turn.history.len(), 3);
+        assert!(Arc::ptr_eq(&turn.history[0], &stored[0]));
+        assert!(Arc::ptr_eq(&turn.history[1], &answered[1]));
+        let waiting = waiting_conversation();
+        let turn = prepare_turn(
+            waiting.clone(),
+            messages(
+                json!([{"id": "u3", "role": "user", "parts": [{"type": "text", "text": "hm"}]}]),
+            ),
+            TurnTrigger::Submit,
+            "m".into(),
+        )
+        .unwrap();
+        assert!(Arc::ptr_eq(&turn.history[0], &waiting[0]));
+        assert!(
+            !Arc::ptr_eq(&turn.history[1], &waiting[1]),
+            "the message whose waiting calls fail is copied, not written through"
+        );
+        assert_eq!(
+            waiting[1].tool_parts().next().unwrap().state,
+            ToolState::InputAvailable
+        );
     }
 
     #[test]
@@ -551,7 +600,7 @@ mod tests {
     #[test]
     fn regenerate_drops_the_answer() {
         let mut stored = pending_conversation();
-        stored[1].parts.clear();
+        Arc::make_mut(&mut stored[1]).parts.clear();
         let turn = prepare_turn(
             stored,
             vec![],

@@ -117,7 +117,7 @@ async fn turn(
         .await
         .unwrap();
     let provider = harness.provider(&checked.config).unwrap();
-    let history: Vec<UiMessage> = serde_json::from_value(
+    let history: Vec<std::sync::Arc<UiMessage>> = serde_json::from_value(
         json!([{"id": "u", "role": "user", "parts": [{"type": "text", "text": "go"}]}]),
     )
     .unwrap();

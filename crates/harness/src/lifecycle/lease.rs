@@ -237,13 +237,13 @@ impl ConversationLease {
 
     /// The messages stored when the lease was taken (or by this lease's
     /// last write).
-    pub fn stored_messages(&self) -> Result<Vec<UiMessage>, LeaseError> {
+    pub fn stored_messages(&self) -> Result<Vec<Arc<UiMessage>>, LeaseError> {
         Ok(self.stored.messages().to_vec())
     }
 
     /// What storing `messages` as the conversation takes (see
     /// [`StoredMessages::write_of`]).
-    pub fn write_of(&self, messages: Vec<UiMessage>) -> Result<PendingWrite, LeaseError> {
+    pub fn write_of(&self, messages: Vec<Arc<UiMessage>>) -> Result<PendingWrite, LeaseError> {
         self.stored
             .write_of(messages)
             .map_err(|err| LeaseError::Malformed(err.to_string()))
@@ -296,7 +296,7 @@ impl ConversationLease {
     pub async fn store_and_release(
         &mut self,
         lifecycle: &Lifecycle,
-        messages: Vec<UiMessage>,
+        messages: Vec<Arc<UiMessage>>,
         stream_end: Option<&Append>,
     ) -> Result<TurnEnded, LeaseError> {
         let write = self.write_of(messages)?;

@@ -5,7 +5,10 @@
 //! `toolserver_store::conversation_messages`): a turn that finds the head it
 //! cached reads no message from Postgres, and its writes send only the
 //! messages from the first one that differs from what is stored, so neither
-//! what a turn reads nor what it writes grows with the conversation.
+//! what a turn reads nor what it writes grows with the conversation. The
+//! messages are shared (`Arc`) between the cache, a turn's history and its
+//! writes, so a turn copies none of them, and finds the ones it kept by
+//! pointer before comparing any.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,7 +25,7 @@ use crate::ui::UiMessage;
 pub struct StoredMessages {
     head: Option<i64>,
     moved: bool,
-    messages: Vec<UiMessage>,
+    messages: Vec<Arc<UiMessage>>,
     sizes: Vec<usize>,
 }
 
@@ -33,7 +36,7 @@ impl StoredMessages {
         let sizes = values.iter().map(|value| value.to_string().len()).collect();
         let messages = values
             .into_iter()
-            .map(serde_json::from_value)
+            .map(|value| serde_json::from_value(value).map(Arc::new))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             head: Some(head),
@@ -61,25 +64,25 @@ impl StoredMessages {
     }
 
     /// The messages in order.
-    pub fn messages(&self) -> &[UiMessage] {
+    pub fn messages(&self) -> &[Arc<UiMessage>] {
         &self.messages
     }
 
     /// What writing `next` in their place takes: the messages from the
     /// first that differs on (all of them when not moved yet).
-    pub fn write_of(&self, next: Vec<UiMessage>) -> Result<PendingWrite, serde_json::Error> {
+    pub fn write_of(&self, next: Vec<Arc<UiMessage>>) -> Result<PendingWrite, serde_json::Error> {
         let kept = match self.moved {
             true => self
                 .messages
                 .iter()
                 .zip(&next)
-                .take_while(|(stored, new)| stored == new)
+                .take_while(|(stored, new)| Arc::ptr_eq(stored, new) || stored == new)
                 .count(),
             false => 0,
         };
         let texts = next[kept..]
             .iter()
-            .map(serde_json::to_string)
+            .map(|message| serde_json::to_string(&**message))
             .collect::<Result<Vec<_>, _>>()?;
         let mut sizes = self.sizes[..kept].to_vec();
         sizes.extend(texts.iter().map(String::len));
@@ -99,7 +102,7 @@ impl StoredMessages {
 #[derive(Debug, Clone)]
 pub struct PendingWrite {
     tail: MessageTail,
-    messages: Vec<UiMessage>,
+    messages: Vec<Arc<UiMessage>>,
     sizes: Vec<usize>,
 }
 
@@ -221,10 +224,10 @@ mod tests {
         json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]})
     }
 
-    fn parsed(values: &[Value]) -> Vec<UiMessage> {
+    fn parsed(values: &[Value]) -> Vec<Arc<UiMessage>> {
         values
             .iter()
-            .map(|value| serde_json::from_value(value.clone()).unwrap())
+            .map(|value| Arc::new(serde_json::from_value(value.clone()).unwrap()))
             .collect()
     }
 
@@ -246,6 +249,19 @@ mod tests {
             serde_json::to_string(&after.to_vec()).unwrap().len()
         );
         assert_eq!(write.stored(8).head(), Some(8));
+    }
+
+    #[test]
+    fn a_write_keeps_the_stored_messages_shared_not_copied() {
+        let before = [message("a", "one"), message("b", "two")];
+        let stored = StoredMessages::parse(7, true, before.to_vec()).unwrap();
+        let mut next = stored.messages().to_vec();
+        next.extend(parsed(&[message("c", "three")]));
+        let written = stored.write_of(next).unwrap().stored(8);
+        assert_eq!(written.messages().len(), 3);
+        for (kept, shared) in stored.messages().iter().zip(written.messages()) {
+            assert!(Arc::ptr_eq(kept, shared));
+        }
     }
 
     #[test]

@@ -205,7 +205,8 @@ impl Lifecycle {
         let (assistant, arrivals) = match (job.kind, job.group_id) {
             (JobKind::Continue, Some(group_id)) => {
                 let siblings = async_results::of_group(pool, group_id).await?;
-                let known: HashSet<String> = messages.iter().flat_map(tool_call_ids).collect();
+                let known: HashSet<String> =
+                    messages.iter().flat_map(|m| tool_call_ids(m)).collect();
                 if siblings.iter().any(|s| known.contains(&arrival_id(s))) {
                     return self
                         .commit(job, &account, &turn, lease, RunEnd::Skipped, None)
@@ -291,7 +292,7 @@ impl Lifecycle {
             .as_ref()
             .and_then(|event| channels::reply_for_pass(event, added, outcome.error.as_deref()));
         let mut messages = outcome.history;
-        messages.push(outcome.assistant);
+        messages.push(Arc::new(outcome.assistant));
         let value = serde_json::to_value(&messages)
             .map_err(|err| LifecycleError::Unstorable(err.to_string()))?;
         let end = match &outcome.error {
@@ -318,10 +319,10 @@ impl Lifecycle {
         account: &AccountId,
         turn: &AsyncTurnRecord,
         lease: &ConversationLease,
-    ) -> Result<Option<Vec<UiMessage>>, LifecycleError> {
+    ) -> Result<Option<Vec<Arc<UiMessage>>>, LifecycleError> {
         let calls = async_results::of_job(self.pool(), job.id).await?;
         let stored = lease.stored_messages()?;
-        let known: HashSet<String> = stored.iter().flat_map(tool_call_ids).collect();
+        let known: HashSet<String> = stored.iter().flat_map(|m| tool_call_ids(m)).collect();
         if calls.is_empty() || calls.iter().any(|call| known.contains(&call.tool_call_id)) {
             return Ok(None);
         }
@@ -355,10 +356,10 @@ impl Lifecycle {
                 tool.preliminary = false;
             }
         }
-        let mut known: HashSet<String> = messages.iter().flat_map(tool_call_ids).collect();
+        let mut known: HashSet<String> = messages.iter().flat_map(|m| tool_call_ids(m)).collect();
         known.extend(tool_call_ids(&assistant));
         restore_lost_calls(&mut assistant, &calls, &known);
-        messages.push(assistant);
+        messages.push(Arc::new(assistant));
         Ok(Some(messages))
     }
 
@@ -455,7 +456,7 @@ impl Lifecycle {
         account: &AccountId,
         checked: &CheckedAgent,
         arrivals: Vec<Arrival>,
-        history: Vec<UiMessage>,
+        history: Vec<Arc<UiMessage>>,
         assistant: UiMessage,
     ) -> TurnPlan {
         let settings = self.0.harness.settings();
@@ -535,9 +536,9 @@ fn tool_call_ids(message: &UiMessage) -> Vec<String> {
 
 /// The assistant message a job's first pass builds: the stored one it
 /// continues (after an approval), or a new one.
-fn open_message(messages: &mut Vec<UiMessage>, job: &Job) -> UiMessage {
+fn open_message(messages: &mut Vec<Arc<UiMessage>>, job: &Job) -> UiMessage {
     match messages.pop() {
-        Some(message) if message.role == "assistant" => message,
+        Some(message) if message.role == "assistant" => Arc::unwrap_or_clone(message),
         other => {
             messages.extend(other);
             UiMessage::assistant(format!("msg_{}", job.id.simple()))
@@ -554,7 +555,7 @@ fn open_message(messages: &mut Vec<UiMessage>, job: &Job) -> UiMessage {
 /// the calls (their pass died before storing them), they belong to the last
 /// assistant message, where they are restored.
 fn continued_message(
-    messages: &mut Vec<UiMessage>,
+    messages: &mut Vec<Arc<UiMessage>>,
     group_calls: &HashSet<&str>,
     new_id: String,
 ) -> UiMessage {
@@ -566,11 +567,11 @@ fn continued_message(
     };
     let continues_last = match messages.last() {
         Some(last) if made_the_calls(last) => true,
-        Some(last) => last.role == "assistant" && !messages.iter().any(made_the_calls),
+        Some(last) => last.role == "assistant" && !messages.iter().any(|m| made_the_calls(m)),
         None => false,
     };
     match continues_last.then(|| messages.pop()).flatten() {
-        Some(last) => last,
+        Some(last) => Arc::unwrap_or_clone(last),
         None => UiMessage::assistant(new_id),
     }
 }

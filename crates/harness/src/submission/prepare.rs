@@ -25,7 +25,7 @@ pub(super) struct PreparedTurn {
     /// The conversation, held for this turn.
     pub lease: ConversationLease,
     /// Messages before the assistant message.
-    pub history: Vec<UiMessage>,
+    pub history: Vec<Arc<UiMessage>>,
     /// The assistant message to build.
     pub assistant: UiMessage,
 }
@@ -138,7 +138,7 @@ async fn refit(
     trigger: &TurnTrigger,
     message_id: &str,
     harness: &Harness,
-) -> Result<(Vec<UiMessage>, UiMessage), SubmitError> {
+) -> Result<(Vec<Arc<UiMessage>>, UiMessage), SubmitError> {
     let stored = lease.stored_messages()?;
     let (history, assistant, write) = fit(
         stored,
@@ -156,13 +156,13 @@ async fn refit(
 /// of the conversation it makes (with `write_of`), refusing a request that
 /// does not fit or a conversation past its size limits.
 fn fit(
-    stored: Vec<UiMessage>,
+    stored: Vec<Arc<UiMessage>>,
     sent: &[UiMessage],
     trigger: &TurnTrigger,
     message_id: &str,
-    write_of: impl FnOnce(Vec<UiMessage>) -> Result<PendingWrite, LeaseError>,
+    write_of: impl FnOnce(Vec<Arc<UiMessage>>) -> Result<PendingWrite, LeaseError>,
     harness: &Harness,
-) -> Result<(Vec<UiMessage>, UiMessage, PendingWrite), SubmitError> {
+) -> Result<(Vec<Arc<UiMessage>>, UiMessage, PendingWrite), SubmitError> {
     let prepared = prepare_turn(
         stored,
         sent.to_vec(),
@@ -175,7 +175,7 @@ fn fit(
     })?;
     let mut snapshot = prepared.history.clone();
     if !prepared.assistant.parts.is_empty() {
-        snapshot.push(prepared.assistant.clone());
+        snapshot.push(Arc::new(prepared.assistant.clone()));
     }
     let write = write_of(snapshot)?;
     check_size(&write, harness)?;

@@ -5,6 +5,8 @@
 //! the end can continue at once. Whether a client leaving stops the turn is
 //! the agent's `onDisconnect`.
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 use toolserver_domain::{AccountId, CallPath};
 use toolserver_store::turn_streams::{Append, Appended};
@@ -120,7 +122,7 @@ pub(super) async fn launch(
             tracing::error!(error = %err, "could not record the turn's approvals");
         }
         let mut messages = outcome.history;
-        messages.push(outcome.assistant);
+        messages.push(Arc::new(outcome.assistant));
         recording
             .finish_with(|stream_end| store_and_release(&recorder, lease, messages, stream_end))
             .await;
@@ -136,7 +138,7 @@ pub(super) async fn launch(
 async fn store_and_release(
     lifecycle: &Lifecycle,
     mut lease: ConversationLease,
-    messages: Vec<UiMessage>,
+    messages: Vec<Arc<UiMessage>>,
     stream_end: Option<Append>,
 ) -> Option<Appended> {
     match lease

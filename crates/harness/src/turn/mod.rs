@@ -67,8 +67,9 @@ pub struct TurnPlan {
     /// Results of detached calls to tell the model before its first pass
     /// (a continuation).
     pub arrivals: Vec<Arrival>,
-    /// The conversation before the assistant message.
-    pub history: Vec<UiMessage>,
+    /// The conversation before the assistant message (shared with the
+    /// stored messages, never copied).
+    pub history: Vec<Arc<UiMessage>>,
     /// The assistant message to build: new, or continued after approvals
     /// (its decided parts in state `approval-responded`).
     pub assistant: UiMessage,
@@ -96,7 +97,7 @@ impl TurnPlan {
     pub fn for_agent(
         config: &AgentConfig,
         settings: &HarnessSettings,
-        history: Vec<UiMessage>,
+        history: Vec<Arc<UiMessage>>,
         assistant: UiMessage,
     ) -> Self {
         Self {
@@ -126,7 +127,7 @@ impl TurnPlan {
 pub struct TurnOutcome {
     /// The conversation before the assistant message, as the plan gave it
     /// (handed back rather than copied).
-    pub history: Vec<UiMessage>,
+    pub history: Vec<Arc<UiMessage>>,
     /// The assistant message as the client saw it built.
     pub assistant: UiMessage,
     /// The `finish` reason sent (`None` when the client went away first).
@@ -527,12 +528,16 @@ impl Turn {
     }
 
     fn model_request(&self, pass: u32) -> ModelRequest {
-        let mut messages = self.plan.history.clone();
-        messages.push(self.emitter.assistant.clone());
+        let messages = self
+            .plan
+            .history
+            .iter()
+            .map(|message| &**message)
+            .chain([&self.emitter.assistant]);
         ModelRequest {
             model_id: self.plan.model_id.clone(),
             system: self.plan.system.clone(),
-            messages: to_model_history(&messages),
+            messages: to_model_history(messages),
             tools: self.registry.specs(),
             provider_tools: self.registry.provider_tools().to_vec(),
             options: self.plan.options.clone(),

@@ -10,7 +10,7 @@ use super::{ToolPart, ToolState, UiMessage, UiPart};
 use crate::provider::{ChatMessage, ToolCall};
 
 /// The model-facing history of `messages`.
-pub fn to_model_history(messages: &[UiMessage]) -> Vec<ChatMessage> {
+pub fn to_model_history<'a>(messages: impl IntoIterator<Item = &'a UiMessage>) -> Vec<ChatMessage> {
     let mut history = Vec::new();
     for message in messages {
         match message.role.as_str() {

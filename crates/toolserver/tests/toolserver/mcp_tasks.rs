@@ -56,7 +56,7 @@ async fn a_task_is_polled_to_completion_across_a_restart_of_the_server_polled(po
 
     // Long enough that the restarted server answers before it ends, also on
     // a loaded machine: the first poll after the restart must see it working.
-    let created = mcp(&runs, &running_server, &["task", "slow", r#"{"ms":8000}"#]).await;
+    let created = mcp(&runs, &running_server, &["task", "slow", r#"{"ms":12000}"#]).await;
     assert_eq!(created["status"], "working", "{created}");
     let id = created["taskId"].as_str().unwrap().to_owned();
     let seen = mcp(&polled, &polled_server, &["get", &id]).await;
@@ -71,7 +71,7 @@ async fn a_task_is_polled_to_completion_across_a_restart_of_the_server_polled(po
     assert_eq!(waited["task"]["status"], "completed", "{waited}");
     assert_eq!(
         waited["task"]["result"]["structuredContent"],
-        json!({"slept": 8000}),
+        json!({"slept": 12000}),
         "{waited}"
     );
     assert_eq!(waited["seen"][0], "working", "{waited}");

@@ -165,6 +165,15 @@ async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPoo
         get(&setup, &server, &format!("/async/{status_id}")).await["status"] == "completed"
     })
     .await;
+    // A run is counted once its commit returns, a moment after the status
+    // it committed can be read.
+    until("both detached runs to be counted", || async {
+        Scrape::take(&setup, &metrics).await.value(
+            "toolserver_detached_runs_total",
+            &[("outcome", "committed")],
+        ) >= 2.0
+    })
+    .await;
 
     let after = Scrape::take(&setup, &metrics).await;
     let requests = "toolserver_http_requests_total";

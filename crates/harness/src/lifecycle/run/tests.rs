@@ -2,15 +2,15 @@ use serde_json::json;
 
 use super::*;
 
-fn message(raw: Value) -> UiMessage {
+fn message(raw: Value) -> Arc<UiMessage> {
     serde_json::from_value(raw).unwrap()
 }
 
-fn user(id: &str) -> UiMessage {
+fn user(id: &str) -> Arc<UiMessage> {
     message(json!({"id": id, "role": "user", "parts": [{"type": "text", "text": id}]}))
 }
 
-fn calling(id: &str, call: &str) -> UiMessage {
+fn calling(id: &str, call: &str) -> Arc<UiMessage> {
     message(json!({"id": id, "role": "assistant", "parts": [
         {"type": "tool-job", "toolCallId": call, "state": "output-available", "input": {}, "output": {"status": "pending"}},
     ]}))
