@@ -27,9 +27,11 @@ def _names_oauth_provider(body):
 
 
 def _has_policies(body):
+    # Any text at all: Python's idea of white space (`str.strip`) takes in
+    # control characters such as U+001D that Cedar refuses as tokens.
     config = body.get("config") if isinstance(body, dict) else None
     policies = config.get("policies") if isinstance(config, dict) else None
-    return isinstance(policies, str) and policies.strip() != ""
+    return isinstance(policies, str) and policies != ""
 
 
 def _empty_bundle_part(body):
