@@ -2,10 +2,10 @@
 //! over streamable HTTP with `rmcp`'s client through the outbound address
 //! checks. A server's tool list is kept for a while (per account and
 //! bearer token), and waited for only briefly ([`lists`]); each call opens
-//! its own session. Whatever goes wrong
-//! remotely reaches the model as a failed call. A server that acts through
-//! each end user's OAuth connection is listed with that user's token; until
-//! the user has one, the model is offered its connect tool instead.
+//! its own session. Whatever goes wrong remotely reaches the model as a
+//! failed call. A server that acts through each end user's OAuth
+//! connection is listed with that user's token; until the user has one,
+//! the model is offered its connect tool instead.
 
 mod connect;
 mod lists;
