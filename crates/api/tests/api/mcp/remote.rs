@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use toolserver_testsupport::http::free_port;
+use toolserver_testsupport::wait::until;
 use toolserver_testsupport::Reply;
 
 use crate::app::{spawn_live_app, TestApp};
@@ -230,8 +231,7 @@ async fn servers_that_answer_late_are_waited_for_together_and_serve_the_next_tur
     );
 
     held.release.send_replace(true);
-    let mut listed = false;
-    for _ in 0..100 {
+    until("the released listings to settle and be kept", || async {
         let (status, again) = app
             .request(
                 reqwest::Method::POST,
@@ -241,13 +241,9 @@ async fn servers_that_answer_late_are_waited_for_together_and_serve_the_next_tur
             )
             .await;
         assert_eq!(status, 201, "{again}");
-        if again.get("warnings").is_none() {
-            listed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(listed, "the released listings settle and are kept");
+        again.get("warnings").is_none()
+    })
+    .await;
     let settled = held.accepted();
     let turn = app.say(ACCOUNT_A, &agent, "conv-later", "again").await;
     assert_eq!(turn.text(), "answered", "{}", turn.body);
