@@ -15,6 +15,7 @@ mod handoffs;
 mod invoke_keys;
 mod jobs;
 mod mcp_tasks;
+mod pool;
 mod support;
 mod tool_calls;
 mod turn_end;

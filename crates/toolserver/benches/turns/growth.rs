@@ -20,8 +20,8 @@ use toolserver_testsupport::{Reply, ScriptedModel};
 use crate::cpu::{median, CpuUse};
 use crate::measure::{turn, turn_with};
 use crate::plan::{
-    verdict, GROWTH_IDLE, GROWTH_MESSAGE_BYTES, GROWTH_RATIO_GOAL, GROWTH_TURNS, GROWTH_WINDOW,
-    GROWTH_WINDOW_ENDS,
+    verdict, GROWTH_IDLE, GROWTH_MESSAGE_BYTES, GROWTH_RATIO_GOAL, GROWTH_ROUNDS, GROWTH_TURNS,
+    GROWTH_WINDOW, GROWTH_WINDOW_ENDS,
 };
 use crate::server::Server;
 use crate::statements::{settle, Counts, Statements};
@@ -66,9 +66,11 @@ impl Window {
 
 /// Runs the growth arm on `server` (started with `GROWTH_SERVER`) with the
 /// echo tool `tool` and the scripted `model`, after turns on conversations
-/// of their own that start the tool's runner; prints the idle server's
-/// share, each window of turns and the last window against the first, then
-/// the last window's most called statements.
+/// of their own that start the tool's runner: `GROWTH_ROUNDS` rounds, each
+/// on a new conversation, printing the idle server's share, each window of
+/// turns and the last window against the first; then the medians of the
+/// rounds' ratios against the goal, and the last window's most called
+/// statements.
 pub(crate) async fn run(
     server: &Server,
     tool: &str,
@@ -80,12 +82,37 @@ pub(crate) async fn run(
         .create_agent(&model.base_url(), MODEL, json!({ tool: {} }))
         .await;
     println!(
-        "== growth: {GROWTH_TURNS} sequential turns on one conversation, each sending one new {GROWTH_MESSAGE_BYTES}-byte user message, one tool call each =="
+        "== growth: {GROWTH_ROUNDS} rounds of {GROWTH_TURNS} sequential turns on one conversation, each sending one new {GROWTH_MESSAGE_BYTES}-byte user message, one tool call each =="
     );
     for _ in 0..20 {
         turn(server, &agent).await;
     }
-    let idle = idle(server, statements).await;
+    let mut ratios = Vec::new();
+    let mut last_counts = Counts::default();
+    for round in 1..=GROWTH_ROUNDS {
+        println!("round {round}:");
+        let idle = idle(server, statements).await;
+        let (windows, counts) = conversation(server, &agent, statements, &idle).await;
+        ratios.push(Ratios::of(&windows[0], &windows[windows.len() - 1]));
+        last_counts = counts;
+    }
+    Ratios::verdicts(&ratios);
+    println!(
+        "turns {}-{GROWTH_TURNS} of the last round:",
+        GROWTH_TURNS - GROWTH_WINDOW + 1
+    );
+    last_counts.print_top(GROWTH_WINDOW);
+}
+
+/// Runs `GROWTH_TURNS` sequential turns of `agent` on a new conversation,
+/// measuring and printing each window; the windows, and the counts of the
+/// last window's statements.
+async fn conversation(
+    server: &Server,
+    agent: &str,
+    statements: &mut Statements,
+    idle: &Idle,
+) -> (Vec<Window>, Counts) {
     let conversation = uuid::Uuid::new_v4().to_string();
     let mut windows = Vec::new();
     let mut open = None;
@@ -97,7 +124,7 @@ pub(crate) async fn run(
             statements.reset().await;
             open = Some((n, reading(server, statements, model_request), Vec::new()));
         }
-        let (_, took) = turn_with(server, &agent, &request(&conversation, n)).await;
+        let (_, took) = turn_with(server, agent, &request(&conversation, n)).await;
         if let Some((_, _, times)) = &mut open {
             times.push(took);
         }
@@ -113,16 +140,13 @@ pub(crate) async fn run(
                 model_request,
                 at,
             };
-            let window = window(first, n, &before, &after, &idle, &counts, times);
+            let window = window(first, n, &before, &after, idle, &counts, times);
             print_window(&window);
             windows.push(window);
             last_counts = counts;
         }
     }
-    compare(&windows[0], &windows[windows.len() - 1]);
-    let last = &windows[windows.len() - 1];
-    println!("turns {}-{}:", last.first, last.last);
-    last_counts.print_top(GROWTH_WINDOW);
+    (windows, last_counts)
 }
 
 /// Measures the server with no turn running for `GROWTH_IDLE`.
@@ -203,23 +227,48 @@ fn print_window(window: &Window) {
     );
 }
 
-/// Prints the `last` window against the `first`, with the goals' verdicts.
-fn compare(first: &Window, last: &Window) {
-    let postgres = last.cpu.postgres() / first.cpu.postgres();
-    let server = last.server_less_model_request() / first.server_less_model_request();
-    println!(
-        "turns {}-{} vs {}-{}: Postgres CPU {postgres:.2}x (goal <= {GROWTH_RATIO_GOAL}x: {}), server CPU less model requests {server:.2}x (goal <= {GROWTH_RATIO_GOAL}x: {}); median turn {:.2}x, server CPU {:.2}x, model requests {:.2}x, statements {:.2}x",
-        last.first,
-        last.last,
-        first.first,
-        first.last,
-        verdict(postgres <= GROWTH_RATIO_GOAL),
-        verdict(server <= GROWTH_RATIO_GOAL),
-        last.median_ms / first.median_ms,
-        last.cpu.server / first.cpu.server,
-        last.model_request_ms / first.model_request_ms,
-        last.statements / first.statements,
-    );
+/// One round's last window over its first, in the goals' two measures.
+struct Ratios {
+    postgres: f64,
+    server: f64,
+}
+
+impl Ratios {
+    /// The `last` window over the `first`, printed with the other measures'
+    /// ratios.
+    fn of(first: &Window, last: &Window) -> Self {
+        let ratios = Self {
+            postgres: last.cpu.postgres() / first.cpu.postgres(),
+            server: last.server_less_model_request() / first.server_less_model_request(),
+        };
+        println!(
+            "turns {}-{} vs {}-{}: Postgres CPU {:.2}x, server CPU less model requests {:.2}x; median turn {:.2}x, server CPU {:.2}x, model requests {:.2}x, statements {:.2}x",
+            last.first,
+            last.last,
+            first.first,
+            first.last,
+            ratios.postgres,
+            ratios.server,
+            last.median_ms / first.median_ms,
+            last.cpu.server / first.cpu.server,
+            last.model_request_ms / first.model_request_ms,
+            last.statements / first.statements,
+        );
+        ratios
+    }
+
+    /// Prints the medians of the rounds' `ratios` against the goal: one
+    /// window of ten turns is noisy, the median of a few rounds' is not.
+    fn verdicts(ratios: &[Self]) {
+        let postgres = median(ratios.iter().map(|r| r.postgres).collect());
+        let server = median(ratios.iter().map(|r| r.server).collect());
+        println!(
+            "growth, median of {} rounds: Postgres CPU {postgres:.2}x (goal <= {GROWTH_RATIO_GOAL}x: {}), server CPU less model requests {server:.2}x (goal <= {GROWTH_RATIO_GOAL}x: {})",
+            ratios.len(),
+            verdict(postgres <= GROWTH_RATIO_GOAL),
+            verdict(server <= GROWTH_RATIO_GOAL),
+        );
+    }
 }
 
 /// Turn `n`'s chat request on `conversation`: only its new user message.

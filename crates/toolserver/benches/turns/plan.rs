@@ -57,6 +57,9 @@ pub(crate) const PEER_RATIO_GOAL: f64 = 3.0;
 
 /// Sequential turns on one conversation in the growth arm.
 pub(crate) const GROWTH_TURNS: usize = 1000;
+/// Rounds of the growth arm, each on a new conversation; its verdicts are
+/// on the medians of the rounds' ratios.
+pub(crate) const GROWTH_ROUNDS: usize = 3;
 /// Bytes of text of each of the growth arm's user messages.
 pub(crate) const GROWTH_MESSAGE_BYTES: usize = 400;
 /// The growth arm's windows of turns measured, by their last turn

@@ -33,4 +33,9 @@ pub struct DatabaseConfig {
     /// Milliseconds a query waits for a pooled connection before answering 503.
     #[arg(long, env = "TOOLSERVER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
+    /// Milliseconds a pooled connection may sit idle and still be handed
+    /// out without a round trip to check it is alive; one idle longer is
+    /// checked first (0: every connection, every time).
+    #[arg(long, env = "TOOLSERVER_DB_PING_IDLE_MS", default_value_t = 1000)]
+    pub db_ping_idle_ms: u64,
 }

@@ -46,6 +46,7 @@ pub(super) async fn open(
     let settings = PoolSettings {
         max_connections: config.db_max_connections,
         acquire_timeout: Duration::from_millis(config.db_acquire_timeout_ms),
+        ping_idle: Duration::from_millis(config.db_ping_idle_ms),
         ledger_payload_bytes,
     };
     let pool = toolserver_store::connect(&url, settings)
