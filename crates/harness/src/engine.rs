@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use toolserver_domain::{
     AccountId, AgentConfig, AgentId, AgentLimits, Secret, Secrets, ValidationError,
 };
-use toolserver_store::StoreError;
+use toolserver_store::{DedicatedSettings, StoreError};
 use url::Url;
 
 use crate::config_cache::ConfigCache;
@@ -62,6 +62,9 @@ pub struct HarnessSettings {
     pub max_conversation_bytes: usize,
     /// Most bytes of conversation messages a process keeps between turns.
     pub conversation_cache_bytes: usize,
+    /// The connections a process keeps outside its pool for every turn's
+    /// first and last writes.
+    pub turn_connections: DedicatedSettings,
     /// Longest a turn may run.
     pub max_turn_duration: Duration,
     /// How long a turn's hold on its conversation lasts without renewal; a
@@ -178,6 +181,7 @@ impl Default for HarnessSettings {
             max_conversation_messages: Self::DEFAULT_MAX_CONVERSATION_MESSAGES,
             max_conversation_bytes: Self::DEFAULT_MAX_CONVERSATION_BYTES,
             conversation_cache_bytes: Self::DEFAULT_CONVERSATION_CACHE_BYTES,
+            turn_connections: DedicatedSettings::DEFAULT,
             max_turn_duration: Self::DEFAULT_MAX_TURN_DURATION,
             turn_lease: Self::DEFAULT_TURN_LEASE,
             keep_alive: Self::DEFAULT_KEEP_ALIVE,

@@ -260,9 +260,9 @@ pub struct KnownWrite<'a> {
 /// `known.head` nor the write stands for them. Committed without waiting
 /// for the disk (see [`crate::commit`]); a lease not free costs one more
 /// statement.
-#[tracing::instrument(skip(pool, known), fields(account.id = %account, agent.id = %agent))]
+#[tracing::instrument(skip(conn, known), fields(account.id = %account, agent.id = %agent))]
 pub async fn begin_turn(
-    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
     account: &AccountId,
     id: &str,
     agent: AgentId,
@@ -294,7 +294,7 @@ pub async fn begin_turn(
             .bind(from)
             .bind(total)
             .bind(texts)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *conn)
             .await?;
         if let Some(taken) = taken {
             let unread = taken.wrote || Some(taken.head) == known.head;
@@ -305,7 +305,7 @@ pub async fn begin_turn(
                     let (stored,): (Value,) = sqlx::query_as(READ_MESSAGES)
                         .bind(account.as_str())
                         .bind(id)
-                        .fetch_one(pool)
+                        .fetch_one(&mut *conn)
                         .await?;
                     Some(message_list(stored))
                 }
@@ -323,7 +323,7 @@ pub async fn begin_turn(
             .bind(account.as_str())
             .bind(id)
             .bind(terms.holder)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *conn)
             .await?;
         let Some(held) = held else {
             continue;

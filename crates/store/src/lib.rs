@@ -15,6 +15,7 @@ mod commit;
 pub mod config_changes;
 pub mod conversation_messages;
 pub mod conversations;
+pub mod dedicated;
 pub mod error;
 pub mod handoffs;
 pub mod invoke_keys;
@@ -40,6 +41,7 @@ pub mod webhook_deliveries;
 
 pub use agents::{AgentRecord, AgentWrite};
 pub use conversations::ConversationRecord;
+pub use dedicated::{DedicatedConnections, DedicatedSettings};
 pub use error::StoreError;
 pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
 pub use tools::{NewTool, ToolBody, ToolPatch, ToolRecord};

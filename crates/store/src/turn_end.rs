@@ -5,7 +5,6 @@
 
 use std::sync::LazyLock;
 
-use sqlx::PgPool;
 use toolserver_domain::AccountId;
 use uuid::Uuid;
 
@@ -60,9 +59,9 @@ pub struct TurnEnded {
 /// already open in Postgres, `finish` set), ends that stream in the same
 /// statement, fenced as any append is (the stream still active and alive,
 /// its count at `from`) and announced if someone follows it.
-#[tracing::instrument(skip(pool, tail, stream_end), fields(account.id = %account))]
+#[tracing::instrument(skip(conn, tail, stream_end), fields(account.id = %account))]
 pub async fn store_and_release(
-    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
     account: &AccountId,
     id: &str,
     turn_id: Uuid,
@@ -70,7 +69,7 @@ pub async fn store_and_release(
     stream_end: Option<&Append>,
 ) -> Result<TurnEnded, StoreError> {
     let Some(end) = stream_end else {
-        let stored = store_and_free(pool, account, id, turn_id, tail).await?;
+        let stored = store_and_free(&mut *conn, account, id, turn_id, tail).await?;
         return Ok(TurnEnded {
             stored,
             stream_end: None,
@@ -95,7 +94,7 @@ pub async fn store_and_release(
         .bind(added)
         .bind(&end.chunks)
         .bind(CHUNKS_CHANNEL)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?;
     Ok(TurnEnded {
         stored,

@@ -3,15 +3,16 @@
 //! first append recognised, reads from any index across batches, a reader
 //! ending a dead recorder's stream, a stream's batches gone with the
 //! stream (purged, or deleted with its conversation) though they carry no
-//! foreign key, and a chat turn's stream ended by the write that stores its
-//! conversation.
+//! foreign key, a chat turn's stream ended by the write that stores its
+//! conversation, and a step's boundaries recorded with the chunks after
+//! them rather than by themselves.
 
 use std::time::Duration;
 
 use serde_json::json;
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentId, OnDisconnect};
-use toolserver_harness::stream::{record, Opens, WRITER_APPLICATION_NAME};
+use toolserver_harness::stream::{record, Opens, Recording, WRITER_APPLICATION_NAME};
 use toolserver_harness::ui::UiChunk;
 use toolserver_store::conversation_messages::MessageTail;
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Appended, Opening};
@@ -392,7 +393,7 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
             .unwrap();
     let holder = Uuid::now_v7();
     conversations::begin_turn(
-        &app.pool,
+        &mut app.pool.acquire().await.unwrap(),
         &account,
         "conv-fence",
         AgentId::from_uuid(agent),
@@ -419,7 +420,7 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
         let (pool, account, messages) = (app.pool.clone(), account.clone(), messages.clone());
         async move {
             turn_end::store_and_release(
-                &pool,
+                &mut pool.acquire().await.unwrap(),
                 &account,
                 "conv-fence",
                 holder,
@@ -452,26 +453,36 @@ async fn a_turns_last_write_fences_the_stream_end_and_the_lease_apart(pool: PgPo
     assert_eq!(batch_rows(&app.pool, stream).await, 2);
 }
 
-#[sqlx::test(migrations = "../../migrations")]
-async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_once(pool: PgPool) {
-    let app = app_with_conversation(pool, "conv-lost").await;
+/// A chat turn's recording on `conversation` whose client is this test,
+/// with its `start` sent.
+async fn started_recording(
+    app: &TestApp,
+    conversation: &str,
+) -> (Recording, tokio::sync::mpsc::Receiver<String>) {
     let account = AccountId::parse(ACCOUNT_A).unwrap();
-    let (forward, mut client) = tokio::sync::mpsc::channel(16);
+    let (forward, client) = tokio::sync::mpsc::channel(16);
     let recording = record(
         app.state.lifecycle().streams(),
         &account,
-        "conv-lost",
+        conversation,
         Some(forward),
         OnDisconnect::Continue,
         Opens::WithFirstChunks(Uuid::now_v7()),
     )
     .await
     .unwrap();
-    let stream = recording.stream_id.unwrap();
     let start = UiChunk::Start {
         message_id: "m1".into(),
     };
     recording.chunks.send(start).await.unwrap();
+    (recording, client)
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_once(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-lost").await;
+    let (recording, mut client) = started_recording(&app, "conv-lost").await;
+    let stream = recording.stream_id.unwrap();
     let mut shown = vec![shown_type(&client.recv().await.unwrap())];
     let finish = UiChunk::Finish {
         finish_reason: "stop".into(),
@@ -498,6 +509,49 @@ async fn a_stream_end_the_turns_write_may_have_recorded_is_recorded_and_shown_on
         shown.push(shown_type(&chunk));
     }
     assert_eq!(shown, ["start", "finish"]);
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn a_steps_boundaries_wait_to_be_recorded_and_shown_with_the_chunk_after_them(pool: PgPool) {
+    let app = app_with_conversation(pool, "conv-steps").await;
+    let (recording, mut client) = started_recording(&app, "conv-steps").await;
+    let stream = recording.stream_id.unwrap();
+    let mut shown = vec![shown_type(&client.recv().await.unwrap())];
+
+    // A model pass starts; its model has said nothing yet.
+    recording.chunks.send(UiChunk::StartStep).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(300), client.recv()).await;
+    assert!(
+        early.is_err(),
+        "a step's start alone is not shown: {early:?}"
+    );
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!(state.chunk_count, 1, "nor recorded");
+
+    let text = UiChunk::TextStart { id: "t".into() };
+    recording.chunks.send(text).await.unwrap();
+    shown.push(shown_type(&client.recv().await.unwrap()));
+    shown.push(shown_type(&client.recv().await.unwrap()));
+    assert_eq!(batch_rows(&app.pool, stream).await, 2, "one write for both");
+
+    // The step ends with nothing after it but the turn's end.
+    recording.chunks.send(UiChunk::FinishStep).await.unwrap();
+    let finish = UiChunk::Finish {
+        finish_reason: "stop".into(),
+        message_metadata: None,
+    };
+    recording.chunks.send(finish).await.unwrap();
+    recording.finish().await;
+    while let Some(chunk) = client.recv().await {
+        shown.push(shown_type(&chunk));
+    }
+    assert_eq!(
+        shown,
+        ["start", "start-step", "text-start", "finish-step", "finish"]
+    );
+    let state = turn_streams::state(&app.pool, stream).await.unwrap();
+    assert_eq!((state.chunk_count, state.finished), (5, true));
+    assert_eq!(batch_rows(&app.pool, stream).await, 3);
 }
 
 fn shown_type(chunk: &str) -> String {

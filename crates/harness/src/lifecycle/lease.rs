@@ -155,9 +155,18 @@ impl ConversationLease {
                     write: None,
                 },
             };
-            let begun = conversations::begin_turn(pool, account, id.as_str(), agent, terms, known)
-                .await
-                .map_err(lease_error)?;
+            let mut held = lifecycle.turn_connections().take().await?;
+            let begun = conversations::begin_turn(
+                held.connection(),
+                account,
+                id.as_str(),
+                agent,
+                terms,
+                known,
+            )
+            .await;
+            held.done(&begun);
+            let begun = begun.map_err(lease_error)?;
             let (head, messages, moved, wrote, taken_at, handoff) = match begun {
                 Begun::Held {
                     head,
@@ -300,15 +309,18 @@ impl ConversationLease {
         stream_end: Option<&Append>,
     ) -> Result<TurnEnded, LeaseError> {
         let write = self.write_of(messages)?;
+        let mut held = lifecycle.turn_connections().take().await?;
         let ended = turn_end::store_and_release(
-            &self.pool,
+            held.connection(),
             &self.account,
             self.id.as_str(),
             self.holder,
             write.tail(),
             stream_end,
         )
-        .await?;
+        .await;
+        held.done(&ended);
+        let ended = ended?;
         self.released = true;
         let cache = lifecycle.messages();
         match ended.stored {

@@ -72,6 +72,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolserver_sandbox::Executor;
 use toolserver_store::jobs::ClaimTerms;
+use toolserver_store::DedicatedConnections;
 use uuid::Uuid;
 
 pub use background::ReapReport;
@@ -194,6 +195,8 @@ struct Inner {
     process: ServerProcess,
     ledger: Ledger,
     messages: MessageCache,
+    /// The connections turns start and end on.
+    turn_connections: DedicatedConnections,
     /// Whether this process could have heard its runners' pings.
     stall_watch: StallWatch,
     /// Whether conversations stored whole by an earlier release may be
@@ -223,10 +226,13 @@ impl Lifecycle {
             harness.settings().ledger.clone(),
         );
         let messages = MessageCache::new(harness.settings().conversation_cache_bytes);
+        let turn_connections =
+            DedicatedConnections::new(pool.clone(), harness.settings().turn_connections);
         let lifecycle = &harness.settings().lifecycle;
         let stall_watch = StallWatch::new(lifecycle.liveness_interval, lifecycle.liveness_timeout);
         Self(Arc::new(Inner {
             messages,
+            turn_connections,
             stall_watch,
             unmoved_left: std::sync::atomic::AtomicBool::new(true),
             streams,
@@ -293,6 +299,11 @@ impl Lifecycle {
         }
         *last = Some(std::time::Instant::now());
         true
+    }
+
+    /// The connections turns start and end on (see [`DedicatedConnections`]).
+    pub(crate) fn turn_connections(&self) -> &DedicatedConnections {
+        &self.0.turn_connections
     }
 
     pub(crate) fn pool(&self) -> &PgPool {

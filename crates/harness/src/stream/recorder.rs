@@ -176,7 +176,7 @@ impl Recorder {
                 first = receiver.recv() => {
                     let Some(first) = first else { break };
                     let mut batch = std::mem::take(&mut last);
-                    if self.gather(first, &mut receiver, &mut batch).await {
+                    if self.gather(first, &mut receiver, &mut batch).await != Gathered::Shows {
                         last = batch;
                         continue;
                     }
@@ -238,52 +238,50 @@ impl Recorder {
     /// writers are busy), also what arrives within the linger after it.
     /// A turn whose chunks come in quick bursts so records them in fewer,
     /// larger appends, and its last burst, held for the turn's end, rarely
-    /// waits for an append of the same burst still under way. True when
-    /// the batch ends with the turn's last chunk.
+    /// waits for an append of the same burst still under way.
     async fn gather(
         &self,
         first: UiChunk,
         receiver: &mut mpsc::Receiver<UiChunk>,
         batch: &mut Vec<String>,
-    ) -> bool {
-        let mut ends = self.batch(first, receiver, batch);
+    ) -> Gathered {
+        let mut gathered = self.batch(first, receiver, batch);
         let settings = self.hub.settings();
-        if ends || settings.linger.is_zero() || !self.sink.lingers(&self.hub) {
-            return ends;
+        if gathered == Gathered::Ends || settings.linger.is_zero() || !self.sink.lingers(&self.hub)
+        {
+            return gathered;
         }
         let deadline = tokio::time::Instant::now() + settings.linger;
-        while !ends && batch.len() < settings.max_batch {
+        while gathered != Gathered::Ends && batch.len() < settings.max_batch {
             match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                Ok(Some(next)) => ends = self.batch(next, receiver, batch),
+                Ok(Some(next)) => gathered = gathered.and(self.batch(next, receiver, batch)),
                 Ok(None) | Err(_) => break,
             }
         }
-        ends
+        gathered
     }
 
     /// Adds `first` and whatever else has arrived to `batch`, up to the
-    /// batch size. True when the batch ends with the turn's last chunk: it
-    /// is then kept until the turn is done (its conversation stored), to be
-    /// recorded in one write with the stream's end.
+    /// batch size, and says what the added chunks make of it.
     fn batch(
         &self,
         first: UiChunk,
         receiver: &mut mpsc::Receiver<UiChunk>,
         batch: &mut Vec<String>,
-    ) -> bool {
+    ) -> Gathered {
         let max = self.hub.settings().max_batch.max(batch.len() + 1);
-        let mut ends = ends_turn(&first);
+        let mut gathered = Gathered::of(&first);
         batch.push(chunk_text(&first));
         while batch.len() < max {
             match receiver.try_recv() {
                 Ok(chunk) => {
-                    ends = ends_turn(&chunk);
+                    gathered = gathered.and(Gathered::of(&chunk));
                     batch.push(chunk_text(&chunk));
                 }
                 Err(_) => break,
             }
         }
-        ends
+        gathered
     }
 
     /// Records `batch` (retrying a failing store), then forwards it. False
@@ -383,9 +381,40 @@ async fn client_gone(client: Option<&mpsc::Sender<String>>) {
     }
 }
 
-/// Whether `chunk` is the last a turn sends.
-fn ends_turn(chunk: &UiChunk) -> bool {
-    matches!(chunk, UiChunk::Finish { .. } | UiChunk::Abort)
+/// What a batch of chunks holds, which decides when it is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gathered {
+    /// Only step boundaries, which show the client nothing: the batch waits
+    /// for the next chunk, so a step's start is recorded with what the
+    /// model says first, not in a write of its own while the model request
+    /// is built and sent (which takes longer as the conversation grows).
+    Boundaries,
+    /// Something the client is shown: recorded now.
+    Shows,
+    /// The turn's last chunk: kept until the turn is done (its
+    /// conversation stored), to be recorded in one write with the
+    /// stream's end.
+    Ends,
+}
+
+impl Gathered {
+    /// What a batch of `chunk` alone holds.
+    fn of(chunk: &UiChunk) -> Self {
+        match chunk {
+            UiChunk::Finish { .. } | UiChunk::Abort => Self::Ends,
+            UiChunk::StartStep | UiChunk::FinishStep => Self::Boundaries,
+            _ => Self::Shows,
+        }
+    }
+
+    /// What a batch holds once `later` chunks are added to it.
+    fn and(self, later: Self) -> Self {
+        match (self, later) {
+            (Self::Ends, _) | (_, Self::Ends) => Self::Ends,
+            (Self::Boundaries, Self::Boundaries) => Self::Boundaries,
+            _ => Self::Shows,
+        }
+    }
 }
 
 fn chunk_text(chunk: &UiChunk) -> String {

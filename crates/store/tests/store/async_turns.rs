@@ -53,7 +53,7 @@ async fn take_conversation(pool: &PgPool, tenant: &Tenant, job: &Job, process: U
         lease: Duration::from_secs(60),
     };
     let begun = conversations::begin_turn(
-        pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         &tenant.conversation,
         tenant.agent,

@@ -43,7 +43,7 @@ async fn take_writing(
         lease: Duration::from_secs(60),
     };
     let begun = conversations::begin_turn(
-        pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         &tenant.conversation,
         tenant.agent,
@@ -93,7 +93,7 @@ async fn writes_send_their_tail_and_the_head_names_what_is_stored(pool: PgPool) 
     .unwrap();
     assert_ne!(first, head, "a write draws a new head");
     let ended = turn_end::store_and_release(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         &tenant.conversation,
         holder,
@@ -128,7 +128,7 @@ async fn writes_send_their_tail_and_the_head_names_what_is_stored(pool: PgPool) 
 
     // A shorter conversation loses the rows past its end.
     turn_end::store_and_release(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         &tenant.conversation,
         holder,
@@ -149,7 +149,7 @@ async fn a_conversation_stored_whole_is_read_as_it_was_and_moved_by_its_next_wri
     let tenant = tenant(&pool, "acct-a").await;
     let (holder, _) = take(&pool, &tenant, None).await;
     turn_end::store_and_release(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         &tenant.conversation,
         holder,
@@ -225,7 +225,7 @@ async fn rows_go_with_their_conversation_and_stay_within_their_account(pool: PgP
     for tenant in [&a, &b] {
         let (holder, _) = take(&pool, tenant, None).await;
         turn_end::store_and_release(
-            &pool,
+            &mut pool.acquire().await.unwrap(),
             &tenant.account,
             &tenant.conversation,
             holder,

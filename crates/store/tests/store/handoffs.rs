@@ -86,7 +86,7 @@ async fn a_handoff_is_stored_with_its_announcement_and_released_once(pool: PgPoo
         lease: Duration::from_secs(60),
     };
     let begun = conversations::begin_turn(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &a.account,
         "conv-1",
         a.agent,

@@ -11,6 +11,7 @@ mod async_turns;
 mod channel_events;
 mod conversation_messages;
 mod conversations;
+mod dedicated;
 mod handoffs;
 mod invoke_keys;
 mod jobs;

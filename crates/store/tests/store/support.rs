@@ -105,7 +105,7 @@ pub async fn lease(pool: &PgPool, tenant: &Tenant, id: &str, process: Uuid) -> U
         lease: Duration::from_secs(60),
     };
     let begun = conversations::begin_turn(
-        pool,
+        &mut pool.acquire().await.unwrap(),
         &tenant.account,
         id,
         tenant.agent,

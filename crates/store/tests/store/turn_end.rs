@@ -6,13 +6,28 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_domain::AccountId;
 use toolserver_store::conversation_messages::MessageTail;
 use toolserver_store::conversations;
 use toolserver_store::turn_end::{self, TurnEnded};
 use toolserver_store::turn_streams::{self, Append, Appended, Opening};
+use toolserver_store::StoreError;
 use uuid::Uuid;
 
 use crate::support::{conversation_holder, lease, live_process, tenant, Tenant};
+
+/// [`turn_end::store_and_release`] on a connection of `pool`.
+async fn store_and_release(
+    pool: &PgPool,
+    account: &AccountId,
+    id: &str,
+    turn: Uuid,
+    tail: &MessageTail,
+    end: Option<&Append>,
+) -> Result<TurnEnded, StoreError> {
+    let mut conn = pool.acquire().await?;
+    turn_end::store_and_release(&mut conn, account, id, turn, tail, end).await
+}
 
 /// Opens a stream on the tenant's conversation with one chunk.
 async fn open_stream(pool: &PgPool, tenant: &Tenant) -> Uuid {
@@ -61,7 +76,7 @@ async fn only_the_holder_stores_and_releases_the_conversation(pool: PgPool) {
     let tail = MessageTail::whole(&messages);
 
     for (account, turn) in [(&owner.account, Uuid::now_v7()), (&other.account, holder)] {
-        let ended = turn_end::store_and_release(&pool, account, "conv-1", turn, &tail, None);
+        let ended = store_and_release(&pool, account, "conv-1", turn, &tail, None);
         let expected = TurnEnded {
             stored: None,
             stream_end: None,
@@ -74,7 +89,7 @@ async fn only_the_holder_stores_and_releases_the_conversation(pool: PgPool) {
         );
     }
 
-    let ended = turn_end::store_and_release(&pool, &owner.account, "conv-1", holder, &tail, None);
+    let ended = store_and_release(&pool, &owner.account, "conv-1", holder, &tail, None);
     assert!(ended.await.unwrap().stored.is_some());
     assert_eq!(stored_messages(&pool, &owner).await, json!(messages));
     assert_eq!(conversation_holder(&pool, &owner, "conv-1").await, None);
@@ -90,8 +105,7 @@ async fn the_stream_ends_with_the_conversation_stored(pool: PgPool) {
     let tail = MessageTail::whole(&messages);
 
     let end = end_of(stream, 1);
-    let ended =
-        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
+    let ended = store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
     let ended = ended.await.unwrap();
     assert!(ended.stored.is_some());
     assert_eq!(
@@ -116,8 +130,7 @@ async fn an_end_at_the_wrong_count_is_refused_and_the_turn_still_stored(pool: Pg
     let tail = MessageTail::whole(&messages);
 
     let end = end_of(stream, 5);
-    let ended =
-        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
+    let ended = store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
     let ended = ended.await.unwrap();
     assert!(ended.stored.is_some());
     assert_eq!(ended.stream_end, Some(Appended::Refused));
@@ -137,8 +150,7 @@ async fn an_end_that_does_not_finish_the_stream_is_an_error_and_stores_nothing(p
 
     let mut end = end_of(stream, 1);
     end.finish = false;
-    let ended =
-        turn_end::store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
+    let ended = store_and_release(&pool, &tenant.account, "conv-1", holder, &tail, Some(&end));
     assert!(ended.await.is_err());
     assert_eq!(stored_messages(&pool, &tenant).await, json!([]));
     assert_eq!(

@@ -1,8 +1,10 @@
 //! Where Postgres is, and the local state directory.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
+use toolserver_store::DedicatedSettings;
 
 use super::parse::within;
 
@@ -38,4 +40,24 @@ pub struct DatabaseConfig {
     /// checked first (0: every connection, every time).
     #[arg(long, env = "TOOLSERVER_DB_PING_IDLE_MS", default_value_t = 1000)]
     pub db_ping_idle_ms: u64,
+    /// Connections kept besides the pool for every turn's first and last
+    /// writes, given back after each without the round trip the pool makes
+    /// to check a connection it gets back; when all are in use, a turn
+    /// uses the pool (0: turns always do).
+    #[arg(
+        long,
+        env = "TOOLSERVER_DB_TURN_CONNECTIONS",
+        default_value_t = DedicatedSettings::DEFAULT.connections
+    )]
+    pub db_turn_connections: usize,
+}
+
+impl DatabaseConfig {
+    /// The settings of the connections turns start and end on.
+    pub fn turn_connections(&self) -> DedicatedSettings {
+        DedicatedSettings {
+            connections: self.db_turn_connections,
+            ping_idle: Duration::from_millis(self.db_ping_idle_ms),
+        }
+    }
 }

@@ -102,6 +102,7 @@ pub(super) fn build(
         max_conversation_messages: agents.max_conversation_messages,
         max_conversation_bytes: agents.max_conversation_bytes,
         conversation_cache_bytes: agents.conversation_cache_bytes,
+        turn_connections: config.database.turn_connections(),
         max_turn_duration: Duration::from_secs(agents.max_turn_secs),
         turn_lease: Duration::from_secs(agents.turn_lease_secs),
         keep_alive: Duration::from_secs(config.streams.sse_keepalive_secs),

@@ -102,7 +102,7 @@ async fn one_turn_at_a_time_and_a_dead_turn_frees_its_conversation(pool: PgPool)
     let account = toolserver_domain::AccountId::parse(ACCOUNT_A).unwrap();
     let agent_id = toolserver_domain::AgentId::parse(&agent).unwrap();
     toolserver_store::conversations::begin_turn(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &account,
         "conv-dead",
         agent_id,
