@@ -12,10 +12,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool, Postgres};
 
-use crate::StoreError;
+use crate::{StoreError, Unpooled};
 
 /// How the connections name themselves to Postgres (as seen in
 /// `pg_stat_activity`).
@@ -50,7 +50,7 @@ impl Default for DedicatedSettings {
 /// with the pool's options.
 pub struct DedicatedConnections {
     pool: PgPool,
-    options: PgConnectOptions,
+    unpooled: Unpooled,
     settings: DedicatedSettings,
     slots: Mutex<Slots>,
 }
@@ -65,11 +65,9 @@ struct Slots {
 impl DedicatedConnections {
     /// A set for statements otherwise run on `pool`.
     pub fn new(pool: PgPool, settings: DedicatedSettings) -> Self {
-        let options = PgConnectOptions::clone(&pool.connect_options())
-            .application_name(DEDICATED_APPLICATION_NAME);
         Self {
+            unpooled: Unpooled::new(&pool, DEDICATED_APPLICATION_NAME),
             pool,
-            options,
             settings,
             slots: Mutex::default(),
         }
@@ -91,7 +89,7 @@ impl DedicatedConnections {
                         return Ok(Held(Taken::Dedicated(connection, slot)));
                     }
                 }
-                None => match self.open().await {
+                None => match self.unpooled.open().await {
                     Ok(connection) => return Ok(Held(Taken::Dedicated(connection, slot))),
                     Err(err) => {
                         tracing::debug!(error = %err, "could not open a dedicated connection; using the pool");
@@ -115,14 +113,6 @@ impl DedicatedConnections {
         }
         slots.open += 1;
         Some((Slot(self), None))
-    }
-
-    /// A new connection, opened within the pool's acquire timeout.
-    async fn open(&self) -> Result<PgConnection, sqlx::Error> {
-        let connecting = PgConnection::connect_with(&self.options);
-        tokio::time::timeout(self.pool.options().get_acquire_timeout(), connecting)
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)?
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {

@@ -43,5 +43,5 @@ pub use agents::{AgentRecord, AgentWrite};
 pub use conversations::ConversationRecord;
 pub use dedicated::{DedicatedConnections, DedicatedSettings};
 pub use error::StoreError;
-pub use pool::{connect, migrate, PoolSettings, MIGRATOR};
+pub use pool::{connect, migrate, PoolSettings, Unpooled, MIGRATOR};
 pub use tools::{NewTool, ToolBody, ToolPatch, ToolRecord};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
 /// The migrations in `/migrations`, embedded in the binary.
@@ -56,4 +56,38 @@ pub async fn connect(url: &str, settings: PoolSettings) -> Result<PgPool, sqlx::
 /// Applies every pending migration; safe to run from several processes at once.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
+}
+
+/// How to open connections to a pool's database outside the pool: with
+/// the pool's connect options under a name of their own (as seen in
+/// `pg_stat_activity`), within the pool's acquire timeout.
+#[derive(Debug, Clone)]
+pub struct Unpooled {
+    options: PgConnectOptions,
+    timeout: Duration,
+}
+
+impl Unpooled {
+    /// Connections beside `pool`, naming themselves `application_name`.
+    pub fn new(pool: &PgPool, application_name: &str) -> Self {
+        Self {
+            options: PgConnectOptions::clone(&pool.connect_options())
+                .application_name(application_name),
+            timeout: pool.options().get_acquire_timeout(),
+        }
+    }
+
+    /// The same, with these session settings besides the pool's.
+    pub fn with_settings(mut self, settings: &[(&str, &str)]) -> Self {
+        self.options = self.options.options(settings.iter().copied());
+        self
+    }
+
+    /// A new connection, opened within the timeout (else `PoolTimedOut`).
+    pub async fn open(&self) -> Result<PgConnection, sqlx::Error> {
+        let connecting = PgConnection::connect_with(&self.options);
+        tokio::time::timeout(self.timeout, connecting)
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
+    }
 }

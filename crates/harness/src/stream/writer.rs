@@ -23,11 +23,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use toolserver_store::turn_streams::{self, Append, AppendAnswer, Opening};
-use toolserver_store::StoreError;
+use toolserver_store::{StoreError, Unpooled};
 
 /// How long a writer's connection, and so its statements' plans, is kept:
 /// a plan is made from the tables' statistics of its time (one made while
@@ -239,23 +239,19 @@ impl StreamWriter {
 /// after [`PLAN_LIFETIME`], so its plans follow the tables' statistics, and
 /// dropped after a failed write, as it may be broken.
 struct WriterConnection {
-    options: PgConnectOptions,
-    connect_timeout: Duration,
+    unpooled: Unpooled,
     open: Option<(PgConnection, Instant)>,
 }
 
 impl WriterConnection {
     /// A connection to `pool`'s database, opened within its acquire timeout.
     fn new(pool: &PgPool) -> Self {
-        let options = PgConnectOptions::clone(&pool.connect_options())
-            .application_name(WRITER_APPLICATION_NAME)
-            .options([
-                ("plan_cache_mode", "force_generic_plan"),
-                ("synchronous_commit", "off"),
-            ]);
+        let unpooled = Unpooled::new(pool, WRITER_APPLICATION_NAME).with_settings(&[
+            ("plan_cache_mode", "force_generic_plan"),
+            ("synchronous_commit", "off"),
+        ]);
         Self {
-            options,
-            connect_timeout: pool.options().get_acquire_timeout(),
+            unpooled,
             open: None,
         }
     }
@@ -270,10 +266,7 @@ impl WriterConnection {
             self.close().await;
         }
         if self.open.is_none() {
-            let connecting = PgConnection::connect_with(&self.options);
-            let connected = tokio::time::timeout(self.connect_timeout, connecting)
-                .await
-                .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+            let connected = self.unpooled.open().await?;
             self.open = Some((connected, Instant::now()));
         }
         match &mut self.open {
