@@ -19,12 +19,20 @@
 //! group>/<runner>`) and counts its CPU time in `cpu.stat`. Account groups
 //! are kept until the server exits, so their CPU time only grows.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rustix::process::{Pid, Signal};
 use sha2::{Digest, Sha256};
 
 use super::RunnerLimits;
+
+/// How long a start-up sweep waits for the processes it killed to leave
+/// their groups, so the groups can be removed.
+const SWEEP_WAIT: Duration = Duration::from_secs(2);
+/// How often it looks.
+const SWEEP_POLL: Duration = Duration::from_millis(50);
 
 /// Which cgroup controllers the server may use for runners on this host.
 #[derive(Debug, Clone, Default)]
@@ -139,25 +147,49 @@ impl CgroupSupport {
             .flatten()
     }
 
-    /// Removes the runner cgroups of server processes that are gone.
+    /// Removes the runner cgroups of server processes that are gone, killing
+    /// first what still runs in them: a worker such a server forked as it
+    /// died, or a process a tool started that outlived its worker.
     pub fn sweep(&self) {
-        for hierarchy in self.hierarchies() {
-            let Some(entries) = hierarchy
-                .servers()
-                .and_then(|dir| std::fs::read_dir(dir).ok())
-            else {
-                continue;
-            };
-            for server in entries.flatten() {
-                let gone = server
+        let gone: Vec<PathBuf> = self
+            .hierarchies()
+            .filter_map(|hierarchy| hierarchy.servers())
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter(|server| {
+                server
                     .file_name()
                     .to_str()
                     .and_then(|name| name.parse::<u32>().ok())
-                    .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists());
-                if gone {
-                    remove_tree(&server.path());
-                }
+                    .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+            })
+            .map(|server| server.path())
+            .collect();
+        let mut left = BTreeSet::new();
+        for dir in &gone {
+            processes_in(dir, &mut left);
+        }
+        let killed = left
+            .into_iter()
+            .filter_map(Pid::from_raw)
+            .filter(|&pid| rustix::process::kill_process(pid, Signal::KILL).is_ok())
+            .count();
+        if killed > 0 {
+            tracing::warn!(
+                killed,
+                "killed processes a former server left in its runner cgroups"
+            );
+        }
+        let deadline = std::time::Instant::now() + SWEEP_WAIT;
+        loop {
+            for dir in &gone {
+                remove_tree(dir);
             }
+            let emptied = gone.iter().all(|dir| !dir.exists());
+            if emptied || killed == 0 || std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(SWEEP_POLL);
         }
     }
 
@@ -596,6 +628,23 @@ fn move_process(pid: u32, procs: &[PathBuf]) -> std::io::Result<()> {
 }
 
 /// Removes a cgroup and the groups below it (each must hold no process).
+/// Adds the processes in the groups under `dir` to `found`.
+fn processes_in(dir: &Path, found: &mut BTreeSet<i32>) {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    found.extend(
+        procs
+            .lines()
+            .filter_map(|line| line.trim().parse::<i32>().ok()),
+    );
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                processes_in(&entry.path(), found);
+            }
+        }
+    }
+}
+
 fn remove_tree(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -639,6 +688,8 @@ fn counter(file: Option<&Path>, key: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
     use super::*;
 
     #[test]
@@ -650,5 +701,37 @@ mod tests {
         assert!(a
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+    }
+
+    #[test]
+    fn a_sweep_kills_what_a_gone_server_left_in_its_groups_and_removes_them() {
+        let support = CgroupSupport::detect();
+        let Some(hierarchy) = support.pids.clone().or_else(|| support.memory.clone()) else {
+            eprintln!("no cgroup controller for runners here; nothing to sweep");
+            return;
+        };
+        let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .expect("pid_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        // A server pid no process can have: that server is gone.
+        let gone = hierarchy
+            .servers()
+            .expect("the servers' group")
+            .join((pid_max + 1).to_string());
+        let runner = gone.join("runner-left");
+        std::fs::create_dir_all(&runner).expect("a runner's group");
+        let mut left = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep runs");
+        std::fs::write(runner.join("cgroup.procs"), left.id().to_string()).expect("moved in");
+
+        support.sweep();
+
+        let status = left.wait().expect("reaped");
+        assert_eq!(status.signal(), Some(Signal::KILL.as_raw()), "{status:?}");
+        assert!(!gone.exists(), "{} stays", gone.display());
     }
 }
