@@ -1,6 +1,6 @@
 //! Cross-cutting HTTP layers: CORS, request ids, the request span, request
 //! metrics, error logging, the request timeout, the URL and body size limits,
-//! and JSON error bodies.
+//! JSON error bodies, and closing a connection an error left a body on.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::cors::CorsSettings;
 use crate::edge;
 use crate::error::{ApiError, ErrorCause};
+use crate::unread_body::close_after_unread_body;
 
 /// The header carrying the request id, taken from the client or generated.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -34,7 +35,7 @@ pub struct EdgeLimits {
 
 /// Wraps `router` in the standard layers (outermost first: CORS when
 /// configured, request id, span, request metrics, logging, JSON error
-/// bodies, URL checks, timeout, body limit).
+/// bodies, closing after an unread body, URL checks, timeout, body limit).
 pub fn apply(router: Router, limits: EdgeLimits, cors: Option<&CorsSettings>) -> Router {
     let EdgeLimits {
         request_timeout,
@@ -50,6 +51,7 @@ pub fn apply(router: Router, limits: EdgeLimits, cors: Option<&CorsSettings>) ->
         .layer(middleware::from_fn(move |req, next| {
             edge::refuse_unusable_uri(max_uri_bytes, req, next)
         }))
+        .layer(middleware::from_fn(close_after_unread_body))
         .layer(middleware::from_fn(edge::json_error_bodies))
         .layer(middleware::from_fn(log_outcome))
         .layer(middleware::from_fn(crate::metrics::record_request))

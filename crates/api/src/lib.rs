@@ -19,6 +19,7 @@ pub mod server;
 pub mod sorted;
 pub mod state;
 pub mod tool_cache;
+pub mod unread_body;
 pub mod usage;
 
 use axum::Router;

@@ -418,3 +418,62 @@ async fn a_private_channel_endpoint_is_refused_when_saved(pool: PgPool) {
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.json());
 }
+
+/// Sends `head` and then `body` on a new connection and reads the head of
+/// the answer, lower-cased.
+async fn answer_head(app: &TestApp, head: &str, body: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = app.base().trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connected");
+    stream.write_all(head.as_bytes()).await.expect("head sent");
+    stream.write_all(body).await.expect("body sent");
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !read.windows(4).any(|window| window == b"\r\n\r\n") {
+        let count = stream.read(&mut buffer).await.expect("read");
+        assert!(
+            count > 0,
+            "closed without an answer: {}",
+            String::from_utf8_lossy(&read)
+        );
+        read.extend_from_slice(&buffer[..count]);
+    }
+    String::from_utf8_lossy(&read).to_lowercase()
+}
+
+#[sqlx::test(migrations = "../../migrations")]
+async fn an_error_answered_before_the_body_was_read_closes_the_connection(pool: PgPool) {
+    let app = spawn_live_app(pool).await;
+    let host = app.base().trim_start_matches("http://").to_owned();
+    // Refused for want of a token while its body is still on its way: the
+    // connection cannot be used again, and the answer says so.
+    let refused = answer_head(
+        &app,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+             content-length: 1000\r\n\r\n"
+        ),
+        b"",
+    )
+    .await;
+    assert!(refused.starts_with("http/1.1 401"), "{refused}");
+    assert!(refused.contains("\r\nconnection: close\r\n"), "{refused}");
+    // Refused after its body was read: the connection stays usable.
+    let body = br#"{"name": 7}"#;
+    let read = answer_head(
+        &app,
+        &format!(
+            "POST /accounts/me/tools HTTP/1.1\r\nhost: {host}\r\n\
+             authorization: Bearer {}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            token("acct_connection"),
+            body.len()
+        ),
+        body,
+    )
+    .await;
+    assert!(read.starts_with("http/1.1 4"), "{read}");
+    assert!(!read.contains("connection: close"), "{read}");
+}
