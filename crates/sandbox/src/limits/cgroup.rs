@@ -627,33 +627,37 @@ fn move_process(pid: u32, procs: &[PathBuf]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes a cgroup and the groups below it (each must hold no process).
 /// Adds the processes in the groups under `dir` to `found`.
 fn processes_in(dir: &Path, found: &mut BTreeSet<i32>) {
-    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-    found.extend(
-        procs
-            .lines()
-            .filter_map(|line| line.trim().parse::<i32>().ok()),
-    );
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                processes_in(&entry.path(), found);
-            }
-        }
+    for group in groups_under(dir) {
+        let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+        found.extend(
+            procs
+                .lines()
+                .filter_map(|line| line.trim().parse::<i32>().ok()),
+        );
     }
 }
 
+/// Removes a cgroup and the groups below it (each must hold no process).
 fn remove_tree(dir: &Path) {
+    for group in groups_under(dir) {
+        let _ = std::fs::remove_dir(group);
+    }
+}
+
+/// `dir` and every group below it, each after the groups below it.
+fn groups_under(dir: &Path) -> Vec<PathBuf> {
+    let mut groups = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                remove_tree(&entry.path());
+                groups.extend(groups_under(&entry.path()));
             }
         }
     }
-    let _ = std::fs::remove_dir(dir);
+    groups.push(dir.to_path_buf());
+    groups
 }
 
 /// Writes `value` to a control file the kernel may not have (swap

@@ -140,7 +140,7 @@ impl SpawnLimits {
 
 #[cfg(test)]
 mod tests {
-    use rustix::process::{Pid, WaitOptions};
+    use rustix::process::WaitOptions;
 
     use super::*;
     use crate::limits::RunnerLimits;
