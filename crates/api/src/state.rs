@@ -8,6 +8,7 @@ use toolserver_bundles::BundleStore;
 use toolserver_domain::{AgentLimits, ToolId, ToolLimits};
 use toolserver_sandbox::Executor;
 use toolserver_store::config_changes::ConfigChange;
+use toolserver_store::notified::{Listening, Notifications};
 
 use toolserver_harness::lifecycle::{Lifecycle, NoListener, TurnListener};
 use toolserver_harness::runner_call::RunnerCallSettings;
@@ -121,6 +122,8 @@ struct Inner {
     admission: Arc<Admission>,
     usage: Arc<UsageMeter>,
     tools: Arc<ToolCache>,
+    /// The process's one listening connection, stopped with the state.
+    _listening: Listening,
 }
 
 impl AppState {
@@ -135,25 +138,34 @@ impl AppState {
         nats: Option<async_nats::Client>,
     ) -> Self {
         let harness = Arc::new(harness);
+        let mut notifications = Notifications::new();
         if harness.settings().config_cache_entries > 0 {
-            harness.config_cache().spawn_listener(&pool);
+            harness.config_cache().follow(&mut notifications);
         }
         let listener: Arc<dyn TurnListener> = match &nats {
             Some(client) => Arc::new(NatsReplies::new(client.clone(), pool.clone())),
             None => Arc::new(NoListener),
         };
-        let lifecycle = Lifecycle::new(pool.clone(), harness.clone(), executor.clone(), listener);
+        let lifecycle = Lifecycle::new(
+            pool.clone(),
+            harness.clone(),
+            executor.clone(),
+            listener,
+            &mut notifications,
+        );
         let admission = Arc::new(Admission::new(pool.clone(), settings.admission.clone()));
         if admission.enabled() {
-            admission.spawn_listener();
+            admission.follow(&mut notifications);
         }
         let usage = Arc::new(UsageMeter::new(pool.clone(), executor.clone()));
         usage.spawn_flusher(settings.usage_flush_interval);
         let tools = Arc::new(ToolCache::new(pool.clone(), settings.tool_cache_entries));
         if settings.tool_cache_entries > 0 {
-            tools.spawn_listener();
+            tools.follow(&mut notifications);
         }
+        let listening = notifications.start(&pool);
         Self(Arc::new(Inner {
+            _listening: listening,
             tools,
             admission,
             usage,

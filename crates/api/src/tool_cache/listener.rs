@@ -1,20 +1,19 @@
-//! Keeps the tool cache current: listens on `toolserver_tools` and drops
-//! each changed tool.
+//! Keeps the tool cache current: follows `toolserver_tools` and drops each
+//! changed tool.
 
 use std::sync::Arc;
 
 use toolserver_domain::ToolId;
-use toolserver_store::notified::{spawn_listener, Notified};
+use toolserver_store::notified::{Notifications, Notified};
 use toolserver_store::tools::CHANGED_CHANNEL;
 
 use super::ToolCache;
 
 impl ToolCache {
-    /// Listens for changed tools, on a connection of its own, until `self`
-    /// is dropped; the cache serves only while this is connected.
-    pub fn spawn_listener(self: &Arc<Self>) {
-        let listening = spawn_listener(self, &self.pool, &[CHANGED_CHANNEL]);
-        self.set_listener(listening);
+    /// Follows changed tools through `notifications` until `self` is
+    /// dropped; the cache serves only while their listener is connected.
+    pub fn follow(self: &Arc<Self>, notifications: &mut Notifications) {
+        notifications.subscribe(self, &[CHANGED_CHANNEL]);
     }
 }
 

@@ -9,11 +9,11 @@
 
 mod listener;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use toolserver_domain::{AccountId, ToolId};
-use toolserver_store::notified::{Listening, NotifiedMap};
+use toolserver_store::notified::NotifiedMap;
 use toolserver_store::{tools, StoreError, ToolRecord};
 
 /// A stored tool with its input schema compiled.
@@ -31,18 +31,16 @@ pub struct CachedTool {
 pub struct ToolCache {
     pool: PgPool,
     entries: NotifiedMap<ToolId, Arc<CachedTool>>,
-    /// The listener, stopped with the cache.
-    listener: Mutex<Option<Listening>>,
 }
 
 impl ToolCache {
     /// A cache of at most `capacity` tools read from `pool` (0: nothing is
-    /// kept). Serves nothing until [`Self::spawn_listener`] is connected.
+    /// kept). Serves nothing until the listener it follows
+    /// ([`Self::follow`]) is connected.
     pub fn new(pool: PgPool, capacity: usize) -> Self {
         Self {
             pool,
             entries: NotifiedMap::new(capacity),
-            listener: Mutex::new(None),
         }
     }
 
@@ -89,9 +87,5 @@ impl ToolCache {
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    fn set_listener(&self, listening: Listening) {
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listening);
     }
 }

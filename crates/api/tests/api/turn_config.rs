@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use toolserver_store::notified::LISTENER_APPLICATION_NAME;
 use toolserver_testsupport::wait::until;
 use toolserver_testsupport::Reply;
 
@@ -257,13 +258,15 @@ async fn a_change_made_straight_in_the_database_reaches_the_turns_after_its_noti
     .await;
 }
 
-/// The backends listening for changes to turn configs, but the caller's.
+/// The backends listening for notifications (the turn configs' among
+/// them), but the caller's.
 async fn listeners(pool: &PgPool) -> Vec<i32> {
     let pids: Vec<(i32,)> = sqlx::query_as(
         "SELECT pid FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid() \
-           AND query LIKE '%toolserver_turn_config%'",
+           AND application_name = $1 AND query LIKE '%toolserver_turn_config%'",
     )
+    .bind(LISTENER_APPLICATION_NAME)
     .fetch_all(pool)
     .await
     .unwrap();

@@ -16,12 +16,11 @@
 mod reads;
 mod scoped;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use sqlx::PgPool;
 use toolserver_domain::{AccountId, AgentId, ToolId};
 use toolserver_store::config_changes::{self, ConfigChange};
-use toolserver_store::notified::{spawn_listener, Listening, Notified, NotifiedMap};
+use toolserver_store::notified::{Notifications, Notified, NotifiedMap};
 use toolserver_store::policies::PolicyRecord;
 use toolserver_store::{tools, AgentRecord, ToolRecord};
 
@@ -36,29 +35,25 @@ pub struct ConfigCache {
     tools: NotifiedMap<ToolId, (AccountId, Arc<ToolRecord>)>,
     policies: NotifiedMap<AccountId, Option<Arc<PolicyRecord>>>,
     scoped: NotifiedMap<AccountId, Arc<ScopedSet>>,
-    /// The listener, stopped with the cache.
-    listener: Mutex<Option<Listening>>,
 }
 
 impl ConfigCache {
     /// A cache of at most `capacity` entries of each kind (0: nothing is
-    /// kept). Serves nothing until [`Self::spawn_listener`] is connected.
+    /// kept). Serves nothing until the listener it follows
+    /// ([`Self::follow`]) is connected.
     pub fn new(capacity: usize) -> Self {
         Self {
             agents: NotifiedMap::new(capacity),
             tools: NotifiedMap::new(capacity),
             policies: NotifiedMap::new(capacity),
             scoped: NotifiedMap::new(capacity),
-            listener: Mutex::new(None),
         }
     }
 
-    /// Listens for changes, on a connection of its own made like `pool`'s,
-    /// until `self` is dropped; the cache serves only while this is
-    /// connected.
-    pub fn spawn_listener(self: &Arc<Self>, pool: &PgPool) {
-        let listening = spawn_listener(self, pool, CHANNELS);
-        *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(listening);
+    /// Follows changes through `notifications` until `self` is dropped;
+    /// the cache serves only while their listener is connected.
+    pub fn follow(self: &Arc<Self>, notifications: &mut Notifications) {
+        notifications.subscribe(self, CHANNELS);
     }
 
     /// Drops what `change` names.

@@ -72,6 +72,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolserver_sandbox::Executor;
 use toolserver_store::jobs::ClaimTerms;
+use toolserver_store::notified::Notifications;
 use toolserver_store::DedicatedConnections;
 use uuid::Uuid;
 
@@ -209,15 +210,21 @@ struct Inner {
 }
 
 impl Lifecycle {
-    /// An engine over `pool`; runs reach runners through `executor`. Also
-    /// starts this process's turn-stream listener (within a Tokio runtime).
+    /// An engine over `pool`; runs reach runners through `executor`. Its
+    /// turn streams hear their news through `notifications` (within a
+    /// Tokio runtime).
     pub fn new(
         pool: PgPool,
         harness: Arc<Harness>,
         executor: Arc<dyn Executor>,
         listener: Arc<dyn TurnListener>,
+        notifications: &mut Notifications,
     ) -> Self {
-        let streams = StreamHub::start(pool.clone(), harness.settings().streams.clone());
+        let streams = StreamHub::start(
+            pool.clone(),
+            harness.settings().streams.clone(),
+            notifications,
+        );
         let process =
             ServerProcess::start(pool.clone(), harness.settings().lifecycle.process_liveness);
         let ledger = Ledger::start(

@@ -1,23 +1,20 @@
-//! One Postgres listener per process for the turn-stream channels, fanned
-//! out to the followers of this process (appends and opened streams) and,
-//! apart, to its recorders (stop requests, which they alone wait for, so a
-//! busy server's recorders are not woken by every other stream's news).
+//! The turn-stream channels, heard through the process's listener and
+//! fanned out to the followers of this process (appends and opened streams)
+//! and, apart, to its recorders (stop requests, which they alone wait for,
+//! so a busy server's recorders are not woken by every other stream's
+//! news).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use toolserver_store::notified::{Notifications, Notified};
 use toolserver_store::turn_streams::{CHUNKS_CHANNEL, OPENED_CHANNEL, STOP_CHANNEL};
 use uuid::Uuid;
 
 use super::writer::{GroupTerms, StreamWriter};
 use super::StreamSettings;
 
-/// How long the listener waits before connecting again after a failure.
-const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 /// Notices buffered per subscriber; one that falls further behind checks
 /// the database instead.
 const CAPACITY: usize = 1024;
@@ -32,29 +29,31 @@ pub enum Notice {
     Opened(Uuid, Arc<str>),
 }
 
+/// The channels the hub follows.
+const CHANNELS: &[&str] = &[CHUNKS_CHANNEL, STOP_CHANNEL, OPENED_CHANNEL];
+
 /// The process's view of turn-stream news, and its stream writers; stops
-/// listening and writing when dropped.
+/// hearing and writing when dropped.
 pub struct StreamHub {
     pool: PgPool,
     settings: StreamSettings,
-    notices: broadcast::Sender<Notice>,
-    stops: broadcast::Sender<Uuid>,
+    relayed: Arc<Relayed>,
     writer: StreamWriter,
-    _listening: DropGuard,
 }
 
 impl StreamHub {
-    /// Starts listening on `pool`'s database (in the background: the
-    /// listener connects again after any failure).
-    pub fn start(pool: PgPool, settings: StreamSettings) -> Arc<Self> {
-        let (notices, _) = broadcast::channel(CAPACITY);
-        let (stops, _) = broadcast::channel(CAPACITY);
-        let stop = CancellationToken::new();
-        let relayed = Relayed {
-            notices: notices.clone(),
-            stops: stops.clone(),
-        };
-        tokio::spawn(listen(pool.clone(), relayed, stop.clone()));
+    /// Starts the writers on `pool`'s database, the news heard through
+    /// `notifications` once their listener runs.
+    pub fn start(
+        pool: PgPool,
+        settings: StreamSettings,
+        notifications: &mut Notifications,
+    ) -> Arc<Self> {
+        let relayed = Arc::new(Relayed {
+            notices: broadcast::channel(CAPACITY).0,
+            stops: broadcast::channel(CAPACITY).0,
+        });
+        notifications.subscribe(&relayed, CHANNELS);
         let writer = StreamWriter::start(
             &pool,
             GroupTerms {
@@ -67,21 +66,19 @@ impl StreamHub {
         Arc::new(Self {
             pool,
             settings,
-            notices,
-            stops,
+            relayed,
             writer,
-            _listening: stop.drop_guard(),
         })
     }
 
     /// News for followers from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
-        self.notices.subscribe()
+        self.relayed.notices.subscribe()
     }
 
     /// The ids of streams asked to stop, from now on.
     pub fn subscribe_stops(&self) -> broadcast::Receiver<Uuid> {
-        self.stops.subscribe()
+        self.relayed.stops.subscribe()
     }
 
     /// The database.
@@ -100,52 +97,23 @@ impl StreamHub {
     }
 }
 
-/// Where the listener sends what it hears.
+/// Where the listener sends what it hears (notices missed while it was
+/// not connected are caught by the subscribers' periodic checks).
 struct Relayed {
     notices: broadcast::Sender<Notice>,
     stops: broadcast::Sender<Uuid>,
 }
 
-async fn listen(pool: PgPool, relayed: Relayed, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            failed = relay(&pool, &relayed) => {
-                tracing::warn!(error = %failed, "turn-stream listener lost its connection; connecting again");
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(RECONNECT_DELAY) => {}
-        }
-    }
-}
-
-/// Relays notifications until the connection fails for good (a dropped
-/// connection is made again by `recv`; notices missed meanwhile are caught
-/// by the subscribers' periodic checks).
-async fn relay(pool: &PgPool, relayed: &Relayed) -> sqlx::Error {
-    let mut listener = match PgListener::connect_with(pool).await {
-        Ok(listener) => listener,
-        Err(err) => return err,
-    };
-    if let Err(err) = listener
-        .listen_all([CHUNKS_CHANNEL, STOP_CHANNEL, OPENED_CHANNEL])
-        .await
-    {
-        return err;
-    }
-    loop {
-        let notification = match listener.recv().await {
-            Ok(notification) => notification,
-            Err(err) => return err,
-        };
-        match parse(notification.channel(), notification.payload()) {
-            Some(News::Follow(notice)) => drop(relayed.notices.send(notice)),
-            Some(News::Stop(stream)) => drop(relayed.stops.send(stream)),
+impl Notified for Relayed {
+    fn heard(&self, channel: &str, payload: &str) {
+        match parse(channel, payload) {
+            Some(News::Follow(notice)) => drop(self.notices.send(notice)),
+            Some(News::Stop(stream)) => drop(self.stops.send(stream)),
             None => {}
         }
     }
+
+    fn set_listening(&self, _listening: bool) {}
 }
 
 /// What one notification says.

@@ -1,6 +1,7 @@
 //! Caches kept current by Postgres notifications: a [`NotifiedMap`] holds
-//! rows read before, and a listener ([`spawn_listener`]) drops the entries
-//! a trigger's `pg_notify` names.
+//! rows read before, and the process's listener ([`Notifications`], one
+//! connection for every part that follows notices) drops the entries a
+//! trigger's `pg_notify` names.
 //!
 //! An entry is trusted only while its listener is connected: nothing is
 //! cached or served otherwise, and everything cached is dropped whenever
@@ -12,5 +13,5 @@
 mod listener;
 mod map;
 
-pub use listener::{spawn_listener, Listening, Notified};
+pub use listener::{Listening, Notifications, Notified, LISTENER_APPLICATION_NAME};
 pub use map::NotifiedMap;

@@ -16,6 +16,7 @@ mod handoffs;
 mod invoke_keys;
 mod jobs;
 mod mcp_tasks;
+mod notifications;
 mod pool;
 mod support;
 mod tool_calls;
