@@ -39,13 +39,11 @@ use toolserver_sandbox::{
 use crate::channel::PodChannel;
 use crate::exec::ExecStream;
 use crate::manifests;
+use crate::names::BACKEND;
 use crate::pods::{EnsuredPod, RunnerPods};
 use crate::scripts;
 use crate::settings::{KubernetesSettings, RunnerChannel};
 use crate::warm::{WarmPods, WarmPool};
-
-/// This backend's name in metrics.
-const BACKEND: &str = "kubernetes";
 
 /// How long an egress grant outlives its call's deadline.
 const EGRESS_GRANT_SLACK: Duration = Duration::from_secs(60);

@@ -1,6 +1,9 @@
 //! The names a runner pod is built with and read back by: its container,
 //! the channel variables the worker reads, and the NetworkPolicy the
-//! runner namespace must hold.
+//! runner namespace must hold; and this backend's name in metrics.
+
+/// This backend's name in metrics.
+pub const BACKEND: &str = "kubernetes";
 
 /// Name of the runner container.
 pub const CONTAINER: &str = "runner";

@@ -58,11 +58,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Preconditions;
 use rand::RngCore;
 use time::OffsetDateTime;
-use toolserver_sandbox::{ReservationKey, SandboxError, WarmRoom, WarmRoomSlot};
+use toolserver_sandbox::{metrics, ReservationKey, SandboxError, WarmRoom, WarmRoomSlot};
 
 pub use pods::{abandoned, Claim, WarmPods};
 
 use crate::manifests::WARM_NAME_PREFIX;
+use crate::names::BACKEND;
 use crate::pod_state::{state_of, PodState};
 use pods::{is_warm_of, resource_version};
 
@@ -169,6 +170,32 @@ impl WarmPool {
         self.refill();
     }
 
+    /// Keeps no warm pods from now on and deletes the ready and starting
+    /// ones, their room given back. A pod still being created when its
+    /// delete is sent is deleted by its boot once it is up (it counts as
+    /// shed), or, if this process is gone by then, by another server's sweep.
+    pub(crate) async fn stop(&self) {
+        let names: Vec<String> = {
+            let mut state = self.state();
+            state.size = 0;
+            let ready: Vec<String> = state.ready.drain(..).map(|ready| ready.name).collect();
+            metrics::warm_ready(BACKEND, 0);
+            let booting: Vec<String> = state
+                .booting
+                .iter()
+                .filter(|name| !state.shed.contains(*name))
+                .cloned()
+                .collect();
+            state.shed.extend(booting.iter().cloned());
+            ready.into_iter().chain(booting).collect()
+        };
+        for name in &names {
+            self.shared.discard(name).await;
+            self.shared.room.give_back();
+        }
+        tracing::info!(deleted = names.len(), "warm runner pod pool stopped");
+    }
+
     /// The names of the ready warm pods, oldest first.
     pub(crate) fn ready(&self) -> Vec<String> {
         self.state()
@@ -182,7 +209,7 @@ impl WarmPool {
     /// the pool has none. Its replacement starts in the background.
     pub(crate) async fn claim(&self, key: &ReservationKey) -> Option<Pod> {
         loop {
-            let popped = self.state().ready.pop_front();
+            let popped = self.take_ready();
             let Some(warm) = popped else {
                 self.refill();
                 return None;
@@ -192,9 +219,18 @@ impl WarmPool {
             self.refill();
             if let Some(pod) = claimed {
                 tracing::info!(runner = %key.runner_name(), pod = %warm.name, "runner claimed a warm pod");
+                metrics::warm_claimed(BACKEND);
                 return Some(pod);
             }
         }
+    }
+
+    /// The oldest ready warm pod, out of the pool.
+    fn take_ready(&self) -> Option<Ready> {
+        let mut state = self.state();
+        let popped = state.ready.pop_front();
+        metrics::warm_ready(BACKEND, state.ready.len());
+        popped
     }
 
     /// Claims `warm` for `key`, retrying while it is still a ready warm pod
@@ -235,7 +271,9 @@ impl WarmPool {
     pub(crate) async fn shed(&self) -> bool {
         let victim = {
             let mut state = self.state();
-            match state.ready.pop_front() {
+            let popped = state.ready.pop_front();
+            metrics::warm_ready(BACKEND, state.ready.len());
+            match popped {
                 Some(ready) => ready.name,
                 None => {
                     let booting = state
@@ -286,6 +324,7 @@ impl WarmPool {
                     name: name.clone(),
                     resource_version: version.clone(),
                 });
+                metrics::warm_ready(BACKEND, state.ready.len());
             }
             was_shed
         };
@@ -326,6 +365,7 @@ impl WarmPool {
                     !before.contains(&ready.name) || alive.contains(ready.name.as_str())
                 });
             state.ready = kept;
+            metrics::warm_ready(BACKEND, state.ready.len());
             let vouch: Vec<String> = state
                 .ready
                 .iter()
@@ -431,6 +471,7 @@ impl Drop for Shared {
             .drain(..)
             .map(|ready| ready.name)
             .collect();
+        metrics::warm_ready(BACKEND, 0);
         if names.is_empty() {
             return;
         }

@@ -13,6 +13,11 @@ pub const RUNNER_START_SECONDS: &str = "toolserver_runner_start_duration_seconds
 /// Runners with a live worker in this process, by `backend` (`local`
 /// only: Kubernetes pods outlive the server processes that use them).
 pub const RUNNERS_LIVE: &str = "toolserver_runners_live";
+/// Warm runners started ahead of demand and ready to be claimed, by
+/// `backend`.
+pub const WARM_READY: &str = "toolserver_runner_warm_ready";
+/// Runners whose first start a warm runner served, by `backend`.
+pub const WARM_CLAIMS: &str = "toolserver_runner_warm_claims_total";
 /// Runners stopped after idling, by `backend`.
 pub const RUNNER_EVICTIONS: &str = "toolserver_runner_evictions_total";
 /// Workers killed because a call broke a limit, by `limit`.
@@ -40,6 +45,14 @@ pub fn describe() {
     metrics::describe_gauge!(
         RUNNERS_LIVE,
         "Runners with a live worker in this process, by backend."
+    );
+    metrics::describe_gauge!(
+        WARM_READY,
+        "Warm runners ready to be claimed in this process, by backend."
+    );
+    metrics::describe_counter!(
+        WARM_CLAIMS,
+        "Runners whose first start a warm runner served, by backend."
     );
     metrics::describe_counter!(
         RUNNER_EVICTIONS,
@@ -82,6 +95,16 @@ pub fn runner_live(backend: &'static str) {
 /// Records that a live runner of `backend` is gone.
 pub fn runner_gone(backend: &'static str) {
     metrics::gauge!(RUNNERS_LIVE, "backend" => backend).decrement(1.0);
+}
+
+/// Records how many warm runners of `backend` are ready to be claimed.
+pub fn warm_ready(backend: &'static str, ready: usize) {
+    metrics::gauge!(WARM_READY, "backend" => backend).set(ready as f64);
+}
+
+/// Counts a runner of `backend` whose first start a warm runner served.
+pub fn warm_claimed(backend: &'static str) {
+    metrics::counter!(WARM_CLAIMS, "backend" => backend).increment(1);
 }
 
 /// Counts `count` runners of `backend` stopped for idling.

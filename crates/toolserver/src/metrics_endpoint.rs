@@ -70,9 +70,17 @@ pub struct MetricsServer {
     _stop: tokio_util::sync::DropGuard,
 }
 
-/// Installs the process's metrics recorder and serves it on `address`,
-/// sampling `pool` and the lifecycle tables at each scrape.
-pub async fn start(address: SocketAddr, pool: PgPool) -> anyhow::Result<MetricsServer> {
+/// The process's metrics recorder, installed, and the listener it will be
+/// served on: made before anything records (the runner backend's warm
+/// pool fills while the server starts), so nothing recorded is lost.
+pub struct Recorder {
+    handle: PrometheusHandle,
+    process: metrics_process::Collector,
+    listener: TcpListener,
+}
+
+/// Installs the process's metrics recorder and binds `address` for it.
+pub async fn install(address: SocketAddr) -> anyhow::Result<Recorder> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
         .and_then(|builder| {
@@ -90,6 +98,21 @@ pub async fn start(address: SocketAddr, pool: PgPool) -> anyhow::Result<MetricsS
             "binding the metrics listener {address} (TOOLSERVER_METRICS_BIND; `off` turns it off)"
         )
     })?;
+    Ok(Recorder {
+        handle,
+        process,
+        listener,
+    })
+}
+
+/// Serves `recorder` on its listener, sampling `pool` and the lifecycle
+/// tables at each scrape.
+pub fn serve(recorder: Recorder, pool: PgPool) -> anyhow::Result<MetricsServer> {
+    let Recorder {
+        handle,
+        process,
+        listener,
+    } = recorder;
     let address = listener.local_addr()?;
     let scraped = Arc::new(Scraped {
         handle,

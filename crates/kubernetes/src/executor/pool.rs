@@ -15,6 +15,13 @@ impl KubernetesExecutor {
         self.inner.pool.start(size);
     }
 
+    /// Keeps no warm pods from now on and deletes those this server kept,
+    /// ready or starting, rather than leave them to another server's sweep:
+    /// for a server that is stopping.
+    pub async fn stop_warm_pool(&self) {
+        self.inner.pool.stop().await;
+    }
+
     /// The names of this server's ready warm pods, oldest first.
     pub fn warm_pods(&self) -> Vec<String> {
         self.inner.pool.ready()

@@ -2,7 +2,7 @@
 //! warm pods made up to the pool's size, claimed by a new key's first call
 //! under a resource-version precondition and replaced, never shared, shed
 //! for the runner budget, swept when their server is gone, and deleted
-//! when their executor is dropped.
+//! when their pool is stopped or their executor is dropped.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -632,6 +632,28 @@ async fn a_warm_pod_that_goes_away_is_replaced() {
     })
     .await;
     assert_eq!(fixture.warm_names().await, executor.warm_pods());
+}
+
+#[tokio::test]
+async fn a_stopped_pool_deletes_its_pods_and_starts_no_more() {
+    let fixture = fixture().await;
+    let executor = fixture.executor(ephemeral()).await;
+    executor.start_warm_pool(2);
+    ready(&executor, 2).await;
+    executor.stop_warm_pool().await;
+    assert!(executor.warm_pods().is_empty());
+    assert!(fixture.warm_names().await.is_empty());
+    // A round of tending keeps the pool empty.
+    executor.tend_warm_pool().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(fixture.warm_names().await.is_empty(), "the pool refilled");
+    let key = key("acct_1");
+    let info = executor.ensure(&key).await.unwrap();
+    assert_eq!(info.name, key.runner_name());
+    assert!(
+        fixture.fake.pod(NS, &key.runner_name()).is_some(),
+        "a key's first start makes its own pod"
+    );
 }
 
 #[tokio::test]

@@ -50,6 +50,7 @@ impl LocalExecutor {
         match self.bind_warm(runner, &warm) {
             Ok(cpu_pending) => {
                 tracing::info!(runner = %runner.name, worker = %warm.place.name, "runner claimed a warm worker");
+                metrics::warm_claimed(BACKEND);
                 if let Some(group) = cpu_pending {
                     self.join_cpu_later(runner, &warm, group);
                 }

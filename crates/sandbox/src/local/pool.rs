@@ -29,6 +29,7 @@ use super::spawn::{Placement, Spawned};
 use super::warmup::warm_up;
 use super::{LocalExecutor, BACKEND};
 use crate::limits::RunnerCgroup;
+use crate::metrics;
 use crate::{SandboxError, WarmRoom, WarmRoomSlot};
 
 /// Where warm workers' directories live, under the runner root.
@@ -92,6 +93,14 @@ impl WarmPool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The oldest ready warm worker, out of the pool.
+    fn take_ready(&self) -> Option<Warm> {
+        let mut state = self.state();
+        let popped = state.ready.pop_front();
+        metrics::warm_ready(BACKEND, state.ready.len());
+        popped
+    }
+
     /// A starting worker a shed waited for was discarded (or failed to
     /// start): the shed is done, if one still waits.
     fn surplus_gone(&self) {
@@ -150,7 +159,7 @@ impl LocalExecutor {
     pub(super) fn take_warm(&self) -> Option<Warm> {
         let pool = &self.inner.pool;
         let taken = loop {
-            let popped = pool.state().ready.pop_front();
+            let popped = pool.take_ready();
             let Some(warm) = popped else { break None };
             pool.room.give_back();
             if !warm.worker.exited() {
@@ -169,7 +178,9 @@ impl LocalExecutor {
         let pool = &self.inner.pool;
         let waited = {
             let mut state = pool.state();
-            match state.ready.pop_front() {
+            let popped = state.ready.pop_front();
+            metrics::warm_ready(BACKEND, state.ready.len());
+            match popped {
                 Some(warm) => Ok(warm),
                 None if state.booting > state.surplus => {
                     state.surplus += 1;
@@ -242,6 +253,7 @@ impl LocalExecutor {
                 Some(warm)
             } else {
                 state.ready.push_back(warm);
+                metrics::warm_ready(BACKEND, state.ready.len());
                 None
             }
         };
@@ -331,7 +343,9 @@ impl LocalExecutor {
         let found = {
             let mut state = pool.state();
             let at = state.ready.iter().position(|warm| warm.place.name == name);
-            at.and_then(|at| state.ready.remove(at))
+            let found = at.and_then(|at| state.ready.remove(at));
+            metrics::warm_ready(BACKEND, state.ready.len());
+            found
         };
         let Some(warm) = found else { return };
         self.scrap_warm(&warm.place);

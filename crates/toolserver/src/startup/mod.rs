@@ -27,7 +27,7 @@ use url::Url;
 pub use auth::dev_secret_path;
 
 use crate::config::{DatabaseConfig, EgressProxyConfig, ServeConfig};
-use crate::metrics_endpoint::{self, MetricsListen, MetricsServer};
+use crate::metrics_endpoint::{self, MetricsListen, MetricsServer, Recorder};
 use crate::runner_isolation;
 use crate::telemetry::{self, Telemetry};
 use database::Database;
@@ -43,6 +43,7 @@ pub async fn migrate_only(config: &DatabaseConfig) -> anyhow::Result<()> {
 /// Everything a server process runs with, and its background loops.
 struct Assembled {
     state: AppState,
+    warm_pool: runners::WarmPool,
     db: Database,
     public_url: Url,
     telemetry: Telemetry,
@@ -65,7 +66,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     let caps = Arc::new(AdmittedRunnerCaps::new(
         usize::try_from(config.accounts.account_live_runners).unwrap_or(usize::MAX),
     ));
-    let (executor, runner_reaper) = runners::executor(
+    let (executor, warm_pool, runner_reaper) = runners::executor(
         &config.runners,
         &config.database,
         &public_url,
@@ -113,6 +114,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
     loops.push(toolserver_api::channels::spawn_inbox(state.clone()));
     Ok(Assembled {
         state,
+        warm_pool,
         db,
         public_url,
         telemetry,
@@ -123,6 +125,7 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
 impl Assembled {
     async fn close(self, grace: Duration) {
         self.state.lifecycle().shutdown(grace).await;
+        self.warm_pool.stop().await;
         self.db.close().await;
         self.telemetry.shutdown().await;
     }
@@ -130,8 +133,9 @@ impl Assembled {
 
 /// `toolserver serve`.
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let recorder = install_metrics(&config).await?;
     let assembled = assemble(&config).await?;
-    let _metrics = serve_metrics(&config, &assembled).await?;
+    let _metrics = serve_metrics(recorder, &assembled)?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -152,8 +156,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 /// serving HTTP, until SIGTERM or Ctrl-C. Any number may run beside the
 /// servers against one database.
 pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
+    let recorder = install_metrics(&config).await?;
     let assembled = assemble(&config).await?;
-    let _metrics = serve_metrics(&config, &assembled).await?;
+    let _metrics = serve_metrics(recorder, &assembled)?;
     tracing::info!("worker running continuations");
     toolserver_api::server::termination_signal().await;
     assembled
@@ -162,17 +167,23 @@ pub async fn worker(config: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the metrics listener unless `TOOLSERVER_METRICS_BIND` is `off`.
-async fn serve_metrics(
-    config: &ServeConfig,
-    assembled: &Assembled,
-) -> anyhow::Result<Option<MetricsServer>> {
+/// Installs the metrics recorder, before anything records, unless
+/// `TOOLSERVER_METRICS_BIND` is `off`.
+async fn install_metrics(config: &ServeConfig) -> anyhow::Result<Option<Recorder>> {
     match config.metrics_bind {
         MetricsListen::Off => Ok(None),
-        MetricsListen::At(address) => metrics_endpoint::start(address, assembled.db.pool.clone())
-            .await
-            .map(Some),
+        MetricsListen::At(address) => metrics_endpoint::install(address).await.map(Some),
     }
+}
+
+/// Serves the installed recorder, if there is one.
+fn serve_metrics(
+    recorder: Option<Recorder>,
+    assembled: &Assembled,
+) -> anyhow::Result<Option<MetricsServer>> {
+    recorder
+        .map(|recorder| metrics_endpoint::serve(recorder, assembled.db.pool.clone()))
+        .transpose()
 }
 
 /// `toolserver egress-proxy`: the egress proxy Kubernetes runner pods share,

@@ -17,25 +17,25 @@ use crate::config::units::MIB;
 use crate::config::{DatabaseConfig, EgressConfig, ExecutorKind, RunnerConfig};
 use crate::runner_isolation;
 
-/// The configured runner backend, held to the runner budget, and its idle
-/// reaper; `development` lets local runners go unisolated under `auto` (see
-/// [`runner_isolation`]).
+/// The configured runner backend, held to the runner budget, its warm pool
+/// (started) and its idle reaper; `development` lets local runners go
+/// unisolated under `auto` (see [`runner_isolation`]).
 pub(super) async fn executor(
     config: &RunnerConfig,
     db: &DatabaseConfig,
     public_url: &Url,
     development: bool,
     caps: Arc<dyn AccountRunnerCaps>,
-) -> anyhow::Result<(Arc<dyn Executor>, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(Arc<dyn Executor>, WarmPool, tokio::task::JoinHandle<()>)> {
     let (backend, pool, reaper) = backend(config, db, public_url, development).await?;
     let budget = RunnerBudget::new(backend, budget_settings(config), caps);
     // After the budget holds the backend: warm runners count against it.
     pool.start(count(config.runner_warm_pool))?;
-    Ok((Arc::new(budget), reaper))
+    Ok((Arc::new(budget), pool, reaper))
 }
 
 /// The backend as itself, for its warm pool.
-enum WarmPool {
+pub(super) enum WarmPool {
     /// Warm worker processes.
     Local(LocalExecutor),
     /// Warm runner pods.
@@ -53,6 +53,15 @@ impl WarmPool {
                 kubernetes.start_warm_pool(size);
                 Ok(())
             }
+        }
+    }
+
+    /// Gives back the warm runners of a server that is stopping: warm pods
+    /// are deleted; warm worker processes die with this process (their
+    /// parent-death signal), and the next start sweeps what they held.
+    pub(super) async fn stop(&self) {
+        if let Self::Kubernetes(kubernetes) = self {
+            kubernetes.stop_warm_pool().await;
         }
     }
 }

@@ -26,10 +26,11 @@ struct Sample {
 }
 
 /// The samples of one scrape, parsed by a Prometheus text-format parser.
-struct Scrape(Vec<Sample>);
+pub struct Scrape(Vec<Sample>);
 
 impl Scrape {
-    async fn take(setup: &Setup, metrics: &str) -> Self {
+    /// Scrapes `metrics` (the listener's base URL).
+    pub async fn take(setup: &Setup, metrics: &str) -> Self {
         let response = setup
             .client()
             .get(format!("{metrics}/metrics"))
@@ -76,7 +77,8 @@ impl Scrape {
     }
 
     /// The summed value of `family`'s samples whose labels include `labels`.
-    fn value(&self, family: &str, labels: &[(&str, &str)]) -> f64 {
+    /// The sum of `family`'s samples that carry `labels`.
+    pub fn value(&self, family: &str, labels: &[(&str, &str)]) -> f64 {
         self.0
             .iter()
             .filter(|sample| sample.family == family)
@@ -155,8 +157,20 @@ async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPoo
         .await;
     let metrics = format!("http://{metrics_bind}");
     let model = ScriptedModel::start().await;
+    // The warm pool (two workers by default) is full before the first call.
+    until("two warm workers ready", || async {
+        Scrape::take(&setup, &metrics)
+            .await
+            .value("toolserver_runner_warm_ready", &[("backend", "local")])
+            == 2.0
+    })
+    .await;
     let before = Scrape::take(&setup, &metrics).await;
     assert_eq!(before.value("toolserver_turns_started_total", &[]), 0.0);
+    assert_eq!(
+        before.value("toolserver_runner_warm_claims_total", &[]),
+        0.0
+    );
 
     streamed_turn_with_a_tool_call(&setup, &server, &model).await;
     script(&model, Reply::text("Both jobs finished."));
@@ -235,6 +249,13 @@ async fn a_scrape_shows_turns_calls_runners_and_the_lifecycle_moving(pool: PgPoo
         ) >= 2.0
     );
     assert!(after.value("toolserver_runners_live", &[("backend", "local")]) >= 2.0);
+    assert!(
+        after.value(
+            "toolserver_runner_warm_claims_total",
+            &[("backend", "local")]
+        ) >= 1.0,
+        "a new tool's first start claimed a warm worker"
+    );
     assert!(
         after.value("toolserver_runner_budget_runners", &[("state", "live")]) >= 2.0,
         "the runner budget counts the runners"

@@ -3,13 +3,12 @@
 //! runners; then SIGTERM shuts it down cleanly.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolserver_testsupport::http::{free_port, wait_ready};
 use toolserver_testsupport::tools;
 
-use crate::server::data_dir;
+use crate::server::{data_dir, terminate};
 
 #[tokio::test]
 async fn serve_on_embedded_defaults_runs_a_tool_and_stops_on_sigterm() {
@@ -38,21 +37,7 @@ async fn serve_on_embedded_defaults_runs_a_tool_and_stops_on_sigterm() {
     let result: serde_json::Value = result.json().await.unwrap();
     assert_eq!(result["output"]["hello"], "world", "{result}");
 
-    Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .unwrap();
-    let waited = Instant::now();
-    let status = loop {
-        if let Some(status) = server.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "server did not stop on SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = terminate(&mut server).await;
     assert!(status.success(), "{status}");
     let postmaster = dir.path().join(".toolserver/postgres/postmaster.pid");
     assert!(!postmaster.exists(), "the private cluster was stopped");

@@ -4,7 +4,8 @@
 //! on the same port and directory.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -29,6 +30,26 @@ pub fn data_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
+}
+
+/// Sends `child` SIGTERM and waits for it to exit, for at most 30 s.
+pub async fn terminate(child: &mut Child) -> ExitStatus {
+    let signalled = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let waited = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the server did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A running `toolserver serve`; killed when dropped.
