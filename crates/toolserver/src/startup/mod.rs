@@ -125,7 +125,14 @@ async fn assemble(config: &ServeConfig) -> anyhow::Result<Assembled> {
 impl Assembled {
     async fn close(self, grace: Duration) {
         self.state.lifecycle().shutdown(grace).await;
-        self.warm_pool.stop().await;
+        // An unreachable cluster API must not hold the exit: warm pods left
+        // behind are swept by the next server.
+        if tokio::time::timeout(grace, self.warm_pool.stop())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the warm runners were not all given back within the grace period");
+        }
         self.db.close().await;
         self.telemetry.shutdown().await;
     }
